@@ -1,0 +1,332 @@
+"""Effects: what the core asks the shell to do, and the writes of a commit.
+
+Theory of operation
+-------------------
+``step`` returns effects in the order they must run. The ordering rule: a
+``Commit`` is durable before any effect after it starts, and the core always
+emits the intent before the act (``[Commit(T running/execute), RunTool(T)]``).
+The core emits at most one ``Commit`` per step, always first: the writes of every
+decision taken in that step (the event's handler and the scheduling pass that
+follows it) form one atomic transaction.
+
+A ``Write`` replaces a whole record (tasks, submissions, documents) or appends
+one (conversations, entries are immutable and written once).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, TypeAlias
+
+import attrs
+
+from .model import (
+    AgentConfig,
+    Conversation,
+    ConversationId,
+    Entry,
+    EntryId,
+    Json,
+    ModelRef,
+    Submission,
+    Task,
+    TaskId,
+    TaskStatus,
+)
+from .state import ConvState, InboxItem, Live, State
+
+
+# --- writes (the content of one Commit) -----------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class PutConversation:
+    TAG: ClassVar[str] = "conversation"
+    conversation: Conversation
+
+
+@attrs.frozen(kw_only=True)
+class PutEntry:
+    TAG: ClassVar[str] = "entry"
+    entry: Entry
+
+
+@attrs.frozen(kw_only=True)
+class PutSubmission:
+    TAG: ClassVar[str] = "submission"
+    submission: Submission
+
+
+@attrs.frozen(kw_only=True)
+class PutTask:
+    TAG: ClassVar[str] = "task"
+    task: Task
+
+
+@attrs.frozen(kw_only=True)
+class PutAgent:
+    TAG: ClassVar[str] = "pi.agent"
+    conversation_id: ConversationId
+    agent: AgentConfig
+
+
+@attrs.frozen(kw_only=True)
+class PutLive:
+    TAG: ClassVar[str] = "pi.live"
+    conversation_id: ConversationId
+    live: Live
+
+
+@attrs.frozen(kw_only=True)
+class PutInbox:
+    TAG: ClassVar[str] = "pi.inbox"
+    conversation_id: ConversationId
+    items: tuple[InboxItem, ...]
+
+
+Write: TypeAlias = (
+    PutConversation | PutEntry | PutSubmission | PutTask | PutAgent | PutLive | PutInbox
+)
+WRITE_TYPES: tuple[type, ...] = (
+    PutConversation,
+    PutEntry,
+    PutSubmission,
+    PutTask,
+    PutAgent,
+    PutLive,
+    PutInbox,
+)
+
+
+def write_key(w: Write) -> tuple[str, int]:
+    """The record a write replaces: later writes of the same key win."""
+    match w:
+        case PutConversation(conversation=c):
+            return ("conversation", c.id)
+        case PutEntry(entry=e):
+            return ("entry", e.id)
+        case PutSubmission(submission=s):
+            return ("submission", s.id)
+        case PutTask(task=t):
+            return ("task", t.id)
+        case PutAgent(conversation_id=c):
+            return ("pi.agent", c)
+        case PutLive(conversation_id=c):
+            return ("pi.live", c)
+        case PutInbox(conversation_id=c):
+            return ("pi.inbox", c)
+    raise AssertionError(w)  # pragma: no cover
+
+
+# --- effects ---------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Commit:
+    """One atomic storage transaction; durable before the next effect starts."""
+
+    TAG: ClassVar[str] = "commit"
+    seq: int
+    writes: tuple[Write, ...]
+
+
+@attrs.frozen(kw_only=True)
+class CallModel:
+    """Send the conversation's context up to ``cutoff`` to ``model``.
+
+    Answers with ``ModelResponded`` or ``ModelFailed`` (same task and attempt).
+    """
+
+    TAG: ClassVar[str] = "call_model"
+    task_id: TaskId
+    conversation_id: ConversationId
+    attempt: int
+    model: ModelRef
+    cutoff: EntryId
+
+
+@attrs.frozen(kw_only=True)
+class PrepareTool:
+    """Resolve ``name`` in the registry, validate the call's arguments (read
+    from the assistant entry), run before-tool hooks. Answers ``ToolPrepared``
+    or ``ToolRejected``."""
+
+    TAG: ClassVar[str] = "prepare_tool"
+    task_id: TaskId
+    conversation_id: ConversationId
+    assistant_entry_id: EntryId
+    call_id: str
+    name: str
+
+
+@attrs.frozen(kw_only=True)
+class RunTool:
+    """Run the tool body with the final (durably recorded) arguments.
+
+    Answers ``ToolFinished`` or ``ToolFailed``.
+    """
+
+    TAG: ClassVar[str] = "run_tool"
+    task_id: TaskId
+    conversation_id: ConversationId
+    call_id: str
+    name: str
+    arguments: dict[str, Json]
+
+
+@attrs.frozen(kw_only=True)
+class Cancel:
+    """Cancel the in-flight invocation of a task (its Trio cancel scope)."""
+
+    TAG: ClassVar[str] = "cancel"
+    task_id: TaskId
+
+
+@attrs.frozen(kw_only=True)
+class Respond:
+    """Answer the host call that carried ``ticket``.
+
+    ``value`` is the id the call returns; ``error_kind`` (with ``error``)
+    names a refusal: ``invalid`` (bad input), ``busy`` (ConversationBusy),
+    ``not_found``.
+    """
+
+    TAG: ClassVar[str] = "respond"
+    ticket: int
+    value: int | None = None
+    error_kind: str | None = None
+    error: str | None = None
+
+
+Effect: TypeAlias = Commit | CallModel | PrepareTool | RunTool | Cancel | Respond
+EFFECT_TYPES: tuple[type, ...] = (Commit, CallModel, PrepareTool, RunTool, Cancel, Respond)
+
+
+# --- the result of a step, and the builder handlers write into --------------
+
+
+@attrs.frozen(kw_only=True)
+class Step:
+    """What ``step`` returns: the next state and the effects, in order."""
+
+    state: State
+    effects: tuple[Effect, ...] = ()
+
+
+class Tx:
+    """The working draft of one step (local to one ``step`` call).
+
+    Handlers record decisions here: each ``put_*`` both updates the draft state
+    and records the write; acts and replies are queued. ``finish`` turns the
+    draft into a frozen :class:`Step` whose effects are ``[Commit(all writes),
+    acts..., replies...]``: every intent is durable before any act starts, and a
+    host hears an answer only once it is durable. A ``Tx`` never escapes
+    ``step``; the input state is never mutated.
+    """
+
+    def __init__(self, state: State, now: int) -> None:
+        self.state = state
+        self.now = now
+        self._writes: dict[tuple[str, int], Write] = {}
+        self._acts: list[Effect] = []
+        self._replies: list[Effect] = []
+
+    # ids -------------------------------------------------------------------
+    def alloc_id(self) -> int:
+        i = self.state.next_id
+        self.state = attrs.evolve(self.state, next_id=i + 1)
+        return i
+
+    # records ---------------------------------------------------------------
+    def write(self, w: Write) -> None:
+        self._writes[write_key(w)] = w
+
+    def put_task(self, task: Task, *, durable: bool = True) -> None:
+        """Replace a task in the draft; ``durable=False`` changes only memory
+        (a reservation whose intent is already stored)."""
+        tasks = dict(self.state.tasks)
+        if task.status is TaskStatus.TERMINAL:
+            tasks.pop(task.id, None)
+        else:
+            tasks[task.id] = task
+        self.state = attrs.evolve(self.state, tasks=tasks)
+        if durable:
+            self.write(PutTask(task=task))
+
+    def put_submission(self, sub: Submission) -> None:
+        subs = dict(self.state.submissions)
+        if sub.settled:
+            subs.pop(sub.id, None)
+        else:
+            subs[sub.id] = sub
+        self.state = attrs.evolve(self.state, submissions=subs)
+        self.write(PutSubmission(submission=sub))
+
+    def put_entry(self, entry: Entry) -> None:
+        self.write(PutEntry(entry=entry))
+
+    def put_conversation(self, conv: ConvState) -> None:
+        self.state = attrs.evolve(
+            self.state, conversations={**self.state.conversations, conv.id: conv}
+        )
+        self.write(PutConversation(conversation=conv.conversation))
+        self.write(PutAgent(conversation_id=conv.id, agent=conv.agent))
+        self.write(PutLive(conversation_id=conv.id, live=conv.live))
+        self.write(PutInbox(conversation_id=conv.id, items=conv.inbox))
+
+    def conv(self, cid: ConversationId) -> ConvState:
+        return self.state.conversations[cid]
+
+    def _replace_conv(self, conv: ConvState) -> None:
+        self.state = attrs.evolve(
+            self.state, conversations={**self.state.conversations, conv.id: conv}
+        )
+
+    def set_live(self, cid: ConversationId, live: Live) -> None:
+        conv = self.conv(cid)
+        if conv.live == live:
+            return
+        self._replace_conv(attrs.evolve(conv, live=live))
+        self.write(PutLive(conversation_id=cid, live=live))
+
+    def set_inbox(self, cid: ConversationId, items: tuple[InboxItem, ...]) -> None:
+        conv = self.conv(cid)
+        if conv.inbox == items:
+            return
+        self._replace_conv(attrs.evolve(conv, inbox=items))
+        self.write(PutInbox(conversation_id=cid, items=items))
+
+    def set_agent(self, cid: ConversationId, agent: AgentConfig) -> None:
+        conv = self.conv(cid)
+        if conv.agent == agent:
+            return
+        self._replace_conv(attrs.evolve(conv, agent=agent))
+        self.write(PutAgent(conversation_id=cid, agent=agent))
+
+    # effects ---------------------------------------------------------------
+    def act(self, effect: Effect) -> None:
+        self._acts.append(effect)
+
+    def respond(
+        self,
+        ticket: int,
+        value: int | None = None,
+        *,
+        error_kind: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        self._replies.append(Respond(ticket=ticket, value=value, error_kind=error_kind, error=error))
+
+    @property
+    def has_writes(self) -> bool:
+        return bool(self._writes)
+
+    def finish(self) -> Step:
+        effects: list[Effect] = []
+        state = self.state
+        if self._writes:
+            effects.append(Commit(seq=state.next_seq, writes=tuple(self._writes.values())))
+            state = attrs.evolve(state, next_seq=state.next_seq + 1)
+        effects.extend(self._acts)
+        effects.extend(self._replies)
+        return Step(state=state, effects=tuple(effects))
+

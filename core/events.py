@@ -1,0 +1,209 @@
+"""Events: the facts fed to ``step``.
+
+Theory of operation
+-------------------
+An event is a past-tense fact: something the host asked for (``InputSubmitted``)
+or something an effect produced (``ToolFinished``). Every event carries ``now``
+(milliseconds) so the core never reads a clock, and every event is journaled by
+the shell in the same transaction as the commit it causes, so a recorded run can
+be re-played through ``step`` and must give the same commits byte for byte.
+
+Host events that expect an answer carry a ``ticket``; the core answers with a
+``Respond`` effect naming that ticket, after the commit that made the answer true.
+
+``Event`` is a closed union; each class has a stable wire ``TAG`` (never the
+class name) used by the shell's codec.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, TypeAlias
+
+import attrs
+
+from .model import (
+    AgentConfig,
+    ConversationId,
+    Json,
+    Submission,
+    Task,
+    TaskId,
+    ToolCall,
+    ToolInfo,
+    Usage,
+)
+from .state import ConvState
+
+
+@attrs.frozen(kw_only=True)
+class Opened:
+    """A process opened the store: everything live, as loaded."""
+
+    TAG: ClassVar[str] = "opened"
+    now: int
+    next_id: int
+    next_seq: int
+    conversations: tuple[ConvState, ...] = ()
+    tasks: tuple[Task, ...] = ()
+    submissions: tuple[Submission, ...] = ()
+    catalog: tuple[ToolInfo, ...] = ()
+    resume: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class Resumed:
+    """The host enabled scheduling (``harness.resume()``)."""
+
+    TAG: ClassVar[str] = "resumed"
+    now: int
+
+
+@attrs.frozen(kw_only=True)
+class RegistryChanged:
+    """The installed tools changed; scheduling reconsiders blocked work."""
+
+    TAG: ClassVar[str] = "registry_changed"
+    now: int
+    catalog: tuple[ToolInfo, ...]
+
+
+@attrs.frozen(kw_only=True)
+class RootRequested:
+    """``harness.root(agent=...)``: create conversation 1 if it is absent."""
+
+    TAG: ClassVar[str] = "root_requested"
+    now: int
+    ticket: int
+    agent: AgentConfig | None = None
+
+
+@attrs.frozen(kw_only=True)
+class AgentConfigured:
+    """``conv.configure(...)``: replace the conversation's ``pi.agent``."""
+
+    TAG: ClassVar[str] = "agent_configured"
+    now: int
+    ticket: int
+    conversation_id: ConversationId
+    agent: AgentConfig
+
+
+@attrs.frozen(kw_only=True)
+class InputSubmitted:
+    """``conv.submit(Input(...))``.
+
+    ``existing`` is the submission the shell found in storage under the same
+    ``(conversation, request_id)``, if any; the core also checks its own
+    unsettled submissions.
+    """
+
+    TAG: ClassVar[str] = "input_submitted"
+    now: int
+    ticket: int
+    conversation_id: ConversationId
+    content: str
+    request_id: str | None = None
+    when_busy: str = "follow_up"
+    existing: Submission | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ModelResponded:
+    """A model request (``CallModel``) ended with a complete message."""
+
+    TAG: ClassVar[str] = "model_responded"
+    now: int
+    task_id: TaskId
+    attempt: int
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    stop_reason: str = "stop"
+    usage: Usage | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ModelFailed:
+    """A model request failed. ``reason`` is ``model_error`` or ``no_model``."""
+
+    TAG: ClassVar[str] = "model_failed"
+    now: int
+    task_id: TaskId
+    attempt: int
+    message: str
+    reason: str = "model_error"
+    retryable: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ToolPrepared:
+    """``PrepareTool`` resolved the tool and validated the final arguments."""
+
+    TAG: ClassVar[str] = "tool_prepared"
+    now: int
+    task_id: TaskId
+    arguments: dict[str, Json]
+    replay: str
+
+
+@attrs.frozen(kw_only=True)
+class ToolRejected:
+    """``PrepareTool`` refused the call (unknown tool, invalid arguments,
+    blocked by a hook): the model gets ``message`` as an error result."""
+
+    TAG: ClassVar[str] = "tool_rejected"
+    now: int
+    task_id: TaskId
+    code: str
+    message: str
+
+
+@attrs.frozen(kw_only=True)
+class ToolFinished:
+    """The tool body returned a result (which may itself be an error)."""
+
+    TAG: ClassVar[str] = "tool_finished"
+    now: int
+    task_id: TaskId
+    text: str
+    is_error: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ToolFailed:
+    """The tool body raised."""
+
+    TAG: ClassVar[str] = "tool_failed"
+    now: int
+    task_id: TaskId
+    message: str
+
+
+Event: TypeAlias = (
+    Opened
+    | Resumed
+    | RegistryChanged
+    | RootRequested
+    | AgentConfigured
+    | InputSubmitted
+    | ModelResponded
+    | ModelFailed
+    | ToolPrepared
+    | ToolRejected
+    | ToolFinished
+    | ToolFailed
+)
+
+EVENT_TYPES: tuple[type, ...] = (
+    Opened,
+    Resumed,
+    RegistryChanged,
+    RootRequested,
+    AgentConfigured,
+    InputSubmitted,
+    ModelResponded,
+    ModelFailed,
+    ToolPrepared,
+    ToolRejected,
+    ToolFinished,
+    ToolFailed,
+)

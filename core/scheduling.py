@@ -1,0 +1,92 @@
+"""Scheduling and recovery: which live task runs next, and what ``Opened`` does.
+
+Theory of operation
+-------------------
+After every event, ``run_pass`` reserves every *runnable* task and starts its
+phase, until none is left (a phase may make others runnable, e.g. a hand-over
+creates the next generation, which prepares in the same step):
+
+- runnable = ``pending``, or ``waiting`` with every task in ``on`` terminal;
+- a ``running`` task already has an invocation (one at a time); terminal tasks
+  are not in the live map at all, so they can never run again;
+- a task whose kind has no handler here stays pending (custom tasks arrive in
+  a later issue) - it is *blocked*, never dropped.
+
+All decisions of one step land in ONE commit (``Tx.finish``), placed before the
+acts it enables: intent before effect, and fewer transactions per round.
+
+``Opened`` (recovery): the loaded live records replace the state; every
+``running`` task goes back to ``pending`` with its checkpoint unchanged (one
+commit); waiting tasks keep waiting. Nothing else is special about recovery:
+the ordinary pass then decides what each checkpoint means (re-send a pinned
+request, re-run a safe tool, settle an unsafe one as interrupted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import attrs
+
+from . import generation, tools
+from .effects import Tx
+from .events import Opened, RegistryChanged, Resumed
+from .lifecycle import task_to
+from .model import GENERATION, TOOL, CoreInvariantError, Task, TaskStatus
+
+RESERVE: Mapping[str, Callable[[Tx, Task], None]] = {
+    GENERATION: generation.on_reserve,
+    TOOL: tools.on_reserve,
+}
+
+
+def is_runnable(tx: Tx, task: Task) -> bool:
+    if task.kind not in RESERVE:
+        return False
+    if task.status is TaskStatus.PENDING:
+        return True
+    if task.status is TaskStatus.WAITING:
+        return all(t not in tx.state.tasks for t in task.on)
+    return False
+
+
+def run_pass(tx: Tx) -> None:
+    if not tx.state.scheduling:
+        return
+    while True:
+        ready = [t for _, t in sorted(tx.state.tasks.items()) if is_runnable(tx, t)]
+        if not ready:
+            return
+        for task in ready:
+            current = tx.state.tasks.get(task.id)
+            if current is None or current != task or not is_runnable(tx, current):
+                continue  # an earlier phase in this pass changed it
+            RESERVE[task.kind](tx, task)
+            after = tx.state.tasks.get(task.id)
+            if after is not None and is_runnable(tx, after):
+                raise CoreInvariantError(f"task {task.id} is still runnable after its phase ran")
+
+
+def on_opened(tx: Tx, ev: Opened) -> None:
+    tx.state = attrs.evolve(
+        tx.state,
+        next_id=max(ev.next_id, 2),
+        next_seq=ev.next_seq,
+        conversations={c.id: c for c in ev.conversations},
+        tasks={t.id: t for t in ev.tasks if t.status is not TaskStatus.TERMINAL},
+        submissions={s.id: s for s in ev.submissions if not s.settled},
+        catalog={i.name: i for i in ev.catalog},
+        scheduling=ev.resume,
+        opened=True,
+    )
+    for task in sorted(ev.tasks, key=lambda t: t.id):
+        if task.status is TaskStatus.RUNNING:
+            tx.put_task(task_to(task, "recover"))
+
+
+def on_resumed(tx: Tx, ev: Resumed) -> None:
+    tx.state = attrs.evolve(tx.state, scheduling=True)
+
+
+def on_registry_changed(tx: Tx, ev: RegistryChanged) -> None:
+    tx.state = attrs.evolve(tx.state, catalog={i.name: i for i in ev.catalog})

@@ -1,0 +1,112 @@
+"""The live state the core decides on, and its documents.
+
+Theory of operation
+-------------------
+``State`` holds only what decisions need: every conversation's small documents
+(``pi.agent``, ``pi.live``, ``pi.inbox``), the live (non-terminal) tasks, the
+unsettled submissions, the tool catalog and the id/sequence counters. It never
+holds transcript bodies or terminal records, so its size does not grow with
+history: a step costs the same after 10 rounds or after 10,000.
+
+Mappings are ordinary dicts treated as immutable: an update builds a new dict
+(``{**old, key: value}``). Their size is the number of *live* things, which is
+small, so copying them is cheap.
+
+Documents
+- ``pi.agent``: :class:`~pidurable.core.model.AgentConfig`.
+- ``pi.live``: :class:`Live` - present ``run`` exactly while the conversation is
+  busy; ``tools`` are the current round's slots.
+- ``pi.inbox``: :class:`InboxItem`s waiting for a boundary, in id order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+from .model import (
+    AgentConfig,
+    Conversation,
+    ConversationId,
+    EntryId,
+    Submission,
+    SubmissionId,
+    Task,
+    TaskId,
+    ToolInfo,
+)
+
+AGENT_DOC = "pi.agent"
+LIVE_DOC = "pi.live"
+INBOX_DOC = "pi.inbox"
+
+
+@attrs.frozen(kw_only=True)
+class RunInfo:
+    """The run a busy conversation is working on."""
+
+    #: The generation task currently responsible (handed G1 -> G2 -> ...).
+    task_id: TaskId
+    #: Placed input submissions this run settles.
+    inputs: tuple[SubmissionId, ...]
+
+
+@attrs.frozen(kw_only=True)
+class ToolSlot:
+    """One call of the current tool round, in call order."""
+
+    call_id: str
+    name: str
+    task_id: TaskId | None = None
+    status: str = "pending"  # pending | running | done
+    entry_id: EntryId | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Live:
+    run: RunInfo | None = None
+    tools: tuple[ToolSlot, ...] | None = None
+    attempt: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class InboxItem:
+    submission_id: SubmissionId
+    mode: str  # "follow_up" | "steer" | "write"
+    content: str
+
+
+@attrs.frozen(kw_only=True)
+class ConvState:
+    conversation: Conversation
+    agent: AgentConfig = AgentConfig()
+    live: Live = Live()
+    inbox: tuple[InboxItem, ...] = ()
+
+    @property
+    def id(self) -> ConversationId:
+        return self.conversation.id
+
+    @property
+    def busy(self) -> bool:
+        return self.live.run is not None
+
+
+@attrs.frozen(kw_only=True)
+class State:
+    #: The next id to hand out (global namespace: conversations, entries,
+    #: tasks, submissions). Id 1 is reserved for the root conversation.
+    next_id: int = 2
+    #: The sequence number the next Commit will carry.
+    next_seq: int = 1
+    conversations: Mapping[ConversationId, ConvState] = attrs.field(factory=dict)
+    #: Live (non-terminal) tasks only.
+    tasks: Mapping[TaskId, Task] = attrs.field(factory=dict)
+    #: Unsettled submissions only.
+    submissions: Mapping[SubmissionId, Submission] = attrs.field(factory=dict)
+    catalog: Mapping[str, ToolInfo] = attrs.field(factory=dict)
+    #: False until the host resumes scheduling (Harness.open(resume=False)).
+    scheduling: bool = False
+    #: True once an Opened event was applied.
+    opened: bool = False

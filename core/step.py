@@ -1,0 +1,62 @@
+"""``step(state, event) -> Step``: the one entry point of the core. It routes.
+
+Every event goes to exactly one handler (``HANDLERS``); then the scheduling
+pass runs; then the draft becomes a frozen ``Step`` whose effects are
+``[Commit(writes)?, acts..., replies...]``. Same state + same event gives the
+same Step, always: nothing here reads a clock, draws a random number or does
+I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from . import admission, generation, scheduling, tools
+from .effects import Step, Tx
+from .events import (
+    EVENT_TYPES,
+    AgentConfigured,
+    Event,
+    InputSubmitted,
+    ModelFailed,
+    ModelResponded,
+    Opened,
+    RegistryChanged,
+    Resumed,
+    RootRequested,
+    ToolFailed,
+    ToolFinished,
+    ToolPrepared,
+    ToolRejected,
+)
+from .model import CoreInvariantError
+from .state import State
+
+HANDLERS: Mapping[type, Callable[[Tx, Any], None]] = {
+    Opened: scheduling.on_opened,
+    Resumed: scheduling.on_resumed,
+    RegistryChanged: scheduling.on_registry_changed,
+    RootRequested: admission.on_root_requested,
+    AgentConfigured: admission.on_agent_configured,
+    InputSubmitted: admission.on_input_submitted,
+    ModelResponded: generation.on_model_responded,
+    ModelFailed: generation.on_model_failed,
+    ToolPrepared: tools.on_tool_prepared,
+    ToolRejected: tools.on_tool_rejected,
+    ToolFinished: tools.on_tool_finished,
+    ToolFailed: tools.on_tool_failed,
+}
+assert set(HANDLERS) == set(EVENT_TYPES), "every event type needs exactly one handler"
+
+
+def step(state: State, event: Event) -> Step:
+    handler = HANDLERS.get(type(event))
+    if handler is None:
+        raise CoreInvariantError(f"no handler for event {type(event).__name__}")
+    if not state.opened and not isinstance(event, Opened):
+        raise CoreInvariantError(f"{type(event).__name__} before Opened")
+    tx = Tx(state, event.now)
+    handler(tx, event)
+    scheduling.run_pass(tx)
+    return tx.finish()

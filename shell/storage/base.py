@@ -1,0 +1,220 @@
+"""The ``Storage`` protocol shared by every adapter, and its errors.
+
+A storage holds the records (conversations, entries, submissions, tasks), the
+per-conversation documents, and the journal (the events behind each commit).
+
+- ``load()`` returns what the core needs at open: live records only, plus the
+  id and sequence high-water marks. It never reads transcript bodies.
+- ``commit(seq, writes, events)`` is ONE atomic transaction: all writes and the
+  journal row, or nothing.
+- reads (``entries``, ``submission``, ``task``...) serve the shell and hosts.
+
+Methods are synchronous: a commit is short and bounded, and the runtime runs it
+inline on the Trio thread (a thread hop per commit would triple step cost).
+
+Every adapter serializes records with the one codec and stores JSON text, so
+the memory adapter behaves exactly like SQLite (a non-JSON value fails the
+same way in both); the conformance suite in ``tests/shell`` runs against all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from pidurable.core.effects import (
+    PutAgent,
+    PutConversation,
+    PutEntry,
+    PutInbox,
+    PutLive,
+    PutSubmission,
+    PutTask,
+    Write,
+)
+from pidurable.core.events import Event
+from pidurable.core.model import (
+    AgentConfig,
+    Conversation,
+    ConversationId,
+    Entry,
+    Submission,
+    SubmissionId,
+    Task,
+    TaskId,
+)
+from pidurable.core.state import AGENT_DOC, INBOX_DOC, LIVE_DOC, ConvState, InboxItem, Live
+
+from . import codec
+
+#: Version of the persisted layout; stored in every store, checked at open.
+SCHEMA_VERSION = 1
+
+
+class StorageError(Exception):
+    """A storage could not be opened or used (a readable message says why)."""
+
+
+class StoreLocked(StorageError):
+    """Another live process (or another open harness) holds the store."""
+
+
+class StoreFenced(StorageError):
+    """The store was fenced (simulated crash): nothing more is written."""
+
+
+@attrs.frozen(kw_only=True)
+class Loaded:
+    """What ``load()`` returns: the live state and the counters."""
+
+    next_id: int
+    next_seq: int
+    conversations: tuple[ConvState, ...]
+    tasks: tuple[Task, ...]
+    submissions: tuple[Submission, ...]
+    store_id: str
+
+
+@attrs.frozen(kw_only=True)
+class JournalRow:
+    seq: int
+    events: str  # JSON array of tagged events
+    writes: str  # JSON array of tagged writes
+
+
+class Storage(Protocol):
+    """What the runtime needs from a store (memory, SQLite, ...)."""
+
+    name: str
+
+    def load(self) -> Loaded: ...
+
+    def commit(self, seq: int, writes: Sequence[Write], events: Sequence[Event]) -> None: ...
+
+    def entries(self, conversation_id: ConversationId, upto: int | None = None) -> list[Entry]: ...
+
+    def entry(self, entry_id: int) -> Entry | None: ...
+
+    def submission(self, submission_id: SubmissionId) -> Submission | None: ...
+
+    def submission_by_request(self, conversation_id: ConversationId, request_id: str) -> Submission | None: ...
+
+    def submissions(self, conversation_id: ConversationId | None = None) -> list[Submission]: ...
+
+    def task(self, task_id: TaskId) -> Task | None: ...
+
+    def tasks(self, conversation_id: ConversationId | None = None, live_only: bool = False) -> list[Task]: ...
+
+    def conversation(self, conversation_id: ConversationId) -> Conversation | None: ...
+
+    def conversations(self) -> list[Conversation]: ...
+
+    def document(self, conversation_id: ConversationId, kind: str) -> Any: ...
+
+    def journal(self) -> list[JournalRow]: ...
+
+    def fence(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+# --- row encoding shared by the adapters ------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Row:
+    """One write as a table row: ``table`` and its column values."""
+
+    table: str
+    key: tuple[Any, ...]
+    columns: dict[str, Any]
+
+
+def write_row(w: Write, seq: int) -> Row:
+    """The row a write upserts (same for every adapter)."""
+    match w:
+        case PutConversation(conversation=c):
+            return Row(
+                table="conversations",
+                key=(c.id,),
+                columns={"id": c.id, "owner_task_id": c.owner_task_id, "record": codec.to_json(c)},
+            )
+        case PutEntry(entry=e):
+            return Row(
+                table="entries",
+                key=(e.id,),
+                columns={"id": e.id, "conversation_id": e.conversation_id, "seq": seq, "record": codec.to_json(e)},
+            )
+        case PutSubmission(submission=s):
+            return Row(
+                table="submissions",
+                key=(s.id,),
+                columns={
+                    "id": s.id,
+                    "conversation_id": s.conversation_id,
+                    "request_id": s.request_id,
+                    "status": s.status.value,
+                    "record": codec.to_json(s),
+                },
+            )
+        case PutTask(task=t):
+            return Row(
+                table="tasks",
+                key=(t.id,),
+                columns={
+                    "id": t.id,
+                    "conversation_id": t.conversation_id,
+                    "kind": t.kind,
+                    "status": t.status.value,
+                    "owner": t.owner,
+                    "record": codec.to_json(t),
+                },
+            )
+        case PutAgent(conversation_id=cid, agent=a):
+            return _doc_row(cid, AGENT_DOC, codec.to_json(a), seq)
+        case PutLive(conversation_id=cid, live=live):
+            return _doc_row(cid, LIVE_DOC, codec.to_json(live), seq)
+        case PutInbox(conversation_id=cid, items=items):
+            return _doc_row(cid, INBOX_DOC, codec.to_json(items, tuple[InboxItem, ...]), seq)
+    raise AssertionError(w)  # pragma: no cover
+
+
+def _doc_row(cid: ConversationId, kind: str, value: str, seq: int) -> Row:
+    return Row(
+        table="documents",
+        key=(cid, kind),
+        columns={"conversation_id": cid, "kind": kind, "seq": seq, "value": value},
+    )
+
+
+#: Documents whose every revision is kept (fork "as_of" needs them).
+REWINDABLE_DOCS = frozenset({AGENT_DOC})
+
+DOC_TYPES: dict[str, Any] = {
+    AGENT_DOC: AgentConfig,
+    LIVE_DOC: Live,
+    INBOX_DOC: tuple[InboxItem, ...],
+}
+
+
+def decode_doc(kind: str, value: str) -> Any:
+    return codec.from_json(value, DOC_TYPES[kind])
+
+
+def journal_texts(seq: int, writes: Sequence[Write], events: Sequence[Event]) -> tuple[str, str]:
+    return (
+        codec.dumps([codec.event_to_data(e) for e in events]),
+        codec.dumps([codec.write_to_data(w) for w in writes]),
+    )
+
+
+def conv_state(conversation: Conversation, docs: dict[str, str]) -> ConvState:
+    """Assemble a conversation's live documents (absent ones are initial)."""
+    return ConvState(
+        conversation=conversation,
+        agent=decode_doc(AGENT_DOC, docs[AGENT_DOC]) if AGENT_DOC in docs else AgentConfig(),
+        live=decode_doc(LIVE_DOC, docs[LIVE_DOC]) if LIVE_DOC in docs else Live(),
+        inbox=decode_doc(INBOX_DOC, docs[INBOX_DOC]) if INBOX_DOC in docs else (),
+    )

@@ -1,0 +1,166 @@
+"""``MemoryStorage``: the in-memory adapter (tests, examples).
+
+Same behaviour as SQLite, including JSON encoding of every record (a value
+that SQLite would refuse is refused here too) and atomic commits. A
+``MemoryStorage`` object outlives a ``Harness`` that uses it, so tests can
+"restart" by opening a new harness on the same object. ``fence()`` simulates a
+crash: every later commit raises and writes nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from pidurable.core.effects import Write
+from pidurable.core.events import Event
+from pidurable.core.model import (
+    Conversation,
+    ConversationId,
+    Entry,
+    Submission,
+    SubmissionId,
+    Task,
+    TaskId,
+)
+
+from . import codec
+from .base import (
+    REWINDABLE_DOCS,
+    JournalRow,
+    Loaded,
+    StoreFenced,
+    StoreLocked,
+    conv_state,
+    decode_doc,
+    journal_texts,
+    write_row,
+)
+
+_TABLES = ("conversations", "entries", "submissions", "tasks", "documents")
+
+
+class MemoryStorage:
+    def __init__(self) -> None:
+        self.name = "memory"
+        self._tables: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {t: {} for t in _TABLES}
+        self._revisions: list[tuple[int, str, int, str]] = []
+        self._journal: list[JournalRow] = []
+        self._store_id = str(uuid.uuid4())
+        self._fenced = False
+        self._owned = False
+        #: Number of commits applied (for tests and benchmarks).
+        self.commits = 0
+
+    # lifecycle -------------------------------------------------------------
+    def load(self) -> Loaded:
+        if self._owned:
+            raise StoreLocked("The memory store is already open in another harness")
+        self._owned = True
+        self._fenced = False
+        docs: dict[int, dict[str, str]] = {}
+        for row in self._tables["documents"].values():
+            docs.setdefault(row["conversation_id"], {})[row["kind"]] = row["value"]
+        convs = tuple(
+            conv_state(codec.from_json(r["record"], Conversation), docs.get(r["id"], {}))
+            for _, r in sorted(self._tables["conversations"].items())
+        )
+        tasks = tuple(
+            codec.from_json(r["record"], Task)
+            for _, r in sorted(self._tables["tasks"].items())
+            if r["status"] != "terminal"
+        )
+        subs = tuple(
+            codec.from_json(r["record"], Submission)
+            for _, r in sorted(self._tables["submissions"].items())
+            if r["status"] in ("queued", "placed")
+        )
+        max_id = max((k[0] for t in ("conversations", "entries", "submissions", "tasks") for k in self._tables[t]), default=1)
+        return Loaded(
+            next_id=max_id + 1,
+            next_seq=(self._journal[-1].seq + 1) if self._journal else 1,
+            conversations=convs,
+            tasks=tasks,
+            submissions=subs,
+            store_id=self._store_id,
+        )
+
+    def fence(self) -> None:
+        self._fenced = True
+
+    def close(self) -> None:
+        self._owned = False
+
+    # writes ----------------------------------------------------------------
+    def commit(self, seq: int, writes: Sequence[Write], events: Sequence[Event]) -> None:
+        if self._fenced:
+            raise StoreFenced("store is fenced")
+        if self._journal and seq <= self._journal[-1].seq:
+            raise AssertionError(f"commit seq {seq} does not increase")
+        # Encode everything first: a failure leaves the store untouched.
+        rows = [write_row(w, seq) for w in writes]
+        ev_text, wr_text = journal_texts(seq, writes, events)
+        for row in rows:
+            self._tables[row.table][row.key] = row.columns
+            if row.table == "documents" and row.columns["kind"] in REWINDABLE_DOCS:
+                c = row.columns
+                self._revisions.append((c["conversation_id"], c["kind"], seq, c["value"]))
+        self._journal.append(JournalRow(seq=seq, events=ev_text, writes=wr_text))
+        self.commits += 1
+
+    # reads -----------------------------------------------------------------
+    def entries(self, conversation_id: ConversationId, upto: int | None = None) -> list[Entry]:
+        t = self._tables["entries"]
+        return [
+            codec.from_json(r["record"], Entry)
+            for k, r in sorted(t.items())
+            if r["conversation_id"] == conversation_id and (upto is None or k[0] <= upto)
+        ]
+
+    def entry(self, entry_id: int) -> Entry | None:
+        r = self._tables["entries"].get((entry_id,))
+        return None if r is None else codec.from_json(r["record"], Entry)
+
+    def submission(self, submission_id: SubmissionId) -> Submission | None:
+        r = self._tables["submissions"].get((submission_id,))
+        return None if r is None else codec.from_json(r["record"], Submission)
+
+    def submission_by_request(self, conversation_id: ConversationId, request_id: str) -> Submission | None:
+        for r in self._tables["submissions"].values():
+            if r["conversation_id"] == conversation_id and r["request_id"] == request_id:
+                return codec.from_json(r["record"], Submission)
+        return None
+
+    def submissions(self, conversation_id: ConversationId | None = None) -> list[Submission]:
+        return [
+            codec.from_json(r["record"], Submission)
+            for _, r in sorted(self._tables["submissions"].items())
+            if conversation_id is None or r["conversation_id"] == conversation_id
+        ]
+
+    def task(self, task_id: TaskId) -> Task | None:
+        r = self._tables["tasks"].get((task_id,))
+        return None if r is None else codec.from_json(r["record"], Task)
+
+    def tasks(self, conversation_id: ConversationId | None = None, live_only: bool = False) -> list[Task]:
+        return [
+            codec.from_json(r["record"], Task)
+            for _, r in sorted(self._tables["tasks"].items())
+            if (conversation_id is None or r["conversation_id"] == conversation_id)
+            and (not live_only or r["status"] != "terminal")
+        ]
+
+    def conversation(self, conversation_id: ConversationId) -> Conversation | None:
+        r = self._tables["conversations"].get((conversation_id,))
+        return None if r is None else codec.from_json(r["record"], Conversation)
+
+    def conversations(self) -> list[Conversation]:
+        return [codec.from_json(r["record"], Conversation) for _, r in sorted(self._tables["conversations"].items())]
+
+    def document(self, conversation_id: ConversationId, kind: str) -> Any:
+        r = self._tables["documents"].get((conversation_id, kind))
+        return None if r is None else decode_doc(kind, r["value"])
+
+    def journal(self) -> list[JournalRow]:
+        return list(self._journal)
