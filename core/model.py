@@ -37,7 +37,7 @@ ROOT_CONVERSATION_ID = ConversationId(1)
 Json = Any  # a strict-JSON value: dict/list/str/int/float/bool/None
 
 
-class TaskStatus(str, enum.Enum):
+class TaskStatus(enum.StrEnum):
     #: Ready to be reserved by the scheduler at its checkpoint.
     PENDING = "pending"
     #: An invocation (effect in the shell) is working on it.
@@ -50,7 +50,7 @@ class TaskStatus(str, enum.Enum):
     TERMINAL = "terminal"
 
 
-class OutcomeStatus(str, enum.Enum):
+class OutcomeStatus(enum.StrEnum):
     #: The task did what it was for.
     COMPLETED = "completed"
     #: The task ended with an error it reported itself.
@@ -63,7 +63,7 @@ class OutcomeStatus(str, enum.Enum):
     FAULTED = "faulted"
 
 
-class SubmissionStatus(str, enum.Enum):
+class SubmissionStatus(enum.StrEnum):
     #: Accepted while the conversation was busy; waits in ``pi.inbox``.
     QUEUED = "queued"
     #: Its user entry is in the transcript and a run is answering it.
@@ -77,7 +77,7 @@ class SubmissionStatus(str, enum.Enum):
 SETTLED_SUBMISSION = frozenset({SubmissionStatus.DONE, SubmissionStatus.UNANSWERED})
 
 
-class EntryKind(str, enum.Enum):
+class EntryKind(enum.StrEnum):
     USER = "user"
     ASSISTANT = "assistant"
     TOOL_RESULT = "tool_result"
@@ -92,7 +92,7 @@ TOOL = "pi.tool"
 COMPACTION = "pi.compaction"
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class ModelRef:
     """Which model a conversation talks to: ``provider:model_id``."""
 

@@ -1,0 +1,63 @@
+"""pidurable.shell: the Trio runtime, storage, providers, tools and CLI.
+
+Names here follow API.md and are the public API.
+"""
+
+from pidurable.core.model import AgentConfig, ModelRef, ToolCall
+
+from .env import EnvError, LocalEnv
+from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound, StorageError, StoreLocked
+from .harness import (
+    Conversation,
+    EntryRecord,
+    Harness,
+    Input,
+    SubmissionHandle,
+    SubmissionRecord,
+    TaskRecord,
+)
+from .registry import (
+    Extension,
+    Registry,
+    ToolCallContext,
+    ToolDefinition,
+    ToolResult,
+    define_extension,
+    define_tool,
+)
+from .runtime import Hooks
+from .storage import MemoryStorage, SqliteStorage, open_sqlite_storage
+from .tools.coding import coding_tools
+
+__all__ = [
+    "AgentConfig",
+    "Conversation",
+    "ConversationBusy",
+    "EntryRecord",
+    "EnvError",
+    "Extension",
+    "Harness",
+    "HarnessClosed",
+    "Hooks",
+    "Input",
+    "InvalidInput",
+    "LocalEnv",
+    "MemoryStorage",
+    "ModelRef",
+    "NotFound",
+    "Registry",
+    "SqliteStorage",
+    "StorageError",
+    "StoreLocked",
+    "SubmissionHandle",
+    "SubmissionRecord",
+    "TaskRecord",
+    "ToolCall",
+    "ToolCallContext",
+    "ToolDefinition",
+    "ToolResult",
+    "coding_tools",
+    "define_extension",
+    "define_tool",
+    "open_sqlite_storage",
+]

@@ -1,0 +1,293 @@
+"""The public API: ``Harness``, ``Conversation``, ``SubmissionHandle``.
+
+Handles are thin: every call either sends an event to the reducer and waits
+for its answer (``submit``, ``root``, ``configure``) or reads committed state
+from storage (``transcript``, ``record``, ``task``...). Nothing a host sees
+was not durably committed first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from pidurable.core.context import Message, context_messages
+from pidurable.core.effects import Respond
+from pidurable.core.events import AgentConfigured, InputSubmitted, Opened, RegistryChanged, Resumed, RootRequested
+from pidurable.core.model import (
+    AgentConfig,
+    ConversationId,
+    Entry,
+    Submission,
+    SubmissionId,
+    Task,
+    TaskId,
+)
+from pidurable.core.state import AGENT_DOC, INBOX_DOC, LIVE_DOC
+
+from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound
+from .registry import Registry
+from .runtime import Hooks, Runtime
+from .storage.base import Storage
+
+# Records returned to hosts are the core's frozen attrs records.
+EntryRecord = Entry
+TaskRecord = Task
+SubmissionRecord = Submission
+
+
+@attrs.frozen
+class Input:
+    """A user input for ``conv.submit``. ``when_busy``: ``follow_up``
+    (default: queued, placed after the current run answers), ``steer``
+    (placed after the current tool round) or ``reject``."""
+
+    content: str
+    request_id: str | None = attrs.field(default=None, kw_only=True)
+    when_busy: str = attrs.field(default="follow_up", kw_only=True)
+
+
+def _unwrap(resp: Respond, conversation_id: int | None = None) -> int:
+    if resp.error_kind is None:
+        assert resp.value is not None
+        return resp.value
+    msg = resp.error or resp.error_kind
+    if resp.error_kind == "busy":
+        raise ConversationBusy(conversation_id or 0, msg)
+    if resp.error_kind == "not_found":
+        raise NotFound(msg)
+    raise InvalidInput(msg)
+
+
+@attrs.frozen
+class SubmissionHandle:
+    id: SubmissionId
+    _rt: Runtime = attrs.field(repr=False, eq=False)
+
+    async def record(self) -> Submission:
+        rec = self._rt.storage.submission(self.id)
+        if rec is None:
+            raise NotFound(f"Submission {self.id} does not exist")
+        return rec
+
+    async def wait(self) -> Submission:
+        """The settled record (``done`` or ``unanswered``), once durable."""
+
+        def settled() -> Submission | None:
+            rec = self._rt.storage.submission(self.id)
+            return rec if rec is not None and rec.settled else None
+
+        return await self._rt.wait_committed(settled)  # type: ignore[no-any-return]
+
+
+@attrs.frozen
+class Conversation:
+    id: ConversationId
+    _rt: Runtime = attrs.field(repr=False, eq=False)
+
+    async def submit(self, item: Input) -> SubmissionHandle:
+        """Durably accept ``item``; returns once accepted (not answered)."""
+        if not isinstance(item, Input):
+            raise InvalidInput(f"submit() takes an Input, not {type(item).__name__}")
+        if not isinstance(item.content, str) or not item.content.strip():
+            raise InvalidInput("Input content must be a non-empty string")
+        resp = await self._rt.request(
+            lambda ticket, now: InputSubmitted(
+                now=now,
+                ticket=ticket,
+                conversation_id=self.id,
+                content=item.content,
+                request_id=item.request_id,
+                when_busy=item.when_busy,
+            )
+        )
+        return SubmissionHandle(SubmissionId(_unwrap(resp, self.id)), self._rt)
+
+    async def transcript(self) -> list[Entry]:
+        return self._rt.storage.entries(self.id)
+
+    async def context(self) -> list[Message]:
+        """The messages the next model request would see."""
+        return context_messages(self._rt.storage.entries(self.id))
+
+    async def agent(self) -> AgentConfig:
+        doc = self._rt.storage.document(self.id, AGENT_DOC)
+        return doc if doc is not None else AgentConfig()
+
+    async def configure(self, **changes: Any) -> AgentConfig:
+        """Replace the given ``AgentConfig`` fields (others stay)."""
+        current = await self.agent()
+        try:
+            agent = attrs.evolve(current, **changes)
+        except TypeError as e:
+            raise InvalidInput(f"configure(): {e}") from None
+        resp = await self._rt.request(
+            lambda ticket, now: AgentConfigured(now=now, ticket=ticket, conversation_id=self.id, agent=agent)
+        )
+        _unwrap(resp, self.id)
+        return agent
+
+    async def idle(self) -> bool:
+        live = self._rt.storage.document(self.id, LIVE_DOC)
+        inbox = self._rt.storage.document(self.id, INBOX_DOC)
+        return (live is None or live.run is None) and not inbox
+
+    async def wait_idle(self) -> None:
+        """Return once the conversation has no run and nothing queued."""
+
+        def idle() -> bool | None:
+            live = self._rt.storage.document(self.id, LIVE_DOC)
+            inbox = self._rt.storage.document(self.id, INBOX_DOC)
+            return True if (live is None or live.run is None) and not inbox else None
+
+        await self._rt.wait_committed(idle)
+
+
+class Harness:
+    """An open store plus the runtime that drives it. Use ``Harness.open``."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        storage: Storage,
+        *,
+        models: Any,
+        registry: Registry,
+        env: Any = None,
+        settings: Any = None,
+        resume: bool = True,
+        hooks: Hooks | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> AsyncIterator["Harness"]:
+        """Open the store, run recovery (running -> pending), and, if
+        ``resume``, start scheduling. Leaving the block cancels in-flight
+        invocations; their tasks stay as stored, for the next open."""
+        if not isinstance(registry, Registry):
+            raise TypeError("registry must be a pidurable.shell.Registry")
+        loaded = storage.load()
+        rt = Runtime(
+            storage=storage,
+            models=models,
+            registry=registry,
+            env=env,
+            store_id=loaded.store_id,
+            hooks=hooks,
+            clock=clock,
+        )
+        harness = cls(rt)
+        rt.harness = harness
+        unsubscribe = registry.subscribe(
+            lambda: rt.send(RegistryChanged(now=rt.clock(), catalog=registry.catalog()))
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                rt.nursery = nursery
+                await nursery.start(rt.run)
+                rt.send(
+                    Opened(
+                        now=rt.clock(),
+                        next_id=loaded.next_id,
+                        next_seq=loaded.next_seq,
+                        conversations=loaded.conversations,
+                        tasks=loaded.tasks,
+                        submissions=loaded.submissions,
+                        catalog=registry.catalog(),
+                        resume=resume,
+                    )
+                )
+                try:
+                    yield harness
+                finally:
+                    rt.closed = True
+                    rt._committed.set()
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            leaves = _leaves(group)
+            if len(leaves) == 1:
+                raise leaves[0] from None
+            raise
+        finally:
+            rt.closed = True
+            unsubscribe()
+            storage.close()
+
+    # --- scheduling -------------------------------------------------------------
+    async def resume(self) -> None:
+        self._rt.send(Resumed(now=self._rt.clock()))
+
+    # --- conversations ------------------------------------------------------------
+    async def root(self, agent: AgentConfig | None = None) -> Conversation:
+        """The root conversation (id 1), created on first call with ``agent``."""
+        resp = await self._rt.request(lambda ticket, now: RootRequested(now=now, ticket=ticket, agent=agent))
+        return Conversation(ConversationId(_unwrap(resp)), self._rt)
+
+    async def conversation(self, conversation_id: int) -> Conversation | None:
+        if self._rt.storage.conversation(ConversationId(conversation_id)) is None:
+            return None
+        return Conversation(ConversationId(conversation_id), self._rt)
+
+    async def conversations(self) -> list[Conversation]:
+        return [Conversation(c.id, self._rt) for c in self._rt.storage.conversations()]
+
+    # --- submissions and tasks --------------------------------------------------------
+    async def submission(self, submission_id: int) -> SubmissionHandle | None:
+        if self._rt.storage.submission(SubmissionId(submission_id)) is None:
+            return None
+        return SubmissionHandle(SubmissionId(submission_id), self._rt)
+
+    async def task(self, task_id: int) -> Task | None:
+        return self._rt.storage.task(TaskId(task_id))
+
+    async def tasks(self, conversation_id: int | None = None, live_only: bool = False) -> list[Task]:
+        cid = None if conversation_id is None else ConversationId(conversation_id)
+        return self._rt.storage.tasks(cid, live_only=live_only)
+
+    async def wait_for_task(self, task_id: int) -> Task:
+        """The terminal record of the task, once durable."""
+        if self._rt.storage.task(TaskId(task_id)) is None:
+            raise NotFound(f"Task {task_id} does not exist")
+
+        def terminal() -> Task | None:
+            t = self._rt.storage.task(TaskId(task_id))
+            return t if t is not None and t.status.value == "terminal" else None
+
+        return await self._rt.wait_committed(terminal)  # type: ignore[no-any-return]
+
+    async def wait_idle(self) -> None:
+        """Return once no conversation has a live run or a live task."""
+        await self._rt.wait_committed(lambda: True if not self._rt.storage.tasks(live_only=True) else None)
+
+    @property
+    def runtime(self) -> Runtime:
+        """The reducer and its state (for tests, benchmarks and tools)."""
+        return self._rt
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for e in group.exceptions:
+        if isinstance(e, BaseExceptionGroup):
+            out.extend(_leaves(e))
+        else:
+            out.append(e)
+    return out
+
+
+__all__ = [
+    "Conversation",
+    "EntryRecord",
+    "Harness",
+    "HarnessClosed",
+    "Input",
+    "SubmissionHandle",
+    "SubmissionRecord",
+    "TaskRecord",
+]

@@ -1,0 +1,202 @@
+"""Tools and the process-local registry that holds them.
+
+A tool is defined once (``define_tool``) and installed in a ``Registry``; the
+registry is never stored. The core only learns each tool's *replay promise*
+and execution mode (its catalog); resolution, argument validation (JSON
+Schema, via ``jsonschema``) and execution happen in the shell.
+
+``replay`` is the tool's promise about being run again after an interruption:
+``"safe"`` (reading, querying: may run twice) or ``"unsafe"`` (the default:
+writing, deploying, paying - an interrupted call becomes the error result
+"Tool X was interrupted and may have partially run" and is never repeated).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import attrs
+import jsonschema
+
+from pidurable.core.model import ToolInfo
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+
+
+@attrs.frozen(kw_only=True)
+class ToolResult:
+    """What a tool returns: text for the model, and whether it is an error."""
+
+    text: str
+    is_error: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ToolCallContext:
+    """Given to ``execute``: where the call runs and who asked.
+
+    ``idempotency_key`` is stable for this tool call across restarts (it names
+    the store and the tool task): pass it to external services that
+    de-duplicate requests, so a re-run after a crash is recognised there.
+    """
+
+    env: Any
+    task_id: int
+    conversation_id: int
+    call_id: str
+    harness: Any
+    idempotency_key: str
+
+
+Execute = Callable[[ToolCallContext, dict[str, Any]], Awaitable["ToolResult | str"]]
+
+
+@attrs.frozen(kw_only=True)
+class ToolDefinition:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    execute: Execute
+    replay: str = "unsafe"
+    execution_mode: str = "parallel"
+
+    def info(self) -> ToolInfo:
+        return ToolInfo(name=self.name, replay=self.replay, execution_mode=self.execution_mode)
+
+    def validate(self, arguments: Any) -> str | None:
+        """None if ``arguments`` fit the schema, else a readable problem."""
+        if not isinstance(arguments, dict):
+            return f"arguments must be a JSON object, not {type(arguments).__name__}"
+        validator = jsonschema.Draft202012Validator(self.parameters)
+        errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        if not errors:
+            return None
+        parts = []
+        for e in errors[:5]:
+            where = "/".join(str(p) for p in e.absolute_path)
+            parts.append(f"{where}: {e.message}" if where else e.message)
+        return "; ".join(parts)
+
+
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
+
+
+def _schema_from_attrs(cls: type) -> dict[str, Any]:
+    props: dict[str, Any] = {}
+    required = []
+    for f in attrs.fields(cls):
+        t = f.type if isinstance(f.type, type) else None
+        props[f.name] = {"type": _JSON_TYPES[t]} if t in _JSON_TYPES else {}
+        if f.default is attrs.NOTHING:
+            required.append(f.name)
+    return {"type": "object", "properties": props, "required": required}
+
+
+def define_tool(
+    name: str,
+    description: str,
+    parameters: dict[str, Any] | type,
+    execute: Execute,
+    replay: str = "unsafe",
+    execution_mode: str = "parallel",
+) -> ToolDefinition:
+    """Define a tool. ``parameters`` is a JSON Schema dict (or an attrs class
+    whose fields become the schema). Bad definitions fail here, loudly."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"Tool name {name!r} must match {_NAME.pattern}")
+    if replay not in ("safe", "unsafe"):
+        raise ValueError(f"Tool {name}: replay must be 'safe' or 'unsafe', not {replay!r}")
+    if execution_mode not in ("parallel", "sequential"):
+        raise ValueError(f"Tool {name}: execution_mode must be 'parallel' or 'sequential'")
+    if not callable(execute):
+        raise TypeError(f"Tool {name}: execute must be an async function")
+    if isinstance(parameters, type) and attrs.has(parameters):
+        schema = _schema_from_attrs(parameters)
+    elif isinstance(parameters, dict):
+        schema = parameters
+    else:
+        raise TypeError(f"Tool {name}: parameters must be a JSON Schema dict or an attrs class")
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        raise ValueError(f"Tool {name}: parameters is not a valid JSON Schema: {e.message}") from None
+    return ToolDefinition(
+        name=name,
+        description=description,
+        parameters=schema,
+        execute=execute,
+        replay=replay,
+        execution_mode=execution_mode,
+    )
+
+
+@attrs.frozen(kw_only=True)
+class Extension:
+    """A named bundle of tools (hooks, sections and tasks arrive later)."""
+
+    name: str
+    tools: tuple[ToolDefinition, ...] = ()
+
+
+def define_extension(name: str, *, tools: Iterable[ToolDefinition] = ()) -> Extension:
+    return Extension(name=name, tools=tuple(tools))
+
+
+class Registry:
+    """Process-local set of installed extensions; never stored.
+
+    ``install`` replaces an extension of the same name in place (a bare tool is
+    installed as an extension of its own name). Listeners (the runtime) hear
+    every change and tell the core, which reconsiders waiting work.
+    """
+
+    def __init__(self) -> None:
+        self._extensions: dict[str, Extension] = {}
+        self._listeners: list[Callable[[], None]] = []
+
+    def install(self, item: Extension | ToolDefinition | Iterable[ToolDefinition]) -> None:
+        if isinstance(item, ToolDefinition):
+            ext = Extension(name=item.name, tools=(item,))
+        elif isinstance(item, Extension):
+            ext = item
+        else:
+            tools = tuple(item)
+            if not all(isinstance(t, ToolDefinition) for t in tools):
+                raise TypeError("install() takes an extension, a tool, or an iterable of tools")
+            for t in tools:
+                self.install(t)
+            return
+        names = [t.name for t in ext.tools]
+        if len(names) != len(set(names)):
+            raise ValueError(f"Extension {ext.name} defines a tool name twice")
+        self._extensions[ext.name] = ext
+        self._changed()
+
+    def uninstall(self, name: str) -> None:
+        if self._extensions.pop(name, None) is None:
+            raise KeyError(f"No extension or tool named {name!r} is installed")
+        self._changed()
+
+    def tools(self) -> dict[str, ToolDefinition]:
+        """Installed tools by name; a later extension's tool replaces an earlier one."""
+        out: dict[str, ToolDefinition] = {}
+        for ext in self._extensions.values():
+            for t in ext.tools:
+                out[t.name] = t
+        return out
+
+    def tool(self, name: str) -> ToolDefinition | None:
+        return self.tools().get(name)
+
+    def catalog(self) -> tuple[ToolInfo, ...]:
+        return tuple(t.info() for t in self.tools().values())
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def _changed(self) -> None:
+        for listener in list(self._listeners):
+            listener()

@@ -1,0 +1,341 @@
+"""The reducer loop and the effect interpreters.
+
+Theory of operation
+-------------------
+One reducer owns ``State``. It takes events one at a time from one memory
+channel, calls the pure ``step``, and runs the returned effects strictly in
+order:
+
+- ``Commit`` runs inline (a WAL transaction costs tens of microseconds; a thread
+  hop per commit would triple the step cost) and is durable before the next
+  effect starts. It journals every event fed to ``step`` since the previous
+  commit, in the same transaction, so the run can be replayed.
+- ``CallModel``, ``PrepareTool``, ``RunTool`` start a child of the harness
+  nursery, inside a cancel scope kept in ``inflight[task_id]``; the child
+  reports back only by sending an event. Interpreters never touch ``State``.
+- ``Cancel`` cancels that scope; ``Respond`` answers a waiting host call.
+
+``hooks.before_effect(i, effect)`` is called before every effect (``i`` counts
+effects in this process life): the seam where crash tests kill the shell.
+Host waits (``SubmissionHandle.wait``...) re-read storage after each commit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from pidurable.core import step as core_step
+from pidurable.core.context import context_messages
+from pidurable.core.effects import (
+    EFFECT_TYPES,
+    CallModel,
+    Cancel,
+    Commit,
+    Effect,
+    PrepareTool,
+    Respond,
+    RunTool,
+)
+from pidurable.core.events import (
+    Event,
+    InputSubmitted,
+    ModelFailed,
+    ModelResponded,
+    ToolFailed,
+    ToolFinished,
+    ToolPrepared,
+    ToolRejected,
+)
+from pidurable.core.model import TaskId
+from pidurable.core.state import State
+
+from .providers.base import ModelError, ModelRequest, ToolSpec
+from .registry import Registry, ToolCallContext, ToolResult
+from .storage.base import Storage
+
+
+class Hooks:
+    """Test seam. Production uses this no-op."""
+
+    def before_effect(self, index: int, effect: Effect) -> None:
+        pass
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@attrs.define
+class _Ticket:
+    done: trio.Event = attrs.field(factory=trio.Event)
+    response: Respond | None = None
+
+
+class Runtime:
+    def __init__(
+        self,
+        *,
+        storage: Storage,
+        models: Any,
+        registry: Registry,
+        env: Any,
+        store_id: str,
+        hooks: Hooks | None = None,
+        clock: Callable[[], int] | None = None,
+        harness: Any = None,
+    ) -> None:
+        self.storage = storage
+        self.models = models
+        self.registry = registry
+        self.env = env
+        self.store_id = store_id
+        self.hooks = hooks or Hooks()
+        self.clock = clock or wall_clock_ms
+        self.harness = harness
+        self.state = State()
+        self._send, self._recv = trio.open_memory_channel[Event](math.inf)
+        self._pending: list[Event] = []
+        self._tickets: dict[int, _Ticket] = {}
+        self._next_ticket = 1
+        self._committed = trio.Event()
+        self.inflight: dict[TaskId, trio.CancelScope] = {}
+        self.effect_index = 0
+        self.steps = 0
+        self.nursery: trio.Nursery | None = None
+        self.closed = False
+
+    # --- feeding events ---------------------------------------------------
+    def send(self, event: Event) -> None:
+        if not self.closed:
+            self._send.send_nowait(event)
+
+    async def request(self, make: Callable[[int, int], Event]) -> Respond:
+        """Send a host event carrying a fresh ticket; wait for its Respond."""
+        from .errors import HarnessClosed
+
+        if self.closed:
+            raise HarnessClosed("Harness is closed")
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        t = _Ticket()
+        self._tickets[ticket] = t
+        self.send(make(ticket, self.clock()))
+        await t.done.wait()
+        assert t.response is not None
+        return t.response
+
+    async def wait_committed(self, check: Callable[[], Any]) -> Any:
+        """Return ``check()`` once it is not None, re-checking after commits."""
+        from .errors import HarnessClosed
+
+        while True:
+            changed = self._committed
+            result = check()
+            if result is not None:
+                return result
+            if self.closed:
+                raise HarnessClosed("Harness is closed")
+            await changed.wait()
+
+    # --- the reducer ------------------------------------------------------
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async for event in self._recv:
+            self.handle(event)
+
+    def handle(self, event: Event) -> None:
+        event = self._enrich(event)
+        self._pending.append(event)
+        result = core_step(self.state, event)
+        self.state = result.state
+        self.steps += 1
+        for effect in result.effects:
+            index = self.effect_index
+            self.effect_index += 1
+            self.hooks.before_effect(index, effect)
+            INTERPRETERS[type(effect)](self, effect)
+
+    def _enrich(self, event: Event) -> Event:
+        # Request-id dedup needs settled submissions too, which the core does
+        # not keep: look them up here, on the reducer, right before the step.
+        if isinstance(event, InputSubmitted) and event.request_id is not None and event.existing is None:
+            found = self.storage.submission_by_request(event.conversation_id, event.request_id)
+            if found is not None:
+                return attrs.evolve(event, existing=found)
+        return event
+
+    # --- interpreters -------------------------------------------------------
+    def _commit(self, effect: Commit) -> None:
+        self.storage.commit(effect.seq, effect.writes, self._pending)
+        self._pending = []
+        self._committed.set()
+        self._committed = trio.Event()
+
+    def _respond(self, effect: Respond) -> None:
+        t = self._tickets.pop(effect.ticket, None)
+        if t is not None:
+            t.response = effect
+            t.done.set()
+
+    def _cancel(self, effect: Cancel) -> None:
+        scope = self.inflight.get(effect.task_id)
+        if scope is not None:
+            scope.cancel()
+
+    def _spawn(self, task_id: TaskId, fn: Callable[..., Any], effect: Any) -> None:
+        assert self.nursery is not None
+        scope = trio.CancelScope()
+        self.inflight[task_id] = scope
+
+        async def guarded() -> None:
+            try:
+                with scope:
+                    await fn(effect)
+            finally:
+                if self.inflight.get(task_id) is scope:
+                    del self.inflight[task_id]
+
+        self.nursery.start_soon(guarded)
+
+    def _call_model(self, effect: CallModel) -> None:
+        self._spawn(effect.task_id, self._do_call_model, effect)
+
+    def _prepare_tool(self, effect: PrepareTool) -> None:
+        self._spawn(effect.task_id, self._do_prepare_tool, effect)
+
+    def _run_tool(self, effect: RunTool) -> None:
+        self._spawn(effect.task_id, self._do_run_tool, effect)
+
+    # --- long effects (children of the nursery) --------------------------------
+    async def _do_call_model(self, effect: CallModel) -> None:
+        ref = effect.model
+        provider = self.models.resolve(ref)
+        if provider is None:
+            self.send(
+                ModelFailed(
+                    now=self.clock(),
+                    task_id=effect.task_id,
+                    attempt=effect.attempt,
+                    reason="no_model",
+                    message=f"Model {ref.provider}/{ref.model_id} is not available",
+                )
+            )
+            return
+        entries = self.storage.entries(effect.conversation_id, upto=effect.cutoff)
+        request = ModelRequest(
+            model=ref,
+            messages=tuple(context_messages(entries, effect.cutoff)),
+            tools=tuple(
+                ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
+                for t in self.registry.tools().values()
+            ),
+            conversation_id=effect.conversation_id,
+            task_id=effect.task_id,
+            attempt=effect.attempt,
+        )
+        try:
+            reply = await provider.complete(request)
+        except ModelError as e:
+            self.send(
+                ModelFailed(
+                    now=self.clock(),
+                    task_id=effect.task_id,
+                    attempt=effect.attempt,
+                    message=str(e),
+                    retryable=e.retryable,
+                )
+            )
+            return
+        except Exception as e:  # a provider bug must not strand the run
+            self.send(
+                ModelFailed(
+                    now=self.clock(),
+                    task_id=effect.task_id,
+                    attempt=effect.attempt,
+                    message=f"{type(e).__name__}: {e}",
+                )
+            )
+            return
+        self.send(
+            ModelResponded(
+                now=self.clock(),
+                task_id=effect.task_id,
+                attempt=effect.attempt,
+                text=reply.text,
+                tool_calls=reply.tool_calls,
+                stop_reason=reply.stop_reason,
+                usage=reply.usage,
+            )
+        )
+
+    async def _do_prepare_tool(self, effect: PrepareTool) -> None:
+        def reject(code: str, message: str) -> None:
+            self.send(ToolRejected(now=self.clock(), task_id=effect.task_id, code=code, message=message))
+
+        entry = self.storage.entry(effect.assistant_entry_id)
+        call = None if entry is None else next((c for c in entry.tool_calls if c.id == effect.call_id), None)
+        if call is None:
+            reject("invalid_call", f"Tool call {effect.call_id} not found in entry {effect.assistant_entry_id}")
+            return
+        tool = self.registry.tool(call.name)
+        if tool is None:
+            reject("tool_unavailable", f"Tool {call.name} is not available")
+            return
+        problem = tool.validate(call.arguments)
+        if problem is not None:
+            reject("invalid_arguments", f"Invalid arguments for tool {call.name}: {problem}")
+            return
+        self.send(
+            ToolPrepared(now=self.clock(), task_id=effect.task_id, arguments=dict(call.arguments), replay=tool.replay)
+        )
+
+    async def _do_run_tool(self, effect: RunTool) -> None:
+        tool = self.registry.tool(effect.name)
+        if tool is None:
+            self.send(
+                ToolFailed(now=self.clock(), task_id=effect.task_id, message=f"Tool {effect.name} is not installed")
+            )
+            return
+        ctx = ToolCallContext(
+            env=self.env,
+            task_id=effect.task_id,
+            conversation_id=effect.conversation_id,
+            call_id=effect.call_id,
+            harness=self.harness,
+            idempotency_key=f"{self.store_id}:tool:{effect.task_id}",
+        )
+        try:
+            result = await tool.execute(ctx, dict(effect.arguments))
+        except Exception as e:  # a raising tool is an error result, not a crash
+            message = str(e) or type(e).__name__
+            self.send(ToolFailed(now=self.clock(), task_id=effect.task_id, message=message))
+            return
+        if isinstance(result, str):
+            result = ToolResult(text=result)
+        if not isinstance(result, ToolResult):
+            self.send(
+                ToolFailed(
+                    now=self.clock(),
+                    task_id=effect.task_id,
+                    message=f"Tool {effect.name} returned {type(result).__name__}, not str or ToolResult",
+                )
+            )
+            return
+        self.send(ToolFinished(now=self.clock(), task_id=effect.task_id, text=result.text, is_error=result.is_error))
+
+
+INTERPRETERS: dict[type, Callable[[Runtime, Any], None]] = {
+    Commit: Runtime._commit,
+    CallModel: Runtime._call_model,
+    PrepareTool: Runtime._prepare_tool,
+    RunTool: Runtime._run_tool,
+    Cancel: Runtime._cancel,
+    Respond: Runtime._respond,
+}
+assert set(INTERPRETERS) == set(EFFECT_TYPES), "every effect type needs an interpreter"
