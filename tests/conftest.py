@@ -22,3 +22,20 @@ settings.register_profile(
     "deep", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
+    """Print how many effect boundaries the crash tests killed the shell at."""
+    harness = sys.modules.get("harness")
+    report = getattr(harness, "CRASH_REPORT", None)
+    if not report:
+        return
+    terminalreporter.section("crash boundaries")
+    total = 0
+    for (name, backend), (effects, crashed) in sorted(report.items()):
+        terminalreporter.write_line(
+            f"{name:<14} {backend:<7} {effects:>4} effects in an uninterrupted run, "
+            f"{crashed:>4} boundaries crashed and recovered"
+        )
+        total += crashed
+    terminalreporter.write_line(f"total: {total} crash boundaries checked")

@@ -1,0 +1,174 @@
+"""The kill-at-every-effect-boundary harness.
+
+A *scenario* is a scripted model, a set of tools and the inputs a host
+submits. ``run_lives`` runs a scenario as a sequence of process lives on one
+store: each life opens a fresh ``Harness`` (fresh runtime, fresh state),
+(re-)submits the inputs with stable request ids (as a host that retries would),
+and runs until everything settled - unless its ``CrashAt`` hook fires before
+effect ``k``: then the store is fenced (nothing more reaches it, like SQLite
+after a kill) and ``SimulatedCrash`` tears the process life down with no
+cleanup. An outside ``World`` survives lives: it counts tool-body runs and
+holds the "files" tools change.
+
+One process life = one ``trio.run`` (no hypothesis-trio). Trio's scheduler
+randomness is seeded per life so a failure replays.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from pidurable.core.effects import Effect
+from pidurable.core.model import AgentConfig, ModelRef
+from pidurable.shell import Harness, Hooks, Input, Registry, ToolDefinition, ToolResult, define_tool
+from pidurable.shell.providers import ScriptedModels, ScriptedReply
+
+import invariants
+
+
+class SimulatedCrash(BaseException):
+    """The process died here (raised from the effect seam)."""
+
+
+class Recorder(Hooks):
+    """Records every effect of a life; crashes before effect ``crash_at``."""
+
+    def __init__(self, storage: Any, crash_at: int | None) -> None:
+        self.storage = storage
+        self.crash_at = crash_at
+        self.effects: list[Effect] = []
+
+    def before_effect(self, index: int, effect: Effect) -> None:
+        if self.crash_at is not None and index == self.crash_at:
+            self.storage.fence()
+            raise SimulatedCrash(index)
+        self.effects.append(effect)
+
+
+@attrs.define
+class World:
+    """What survives process lives: tool-body runs and the files tools touch."""
+
+    runs: Counter[tuple[str, int]] = attrs.field(factory=Counter)
+    files: dict[str, str] = attrs.field(factory=dict)
+
+
+ToolFactory = Callable[[World], Sequence[ToolDefinition]]
+
+
+@attrs.frozen(kw_only=True)
+class Scenario:
+    name: str
+    script: tuple[ScriptedReply, ...]
+    tools: ToolFactory
+    inputs: tuple[str, ...] = ("go",)
+    agent: AgentConfig = AgentConfig(model=ModelRef("scripted", "test"))
+    files: tuple[tuple[str, str], ...] = ()
+    #: Unsafe tools whose result may legitimately be "interrupted".
+    unsafe: tuple[str, ...] = ()
+
+
+@attrs.define
+class Life:
+    crashed: bool
+    terminal_at_start: frozenset[int]
+    effects: list[Effect]
+
+
+def _seed_trio(seed: int) -> None:
+    # Trio shuffles ready tasks with a module-level Random; seeding it makes a
+    # process life's interleaving (and so a failure) reproducible.
+    from trio._core import _run
+
+    _run._r.seed(seed)
+
+
+def run_life(storage: Any, scenario: Scenario, world: World, crash_at: int | None, seed: int = 0) -> Life:
+    terminal = invariants.terminal_ids(storage) if _has_data(storage) else frozenset()
+    recorder = Recorder(storage, crash_at)
+    registry = Registry()
+    for t in scenario.tools(world):
+        registry.install(t)
+    models = ScriptedModels(scenario.script)
+
+    async def main() -> None:
+        async with Harness.open(storage, models=models, registry=registry, hooks=recorder) as h:
+            conv = await h.root(agent=scenario.agent)
+            handles = [
+                await conv.submit(Input(text, request_id=f"{scenario.name}-{i}"))
+                for i, text in enumerate(scenario.inputs)
+            ]
+            for handle in handles:
+                await handle.wait()
+            await h.wait_idle()
+
+    _seed_trio(seed)
+    crashed = False
+    try:
+        trio.run(main)
+    except SimulatedCrash:
+        crashed = True
+    return Life(crashed=crashed, terminal_at_start=terminal, effects=recorder.effects)
+
+
+def _has_data(storage: Any) -> bool:
+    try:
+        return bool(storage.journal())
+    except Exception:
+        return False
+
+
+def check_all(storage: Any, scenario: Scenario, world: World, lives: Sequence[Life], expected: Any) -> None:
+    """Every invariant of tests/invariants.py on a finished multi-life run."""
+    invariants.submissions_settle_once(storage)
+    invariants.terminal_never_runs([(life.terminal_at_start, life.effects) for life in lives])
+    invariants.unsafe_tool_runs_at_most_once(world.runs, scenario.unsafe)
+    entries = storage.entries(1)
+    invariants.one_result_per_call(entries)
+    invariants.nothing_live_after_settlement(storage)
+    if expected is not None:
+        invariants.same_outcome_as_uninterrupted(entries, expected, scenario.unsafe)
+    invariants.replay_is_deterministic(storage)
+
+
+# --- tools used by the scenarios ----------------------------------------------
+
+
+def counting_tool(
+    world: World,
+    name: str,
+    *,
+    replay: str,
+    body: Callable[[World, dict[str, Any]], str] | None = None,
+    raises: bool = False,
+    execution_mode: str = "parallel",
+    properties: dict[str, Any] | None = None,
+) -> ToolDefinition:
+    """A tool whose body counts its runs in ``world`` before doing anything."""
+
+    async def execute(ctx: Any, args: dict[str, Any]) -> ToolResult:
+        world.runs[(name, ctx.task_id)] += 1
+        await trio.sleep(0)  # a checkpoint: a crash elsewhere may land mid-body
+        if raises:
+            raise RuntimeError(f"{name} exploded")
+        text = body(world, args) if body is not None else f"{name} ok {sorted(args.items())}"
+        return ToolResult(text=text)
+
+    return define_tool(
+        name,
+        f"test tool {name}",
+        {"type": "object", "properties": properties or {}},
+        execute,
+        replay=replay,
+        execution_mode=execution_mode,
+    )
+
+
+#: (scenario, backend) -> (effects in an uninterrupted run, boundaries crashed);
+#: printed at the end of the test session by tests/conftest.py.
+CRASH_REPORT: dict[tuple[str, str], tuple[int, int]] = {}
