@@ -77,11 +77,9 @@ class SubmissionHandle:
     async def wait(self) -> Submission:
         """The settled record (``done`` or ``unanswered``), once durable."""
 
-        def settled() -> Submission | None:
-            rec = self._rt.storage.submission(self.id)
-            return rec if rec is not None and rec.settled else None
-
-        return await self._rt.wait_committed(settled)  # type: ignore[no-any-return]
+        return await self._rt.wait_record(  # type: ignore[no-any-return]
+            self.id, lambda: self._rt.storage.submission(self.id), lambda rec: rec.settled
+        )
 
 
 @attrs.frozen
@@ -255,15 +253,15 @@ class Harness:
         if self._rt.storage.task(TaskId(task_id)) is None:
             raise NotFound(f"Task {task_id} does not exist")
 
-        def terminal() -> Task | None:
-            t = self._rt.storage.task(TaskId(task_id))
-            return t if t is not None and t.status.value == "terminal" else None
-
-        return await self._rt.wait_committed(terminal)  # type: ignore[no-any-return]
+        return await self._rt.wait_record(  # type: ignore[no-any-return]
+            task_id, lambda: self._rt.storage.task(TaskId(task_id)), lambda t: t.status == "terminal"
+        )
 
     async def wait_idle(self) -> None:
         """Return once no conversation has a live run or a live task."""
-        await self._rt.wait_committed(lambda: True if not self._rt.storage.tasks(live_only=True) else None)
+        # The reducer's state mirrors storage after every commit; reading it
+        # (never writing) avoids a storage scan per commit.
+        await self._rt.wait_committed(lambda: True if not self._rt.state.tasks else None)
 
     @property
     def runtime(self) -> Runtime:

@@ -69,7 +69,7 @@ class ToolDefinition:
         """None if ``arguments`` fit the schema, else a readable problem."""
         if not isinstance(arguments, dict):
             return f"arguments must be a JSON object, not {type(arguments).__name__}"
-        validator = jsonschema.Draft202012Validator(self.parameters)
+        validator = _validator(self.parameters)
         errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
         if not errors:
             return None
@@ -78,6 +78,18 @@ class ToolDefinition:
             where = "/".join(str(p) for p in e.absolute_path)
             parts.append(f"{where}: {e.message}" if where else e.message)
         return "; ".join(parts)
+
+
+_VALIDATORS: dict[int, tuple[dict[str, Any], Any]] = {}
+
+
+def _validator(schema: dict[str, Any]) -> Any:
+    """A compiled validator per schema object (building one per call is slow)."""
+    hit = _VALIDATORS.get(id(schema))
+    if hit is None or hit[0] is not schema:
+        hit = (schema, jsonschema.Draft202012Validator(schema))
+        _VALIDATORS[id(schema)] = hit
+    return hit[1]
 
 
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}

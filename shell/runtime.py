@@ -31,7 +31,6 @@ import attrs
 import trio
 
 from pidurable.core import step as core_step
-from pidurable.core.context import context_messages
 from pidurable.core.effects import (
     EFFECT_TYPES,
     CallModel,
@@ -39,6 +38,9 @@ from pidurable.core.effects import (
     Commit,
     Effect,
     PrepareTool,
+    PutEntry,
+    PutSubmission,
+    PutTask,
     Respond,
     RunTool,
 )
@@ -55,9 +57,14 @@ from pidurable.core.events import (
 from pidurable.core.model import TaskId
 from pidurable.core.state import State
 
+from .context_cache import ContextCache
 from .providers.base import ModelError, ModelRequest, ToolSpec
 from .registry import Registry, ToolCallContext, ToolResult
 from .storage.base import Storage
+
+
+#: At most this many ready events are stepped before their effects run.
+MAX_BATCH = 64
 
 
 class Hooks:
@@ -100,7 +107,9 @@ class Runtime:
         self.harness = harness
         self.state = State()
         self._send, self._recv = trio.open_memory_channel[Event](math.inf)
-        self._pending: list[Event] = []
+        self._journal: list[Event] = []
+        self._commits: list[tuple[Commit, list[Event]]] = []
+        self._acts: list[Effect] = []
         self._tickets: dict[int, _Ticket] = {}
         self._next_ticket = 1
         self._committed = trio.Event()
@@ -109,6 +118,11 @@ class Runtime:
         self.steps = 0
         self.nursery: trio.Nursery | None = None
         self.closed = False
+        self.context = ContextCache(lambda cid: self.storage.entries(cid))
+        #: Records host calls wait for, by id: the newest committed version
+        #: (filled by commits, so a waiter need not re-read storage).
+        self.watched: dict[int, Any] = {}
+        self._watchers: dict[int, int] = {}
 
     # --- feeding events ---------------------------------------------------
     def send(self, event: Event) -> None:
@@ -130,6 +144,33 @@ class Runtime:
         assert t.response is not None
         return t.response
 
+    async def wait_record(self, record_id: int, load: Callable[[], Any], done: Callable[[Any], bool]) -> Any:
+        """Wait until the committed record ``record_id`` satisfies ``done``.
+
+        Reads storage once, then follows the commits in memory."""
+        from .errors import HarnessClosed
+
+        changed = self._committed
+        record = load()
+        if record is not None and done(record):
+            return record
+        self.watched.setdefault(record_id, record)
+        self._watchers[record_id] = self._watchers.get(record_id, 0) + 1
+        try:
+            while True:
+                if self.closed:
+                    raise HarnessClosed("Harness is closed")
+                await changed.wait()
+                changed = self._committed
+                record = self.watched.get(record_id)
+                if record is not None and done(record):
+                    return record
+        finally:
+            self._watchers[record_id] -= 1
+            if not self._watchers[record_id]:
+                del self._watchers[record_id]
+                self.watched.pop(record_id, None)
+
     async def wait_committed(self, check: Callable[[], Any]) -> Any:
         """Return ``check()`` once it is not None, re-checking after commits."""
         from .errors import HarnessClosed
@@ -146,25 +187,76 @@ class Runtime:
     # --- the reducer ------------------------------------------------------
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        async for event in self._recv:
-            self.handle(event)
+        while True:
+            try:
+                batch = [await self._recv.receive()]
+            except trio.EndOfChannel:  # pragma: no cover - the channel is never closed
+                return
+            while len(batch) < MAX_BATCH:
+                try:
+                    batch.append(self._recv.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            self.handle_batch(batch)
 
     def handle(self, event: Event) -> None:
+        """Step one event and run its effects (tests drive the reducer so)."""
+        self.handle_batch([event])
+
+    def handle_batch(self, events: list[Event]) -> None:
+        """Step every ready event, then run the effects: all commits of the
+        batch in ONE storage transaction, then the acts in order. Every act
+        still starts after the commit holding its intent is durable; grouping
+        saves a transaction per event when several results arrive at once."""
+        for event in events:
+            if self._reads_storage(event):
+                self._flush()  # the read must see every earlier decision
+            self._step(event)
+        self._flush()
+
+    def _step(self, event: Event) -> None:
         event = self._enrich(event)
-        self._pending.append(event)
+        self._journal.append(event)
         result = core_step(self.state, event)
         self.state = result.state
         self.steps += 1
         for effect in result.effects:
-            index = self.effect_index
-            self.effect_index += 1
-            self.hooks.before_effect(index, effect)
+            if isinstance(effect, Commit):
+                # the commit journals every event stepped since the last one
+                self._commits.append((effect, self._journal))
+                self._journal = []
+            else:
+                self._acts.append(effect)
+
+    def _flush(self) -> None:
+        commits, acts = self._commits, self._acts
+        self._commits, self._acts = [], []
+        if commits:
+            for effect, _ in commits:
+                self._before(effect)
+            self.storage.commit_many([(c.seq, c.writes, evs) for c, evs in commits])
+            for effect, _ in commits:
+                self._committed_writes(effect)
+            self._committed.set()
+            self._committed = trio.Event()
+        for effect in acts:
+            self._before(effect)
             INTERPRETERS[type(effect)](self, effect)
+
+    def _before(self, effect: Effect) -> None:
+        index = self.effect_index
+        self.effect_index += 1
+        self.hooks.before_effect(index, effect)
+
+    @staticmethod
+    def _reads_storage(event: Event) -> bool:
+        return isinstance(event, InputSubmitted) and event.request_id is not None and event.existing is None
 
     def _enrich(self, event: Event) -> Event:
         # Request-id dedup needs settled submissions too, which the core does
         # not keep: look them up here, on the reducer, right before the step.
-        if isinstance(event, InputSubmitted) and event.request_id is not None and event.existing is None:
+        if self._reads_storage(event):
+            assert isinstance(event, InputSubmitted) and event.request_id is not None
             found = self.storage.submission_by_request(event.conversation_id, event.request_id)
             if found is not None:
                 return attrs.evolve(event, existing=found)
@@ -172,10 +264,18 @@ class Runtime:
 
     # --- interpreters -------------------------------------------------------
     def _commit(self, effect: Commit) -> None:
-        self.storage.commit(effect.seq, effect.writes, self._pending)
-        self._pending = []
-        self._committed.set()
-        self._committed = trio.Event()
+        self._commits.append((effect, self._journal))
+        self._journal = []
+        self._flush()
+
+    def _committed_writes(self, effect: Commit) -> None:
+        for w in effect.writes:
+            if isinstance(w, PutEntry):
+                self.context.on_entry(w.entry)
+            elif isinstance(w, PutSubmission) and w.submission.id in self.watched:
+                self.watched[w.submission.id] = w.submission
+            elif isinstance(w, PutTask) and w.task.id in self.watched:
+                self.watched[w.task.id] = w.task
 
     def _respond(self, effect: Respond) -> None:
         t = self._tickets.pop(effect.ticket, None)
@@ -207,7 +307,9 @@ class Runtime:
         self._spawn(effect.task_id, self._do_call_model, effect)
 
     def _prepare_tool(self, effect: PrepareTool) -> None:
-        self._spawn(effect.task_id, self._do_prepare_tool, effect)
+        # Resolution and validation are short and bounded: done inline, the
+        # answer is the next event (no task spawn per call).
+        self._do_prepare_tool(effect)
 
     def _run_tool(self, effect: RunTool) -> None:
         self._spawn(effect.task_id, self._do_run_tool, effect)
@@ -227,10 +329,9 @@ class Runtime:
                 )
             )
             return
-        entries = self.storage.entries(effect.conversation_id, upto=effect.cutoff)
         request = ModelRequest(
             model=ref,
-            messages=tuple(context_messages(entries, effect.cutoff)),
+            messages=tuple(self.context.messages(effect.conversation_id, effect.cutoff)),
             tools=tuple(
                 ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
                 for t in self.registry.tools().values()
@@ -274,11 +375,11 @@ class Runtime:
             )
         )
 
-    async def _do_prepare_tool(self, effect: PrepareTool) -> None:
+    def _do_prepare_tool(self, effect: PrepareTool) -> None:
         def reject(code: str, message: str) -> None:
             self.send(ToolRejected(now=self.clock(), task_id=effect.task_id, code=code, message=message))
 
-        entry = self.storage.entry(effect.assistant_entry_id)
+        entry = self.context.entry(effect.assistant_entry_id) or self.storage.entry(effect.assistant_entry_id)
         call = None if entry is None else next((c for c in entry.tool_calls if c.id == effect.call_id), None)
         if call is None:
             reject("invalid_call", f"Tool call {effect.call_id} not found in entry {effect.assistant_entry_id}")

@@ -34,6 +34,7 @@ from pidurable.core.effects import CallModel, Commit, PrepareTool, RunTool
 from pidurable.core.model import Entry, EntryKind, TaskStatus
 from pidurable.core.state import INBOX_DOC, LIVE_DOC
 from pidurable.shell.storage import codec
+from pidurable.shell.storage.base import writes_json
 
 INTERRUPTED_SUFFIX = "was interrupted and may have partially run"
 
@@ -158,7 +159,7 @@ def replay_is_deterministic(storage: Any) -> int:
                 assert len(commits) == 1, f"ReplayIsDeterministic: commit {row.seq} not reproduced"
                 c = commits[0]
                 assert c.seq == row.seq, f"ReplayIsDeterministic: seq {c.seq} != stored {row.seq}"
-                got = codec.dumps([codec.write_to_data(w) for w in c.writes])
+                got = writes_json(c.writes, c.seq)
                 assert got == row.writes, (
                     f"ReplayIsDeterministic: commit {row.seq} differs\n got: {got}\nstored: {row.writes}"
                 )

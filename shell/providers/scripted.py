@@ -67,10 +67,11 @@ class ScriptedModels:
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         self.requests.append(request)
-        k = sum(1 for m in request.messages if m.role == "assistant")
         if self._fn is not None:
             r = self._fn(request)
+            k = len(request.messages)  # grows every turn: unique, stable ids
         else:
+            k = sum(1 for m in request.messages if m.role == "assistant")
             if k >= len(self._replies):
                 raise ModelError(
                     f"ScriptedModels has no reply #{k + 1}: the script has {len(self._replies)} "

@@ -93,6 +93,8 @@ class Storage(Protocol):
 
     def commit(self, seq: int, writes: Sequence[Write], events: Sequence[Event]) -> None: ...
 
+    def commit_many(self, batch: Sequence[tuple[int, Sequence[Write], Sequence[Event]]]) -> None: ...
+
     def entries(self, conversation_id: ConversationId, upto: int | None = None) -> list[Entry]: ...
 
     def entry(self, entry_id: int) -> Entry | None: ...
@@ -132,23 +134,29 @@ class Row:
     columns: dict[str, Any]
 
 
-def write_row(w: Write, seq: int) -> Row:
-    """The row a write upserts (same for every adapter)."""
+def encode_write(w: Write, seq: int) -> tuple[Row, str]:
+    """The row a write upserts, and its journal text; the record is encoded
+    to JSON once and used for both (same for every adapter)."""
     match w:
         case PutConversation(conversation=c):
-            return Row(
+            rec = codec.to_json(c)
+            row = Row(
                 table="conversations",
                 key=(c.id,),
-                columns={"id": c.id, "owner_task_id": c.owner_task_id, "record": codec.to_json(c)},
+                columns={"id": c.id, "owner_task_id": c.owner_task_id, "record": rec},
             )
+            return row, f'{{"type":"{w.TAG}","conversation":{rec}}}'
         case PutEntry(entry=e):
-            return Row(
+            rec = codec.to_json(e)
+            row = Row(
                 table="entries",
                 key=(e.id,),
-                columns={"id": e.id, "conversation_id": e.conversation_id, "seq": seq, "record": codec.to_json(e)},
+                columns={"id": e.id, "conversation_id": e.conversation_id, "seq": seq, "record": rec},
             )
+            return row, f'{{"type":"{w.TAG}","entry":{rec}}}'
         case PutSubmission(submission=s):
-            return Row(
+            rec = codec.to_json(s)
+            row = Row(
                 table="submissions",
                 key=(s.id,),
                 columns={
@@ -156,11 +164,13 @@ def write_row(w: Write, seq: int) -> Row:
                     "conversation_id": s.conversation_id,
                     "request_id": s.request_id,
                     "status": s.status.value,
-                    "record": codec.to_json(s),
+                    "record": rec,
                 },
             )
+            return row, f'{{"type":"{w.TAG}","submission":{rec}}}'
         case PutTask(task=t):
-            return Row(
+            rec = codec.to_json(t)
+            row = Row(
                 table="tasks",
                 key=(t.id,),
                 columns={
@@ -169,24 +179,47 @@ def write_row(w: Write, seq: int) -> Row:
                     "kind": t.kind,
                     "status": t.status.value,
                     "owner": t.owner,
-                    "record": codec.to_json(t),
+                    "record": rec,
                 },
             )
+            return row, f'{{"type":"{w.TAG}","task":{rec}}}'
         case PutAgent(conversation_id=cid, agent=a):
-            return _doc_row(cid, AGENT_DOC, codec.to_json(a), seq)
+            return _doc(w.TAG, cid, AGENT_DOC, "agent", codec.to_json(a), seq)
         case PutLive(conversation_id=cid, live=live):
-            return _doc_row(cid, LIVE_DOC, codec.to_json(live), seq)
+            return _doc(w.TAG, cid, LIVE_DOC, "live", codec.to_json(live), seq)
         case PutInbox(conversation_id=cid, items=items):
-            return _doc_row(cid, INBOX_DOC, codec.to_json(items, tuple[InboxItem, ...]), seq)
+            return _doc(w.TAG, cid, INBOX_DOC, "items", codec.to_json(items, tuple[InboxItem, ...]), seq)
     raise AssertionError(w)  # pragma: no cover
 
 
-def _doc_row(cid: ConversationId, kind: str, value: str, seq: int) -> Row:
-    return Row(
+def _doc(tag: str, cid: ConversationId, kind: str, field: str, value: str, seq: int) -> tuple[Row, str]:
+    row = Row(
         table="documents",
         key=(cid, kind),
         columns={"conversation_id": cid, "kind": kind, "seq": seq, "value": value},
     )
+    return row, f'{{"type":"{tag}","conversation_id":{cid},"{field}":{value}}}'
+
+
+def write_row(w: Write, seq: int) -> Row:
+    return encode_write(w, seq)[0]
+
+
+def writes_json(writes: Sequence[Write], seq: int = 0) -> str:
+    """The journal text of a commit's writes (what replay compares)."""
+    return "[" + ",".join(encode_write(w, seq)[1] for w in writes) + "]"
+
+
+def encode_commit(seq: int, writes: Sequence[Write], events: Sequence[Event]) -> tuple[list[Row], str, str]:
+    """Everything a commit stores, encoded before any I/O (so an encoding
+    failure leaves the store untouched): rows, events text, writes text."""
+    rows, pieces = [], []
+    for w in writes:
+        row, piece = encode_write(w, seq)
+        rows.append(row)
+        pieces.append(piece)
+    events_text = codec.dumps([codec.event_to_data(e) for e in events])
+    return rows, events_text, "[" + ",".join(pieces) + "]"
 
 
 #: Documents whose every revision is kept (fork "as_of" needs them).
@@ -201,13 +234,6 @@ DOC_TYPES: dict[str, Any] = {
 
 def decode_doc(kind: str, value: str) -> Any:
     return codec.from_json(value, DOC_TYPES[kind])
-
-
-def journal_texts(seq: int, writes: Sequence[Write], events: Sequence[Event]) -> tuple[str, str]:
-    return (
-        codec.dumps([codec.event_to_data(e) for e in events]),
-        codec.dumps([codec.write_to_data(w) for w in writes]),
-    )
 
 
 def conv_state(conversation: Conversation, docs: dict[str, str]) -> ConvState:

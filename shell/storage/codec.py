@@ -44,8 +44,12 @@ _WRITE_BY_TAG = {cl.TAG: cl for cl in WRITE_TYPES}  # type: ignore[attr-defined]
 _EFFECT_BY_TAG = {cl.TAG: cl for cl in EFFECT_TYPES}  # type: ignore[attr-defined]
 
 
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """Compact, strict JSON (NaN/Infinity and non-JSON values are refused)."""
+    return _encode(value)
 
 
 def loads(text: str) -> Any:

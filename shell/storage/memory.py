@@ -30,12 +30,12 @@ from .base import (
     REWINDABLE_DOCS,
     JournalRow,
     Loaded,
+    StorageError,
     StoreFenced,
     StoreLocked,
     conv_state,
     decode_doc,
-    journal_texts,
-    write_row,
+    encode_commit,
 )
 
 _TABLES = ("conversations", "entries", "submissions", "tasks", "documents")
@@ -94,20 +94,36 @@ class MemoryStorage:
 
     # writes ----------------------------------------------------------------
     def commit(self, seq: int, writes: Sequence[Write], events: Sequence[Event]) -> None:
+        self.commit_many([(seq, writes, events)])
+
+    def commit_many(self, batch: Sequence[tuple[int, Sequence[Write], Sequence[Event]]]) -> None:
+        """Several commits, all or nothing (like SQLite's one transaction)."""
         if self._fenced:
             raise StoreFenced("store is fenced")
-        if self._journal and seq <= self._journal[-1].seq:
-            raise AssertionError(f"commit seq {seq} does not increase")
-        # Encode everything first: a failure leaves the store untouched.
-        rows = [write_row(w, seq) for w in writes]
-        ev_text, wr_text = journal_texts(seq, writes, events)
-        for row in rows:
-            self._tables[row.table][row.key] = row.columns
-            if row.table == "documents" and row.columns["kind"] in REWINDABLE_DOCS:
-                c = row.columns
-                self._revisions.append((c["conversation_id"], c["kind"], seq, c["value"]))
-        self._journal.append(JournalRow(seq=seq, events=ev_text, writes=wr_text))
-        self.commits += 1
+        last = self._journal[-1].seq if self._journal else 0
+        encoded = []
+        # Validate and encode everything first: a failure leaves the store untouched.
+        seen: set[tuple[Any, ...]] = set()
+        for seq, writes, events in batch:
+            if seq <= last:
+                raise StorageError(f"Commit seq {seq} does not increase (last is {last})")
+            last = seq
+            rows, ev_text, wr_text = encode_commit(seq, writes, events)
+            # Entries are written once (SQLite's plain INSERT refuses a rewrite too).
+            for row in rows:
+                if row.table == "entries":
+                    if row.key in self._tables["entries"] or row.key in seen:
+                        raise StorageError(f"Entry {row.key[0]} already exists: entries are written once")
+                    seen.add(row.key)
+            encoded.append((seq, rows, ev_text, wr_text))
+        for seq, rows, ev_text, wr_text in encoded:
+            for row in rows:
+                self._tables[row.table][row.key] = row.columns
+                if row.table == "documents" and row.columns["kind"] in REWINDABLE_DOCS:
+                    c = row.columns
+                    self._revisions.append((c["conversation_id"], c["kind"], seq, c["value"]))
+            self._journal.append(JournalRow(seq=seq, events=ev_text, writes=wr_text))
+            self.commits += 1
 
     # reads -----------------------------------------------------------------
     def entries(self, conversation_id: ConversationId, upto: int | None = None) -> list[Entry]:

@@ -63,8 +63,7 @@ from .base import (
     StoreLocked,
     conv_state,
     decode_doc,
-    journal_texts,
-    write_row,
+    encode_commit,
 )
 
 
@@ -180,7 +179,12 @@ class SqliteStorage:
             conn.close()
             raise StorageError(f"Cannot open store {self.path}: {e}") from e
         self._db = sqlite_utils.Database(conn)
-        self._migrate()
+        try:
+            self._migrate()
+        except BaseException:
+            conn.close()
+            self._conn = self._db = None
+            raise
 
     def _migrate(self) -> None:
         db = self.db
@@ -265,24 +269,36 @@ class SqliteStorage:
 
     # writes ------------------------------------------------------------------
     def commit(self, seq: int, writes: Sequence[Write], events: Sequence[Event]) -> None:
+        self.commit_many([(seq, writes, events)])
+
+    def commit_many(self, batch: Sequence[tuple[int, Sequence[Write], Sequence[Event]]]) -> None:
+        """Several commits in ONE transaction, all or nothing."""
         if self._fenced:
             raise StoreFenced(f"store {self.path} is fenced")
-        rows = [write_row(w, seq) for w in writes]
-        ev_text, wr_text = journal_texts(seq, writes, events)
+        encoded = [(seq, *encode_commit(seq, writes, events)) for seq, writes, events in batch]
         conn = self.db.conn
-        with self.db.atomic():
-            for row in rows:
-                conn.execute(_UPSERT[row.table], row.columns)
-                if row.table == "documents" and row.columns["kind"] in REWINDABLE_DOCS:
-                    conn.execute(
-                        "INSERT OR REPLACE INTO document_revisions (conversation_id, kind, seq, value) "
-                        "VALUES (:conversation_id, :kind, :seq, :value)",
-                        row.columns,
-                    )
-            conn.execute(
-                "INSERT INTO journal (seq, format, events, writes) VALUES (?, ?, ?, ?)",
-                (seq, codec.FORMAT_VERSION, ev_text, wr_text),
-            )
+        try:
+            with self.db.atomic():
+                for seq, rows, ev_text, wr_text in encoded:
+                    self._write_one(conn, seq, rows, ev_text, wr_text)
+        except sqlite3.IntegrityError as e:
+            # rolled back: a duplicate entry id or a seq that does not increase
+            raise StorageError(f"Store {self.path} refused the commit (nothing was written): {e}") from e
+
+    @staticmethod
+    def _write_one(conn: sqlite3.Connection, seq: int, rows: list[Any], ev_text: str, wr_text: str) -> None:
+        for row in rows:
+            conn.execute(_UPSERT[row.table], row.columns)
+            if row.table == "documents" and row.columns["kind"] in REWINDABLE_DOCS:
+                conn.execute(
+                    "INSERT OR REPLACE INTO document_revisions (conversation_id, kind, seq, value) "
+                    "VALUES (:conversation_id, :kind, :seq, :value)",
+                    row.columns,
+                )
+        conn.execute(
+            "INSERT INTO journal (seq, format, events, writes) VALUES (?, ?, ?, ?)",
+            (seq, codec.FORMAT_VERSION, ev_text, wr_text),
+        )
 
     # reads -------------------------------------------------------------------
     def _one(self, sql: str, params: Sequence[Any], cl: type) -> Any:

@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 
-from pidurable.core import effects as core_effects
+import trio
+
 from pidurable.core import tools as core_tools
 from pidurable.shell import MemoryStorage
+from pidurable.shell.runtime import INTERPRETERS, Runtime
 
 from harness import World, check_all, run_life
 from scenarios import CONFIG_FIX, UNSAFE
@@ -47,16 +49,24 @@ def test_rerunning_unsafe_tools_is_caught(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_act_before_commit_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A core that starts acts before their intent is committed breaks the
-    invariants (an unsafe tool runs twice after a crash)."""
-    original = core_effects.Tx.finish
+    """A shell that starts acts before the commit holding their intent is
+    durable breaks the invariants (an unsafe tool runs twice after a crash)."""
 
-    def acts_first(self: Any) -> Any:
-        result = original(self)
-        commits = [e for e in result.effects if isinstance(e, core_effects.Commit)]
-        others = [e for e in result.effects if not isinstance(e, core_effects.Commit)]
-        return core_effects.Step(state=result.state, effects=tuple(others + commits))
+    def acts_first(self: Any) -> None:
+        commits, acts = self._commits, self._acts
+        self._commits, self._acts = [], []
+        for effect in acts:
+            self._before(effect)
+            INTERPRETERS[type(effect)](self, effect)
+        if commits:
+            for effect, _ in commits:
+                self._before(effect)
+            self.storage.commit_many([(c.seq, c.writes, evs) for c, evs in commits])
+            for effect, _ in commits:
+                self._committed_writes(effect)
+            self._committed.set()
+            self._committed = trio.Event()
 
-    monkeypatch.setattr(core_effects.Tx, "finish", acts_first)
+    monkeypatch.setattr(Runtime, "_flush", acts_first)
     with pytest.raises(AssertionError, match="UnsafeToolRunsAtMostOnce|SameOutcome|OneResultPerCall"):
         _sweep(CONFIG_FIX)

@@ -1,0 +1,80 @@
+"""An incremental cache of each conversation's model context.
+
+Deriving the context from the whole transcript on every model call costs
+O(history) per step. The derivation (core/context.py) works segment by
+segment - a segment starts at each visible assistant message - so the messages
+of every segment before the newest one never change once the next assistant
+message exists. This cache keeps those *closed* messages, plus the entries of
+the open segment, and appends committed entries as they land. A request then
+costs O(size of the open segment) plus a list copy.
+
+A request whose cutoff is older than the newest cached entry (rare: only a
+resend that must not see later entries) falls back to a full derivation.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+from pidurable.core.context import Message, context_messages, entry_message
+from pidurable.core.model import ConversationId, Entry
+
+
+class _Conv:
+    __slots__ = ("closed", "tail", "last_id")
+
+    def __init__(self) -> None:
+        self.closed: list[Message] = []
+        self.tail: list[Entry] = []
+        self.last_id = 0
+
+    def add(self, entry: Entry) -> None:
+        if entry.id <= self.last_id:
+            return
+        msg = entry_message(entry)
+        if msg is not None and msg.role == "assistant" and any(
+            (m := entry_message(e)) is not None and m.role == "assistant" for e in self.tail
+        ):
+            self.closed.extend(context_messages(self.tail))
+            self.tail = []
+        self.tail.append(entry)
+        self.last_id = entry.id
+
+
+class ContextCache:
+    def __init__(self, load: Callable[[ConversationId], list[Entry]], capacity: int = 64) -> None:
+        self._load = load
+        self._capacity = capacity
+        self._convs: OrderedDict[ConversationId, _Conv] = OrderedDict()
+        # The newest assistant entries with tool calls: tool preparation
+        # reads its call from here instead of from storage.
+        self._calls: OrderedDict[int, Entry] = OrderedDict()
+
+    def on_entry(self, entry: Entry) -> None:
+        conv = self._convs.get(entry.conversation_id)
+        if conv is not None:
+            conv.add(entry)
+        if entry.tool_calls:
+            self._calls[entry.id] = entry
+            if len(self._calls) > self._capacity:
+                self._calls.popitem(last=False)
+
+    def entry(self, entry_id: int) -> Entry | None:
+        """A recently committed assistant entry with tool calls, if cached."""
+        return self._calls.get(entry_id)
+
+    def messages(self, cid: ConversationId, cutoff: int) -> list[Message]:
+        conv = self._convs.get(cid)
+        if conv is None:
+            conv = _Conv()
+            for e in self._load(cid):
+                conv.add(e)
+            self._convs[cid] = conv
+            if len(self._convs) > self._capacity:
+                self._convs.popitem(last=False)
+        else:
+            self._convs.move_to_end(cid)
+        if cutoff < conv.last_id:
+            return context_messages((e for e in self._load(cid) if e.id <= cutoff), cutoff)
+        return conv.closed + context_messages(conv.tail)
