@@ -41,7 +41,7 @@ WHEN_BUSY = ("follow_up", "steer", "reject")
 
 
 def on_input_submitted(tx: Tx, ev: InputSubmitted) -> None:
-    conv = tx.state.conversations.get(ev.conversation_id)
+    conv = tx.conversations.get(ev.conversation_id)
     if conv is None:
         tx.respond(ev.ticket, error_kind="not_found", error=f"Conversation {ev.conversation_id} does not exist")
         return
@@ -61,7 +61,7 @@ def on_input_submitted(tx: Tx, ev: InputSubmitted) -> None:
         existing = next(
             (
                 s
-                for s in tx.state.submissions.values()
+                for s in tx.submissions.values()
                 if s.conversation_id == conv.id and s.request_id == ev.request_id
             ),
             None,
@@ -114,7 +114,7 @@ def on_input_submitted(tx: Tx, ev: InputSubmitted) -> None:
 def on_root_requested(tx: Tx, ev: RootRequested) -> None:
     """Create the root conversation (id 1) on first request; later requests
     write nothing (their ``agent`` is ignored, as in the reference)."""
-    if ROOT_CONVERSATION_ID not in tx.state.conversations:
+    if ROOT_CONVERSATION_ID not in tx.conversations:
         tx.put_conversation(
             ConvState(
                 conversation=Conversation(id=ROOT_CONVERSATION_ID),
@@ -125,7 +125,7 @@ def on_root_requested(tx: Tx, ev: RootRequested) -> None:
 
 
 def on_agent_configured(tx: Tx, ev: AgentConfigured) -> None:
-    if ev.conversation_id not in tx.state.conversations:
+    if ev.conversation_id not in tx.conversations:
         tx.respond(ev.ticket, error_kind="not_found", error=f"Conversation {ev.conversation_id} does not exist")
         return
     if ev.agent.tool_execution not in ("parallel", "sequential"):

@@ -15,7 +15,7 @@ one (conversations, entries are immutable and written once).
 
 from __future__ import annotations
 
-from typing import ClassVar, TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 import attrs
 
@@ -224,16 +224,48 @@ class Tx:
     """
 
     def __init__(self, state: State, now: int) -> None:
-        self.state = state
         self.now = now
         self._writes: dict[tuple[str, int], Write] = {}
         self._acts: list[Effect] = []
         self._replies: list[Effect] = []
+        self.state = state
+
+    # The draft keeps the state's parts as plain fields, copied on first
+    # write (the input State's mappings are never mutated), and builds a new
+    # State once, in finish(): a step costs O(live), not O(puts x live).
+    @property
+    def state(self) -> State:
+        return attrs.evolve(
+            self._base,
+            next_id=self.next_id,
+            tasks=self.tasks,
+            submissions=self.submissions,
+            conversations=self.conversations,
+            catalog=self.catalog,
+            scheduling=self.scheduling,
+        )
+
+    @state.setter
+    def state(self, state: State) -> None:
+        self._base = state
+        self.next_id = state.next_id
+        self.tasks = state.tasks
+        self.submissions = state.submissions
+        self.conversations = state.conversations
+        self.catalog = state.catalog
+        self.scheduling = state.scheduling
+        self._own: set[str] = set()
+
+    def _owned(self, name: str) -> dict[Any, Any]:
+        if name not in self._own:
+            setattr(self, name, dict(getattr(self, name)))
+            self._own.add(name)
+        return getattr(self, name)  # type: ignore[no-any-return]
 
     # ids -------------------------------------------------------------------
     def alloc_id(self) -> int:
-        i = self.state.next_id
-        self.state = attrs.evolve(self.state, next_id=i + 1)
+        i = self.next_id
+        self.next_id = i + 1
         return i
 
     # records ---------------------------------------------------------------
@@ -243,43 +275,37 @@ class Tx:
     def put_task(self, task: Task, *, durable: bool = True) -> None:
         """Replace a task in the draft; ``durable=False`` changes only memory
         (a reservation whose intent is already stored)."""
-        tasks = dict(self.state.tasks)
+        tasks = self._owned("tasks")
         if task.status is TaskStatus.TERMINAL:
             tasks.pop(task.id, None)
         else:
             tasks[task.id] = task
-        self.state = attrs.evolve(self.state, tasks=tasks)
         if durable:
             self.write(PutTask(task=task))
 
     def put_submission(self, sub: Submission) -> None:
-        subs = dict(self.state.submissions)
+        subs = self._owned("submissions")
         if sub.settled:
             subs.pop(sub.id, None)
         else:
             subs[sub.id] = sub
-        self.state = attrs.evolve(self.state, submissions=subs)
         self.write(PutSubmission(submission=sub))
 
     def put_entry(self, entry: Entry) -> None:
         self.write(PutEntry(entry=entry))
 
     def put_conversation(self, conv: ConvState) -> None:
-        self.state = attrs.evolve(
-            self.state, conversations={**self.state.conversations, conv.id: conv}
-        )
+        self._owned("conversations")[conv.id] = conv
         self.write(PutConversation(conversation=conv.conversation))
         self.write(PutAgent(conversation_id=conv.id, agent=conv.agent))
         self.write(PutLive(conversation_id=conv.id, live=conv.live))
         self.write(PutInbox(conversation_id=conv.id, items=conv.inbox))
 
     def conv(self, cid: ConversationId) -> ConvState:
-        return self.state.conversations[cid]
+        return self.conversations[cid]
 
     def _replace_conv(self, conv: ConvState) -> None:
-        self.state = attrs.evolve(
-            self.state, conversations={**self.state.conversations, conv.id: conv}
-        )
+        self._owned("conversations")[conv.id] = conv
 
     def set_live(self, cid: ConversationId, live: Live) -> None:
         conv = self.conv(cid)

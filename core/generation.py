@@ -98,7 +98,7 @@ def _prepare(tx: Tx, task: Task) -> None:
         return
     # Ids are global and increasing: every entry the conversation has now has
     # an id below next_id, every later one above it.
-    cutoff = tx.state.next_id - 1
+    cutoff = tx.next_id - 1
     checkpoint = {
         "phase": "request",
         "attempt": attempt,
@@ -133,7 +133,7 @@ def _call_model(tx: Tx, task: Task) -> None:
 
 
 def _expecting(tx: Tx, task_id: TaskId, attempt: int) -> Task | None:
-    task = tx.state.tasks.get(task_id)
+    task = tx.tasks.get(task_id)
     if (
         task is None
         or task.status is not TaskStatus.RUNNING
@@ -179,7 +179,7 @@ def _is_sequential(tx: Tx, task: Task, calls: tuple[ToolCall, ...]) -> bool:
     if tx.conv(task.conversation_id).agent.tool_execution == "sequential":
         return True
     for call in calls:
-        info = tx.state.catalog.get(call.name)
+        info = tx.catalog.get(call.name)
         if info is not None and info.execution_mode == "sequential":
             return True
     return False
@@ -231,7 +231,7 @@ def _start_round(tx: Tx, task: Task, entry: Entry) -> None:
 def _finish_round(tx: Tx, task: Task) -> None:
     cp = task.checkpoint
     assistant = EntryId(int(cp["assistant"]))
-    pending = list(cp.get("pending", []))
+    pending = cp.get("pending", [])
     if pending:
         _next_sequential(tx, task, assistant, pending)
         return
@@ -243,7 +243,7 @@ def _finish_round(tx: Tx, task: Task) -> None:
 def _next_sequential(tx: Tx, task: Task, assistant: EntryId, pending: list[str]) -> None:
     live = tx.conv(task.conversation_id).live
     slots = live.tools or ()
-    call_id = pending[0]
+    call_id = pending.pop(0)
     slot = next(s for s in slots if s.call_id == call_id)
     call = ToolCall(id=call_id, name=slot.name)
     tool = create_tool_task(tx, task, assistant, call)
@@ -260,7 +260,7 @@ def _next_sequential(tx: Tx, task: Task, assistant: EntryId, pending: list[str])
         task_to(
             waiting,
             "wait",
-            checkpoint={"phase": "tools", "assistant": assistant, "tools": tools, "pending": pending[1:]},
+            checkpoint={"phase": "tools", "assistant": assistant, "tools": tools, "pending": pending},
             on=(tool.id,),
         )
     )

@@ -111,7 +111,7 @@ def end_run(
     assert live.run is not None
     move = "answer" if status is SubmissionStatus.DONE else "fail"
     for sid in live.run.inputs:
-        sub = tx.state.submissions.get(sid)
+        sub = tx.submissions.get(sid)
         if sub is None or sub.settled:
             continue  # first settlement wins
         tx.put_submission(

@@ -57,7 +57,7 @@ def append_user(tx: Tx, cid: ConversationId, content: str) -> EntryId:
 def place(tx: Tx, item: InboxItem, cid: ConversationId) -> SubmissionId:
     """Append the item's user entry and mark its submission placed."""
     entry_id = append_user(tx, cid, item.content)
-    sub = tx.state.submissions[item.submission_id]
+    sub = tx.submissions[item.submission_id]
     tx.put_submission(submission_to(sub, "place", entry_id=entry_id))
     return sub.id
 

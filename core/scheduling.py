@@ -46,23 +46,23 @@ def is_runnable(tx: Tx, task: Task) -> bool:
     if task.status is TaskStatus.PENDING:
         return True
     if task.status is TaskStatus.WAITING:
-        return all(t not in tx.state.tasks for t in task.on)
+        return all(t not in tx.tasks for t in task.on)
     return False
 
 
 def run_pass(tx: Tx) -> None:
-    if not tx.state.scheduling:
+    if not tx.scheduling:
         return
     while True:
-        ready = [t for _, t in sorted(tx.state.tasks.items()) if is_runnable(tx, t)]
+        ready = [t for _, t in sorted(tx.tasks.items()) if is_runnable(tx, t)]
         if not ready:
             return
         for task in ready:
-            current = tx.state.tasks.get(task.id)
+            current = tx.tasks.get(task.id)
             if current is None or current != task or not is_runnable(tx, current):
                 continue  # an earlier phase in this pass changed it
             RESERVE[task.kind](tx, task)
-            after = tx.state.tasks.get(task.id)
+            after = tx.tasks.get(task.id)
             if after is not None and is_runnable(tx, after):
                 raise CoreInvariantError(f"task {task.id} is still runnable after its phase ran")
 
@@ -85,8 +85,8 @@ def on_opened(tx: Tx, ev: Opened) -> None:
 
 
 def on_resumed(tx: Tx, ev: Resumed) -> None:
-    tx.state = attrs.evolve(tx.state, scheduling=True)
+    tx.scheduling = True
 
 
 def on_registry_changed(tx: Tx, ev: RegistryChanged) -> None:
-    tx.state = attrs.evolve(tx.state, catalog={i.name: i for i in ev.catalog})
+    tx.catalog = {i.name: i for i in ev.catalog}

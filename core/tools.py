@@ -91,7 +91,7 @@ def on_reserve(tx: Tx, task: Task) -> None:
 def _recover_execute(tx: Tx, task: Task) -> None:
     name = str(task.input["name"])
     stored = task.checkpoint.get("replay")
-    info = tx.state.catalog.get(name)
+    info = tx.catalog.get(name)
     current = info.replay if info is not None else "unsafe"
     running = task_to(task, "reserve")
     if stored == "safe" and current == "safe":
@@ -115,7 +115,7 @@ def _run(tx: Tx, task: Task) -> None:
 
 
 def _expecting(tx: Tx, task_id: TaskId, phase: str) -> Task | None:
-    task = tx.state.tasks.get(task_id)
+    task = tx.tasks.get(task_id)
     if task is None or task.status is not TaskStatus.RUNNING or task.phase != phase:
         return None
     return task

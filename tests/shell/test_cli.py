@@ -1,0 +1,193 @@
+"""The ``pidurable`` CLI: ``demo`` (real SIGKILLs, real child processes) and
+``inspect`` (read-only, even on a store a live process holds).
+
+Everything runs ``python -m pidurable.shell.cli`` as a subprocess, as a user
+would, and checks the exit status and the words printed - never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pidurable.core.model import SubmissionStatus, TaskStatus
+from pidurable.shell.cli import main
+from pidurable.shell.demo import read_snapshot
+
+CLI = [sys.executable, "-m", "pidurable.shell.cli"]
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str], float]:
+    """One demo run shared by the tests below (it takes a couple of seconds)."""
+    cwd = tmp_path_factory.mktemp("demo")
+    (cwd / "tmp").mkdir()
+    started = time.monotonic()
+    proc = run_cli("demo", "--db", "tmp/x.sqlite", cwd=cwd)
+    return cwd, proc, time.monotonic() - started
+
+
+@pytest.mark.slow
+def test_demo_is_killed_twice_and_resumes(demo_run: tuple[Path, subprocess.CompletedProcess[str], float]) -> None:
+    cwd, proc, elapsed = demo_run
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert "Traceback" not in out + proc.stderr
+    assert elapsed < 30, f"the demo took {elapsed:.1f} s"
+    # two real processes died by SIGKILL, and two fresh ones resumed
+    assert len(re.findall(r"killed by signal 9 \(SIGKILL\)", out)) == 2
+    assert len(re.findall(r"reopens the store and resumes", out)) == 2
+    # part 1: at the crash the edit had no stored result; recovery reported it interrupted
+    assert re.search(r"edit\(path=config/dev\.json, old=8080, new=8081\) -> NO result stored \(task #\d+ running, phase execute\)", out)
+    assert re.search(r"edit: reported interrupted, NOT run again \(stored replay=unsafe", out)
+    assert '"Tool edit was interrupted and may have partially run"' in out
+    assert "read: kept" in out
+    assert re.search(r"new call by the model: read\(path=config/dev\.json\) -> ran once in life 2: \{\"port\": 8081\}", out)
+    assert "config/dev.json now sets port 8081" in out
+    # part 2: weather and museums kept, only trains re-run
+    assert re.search(r"trains\(origin=Munich, destination=Vienna\) -> NO result stored", out)
+    assert "weather: kept" in out
+    assert "museums: kept" in out
+    assert re.search(r"trains: re-run in the new process \(stored replay=safe, installed tool replay=safe\)", out)
+    assert "Vienna weekend itinerary:" in out
+    assert "Railjet RJ 61" in out
+    # both submissions end done; body-run counts across processes
+    assert len(re.findall(r"submission #\d+: done", out)) == 2
+    counts = dict(re.findall(r"^  (\w+)\s+(\d+)  \(life", out, flags=re.M))
+    assert counts == {"read": "2", "edit": "1", "weather": "1", "museums": "1", "trains": "2"}
+    assert "Both submissions are done" in out
+
+
+@pytest.mark.slow
+def test_demo_store_as_read_back(demo_run: tuple[Path, subprocess.CompletedProcess[str], float]) -> None:
+    cwd, proc, _ = demo_run
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    db = cwd / "tmp" / "x.sqlite"
+    config = read_snapshot(db, "config")
+    assert config.submission is not None and config.submission.status is SubmissionStatus.DONE
+    edit = next(t for t in config.tasks if t.input.get("name") == "edit")
+    assert edit.outcome is not None and edit.outcome.status.value == "failed"
+    vienna = read_snapshot(db, "vienna")
+    assert vienna.submission is not None and vienna.submission.status is SubmissionStatus.DONE
+    assert all(t.status is TaskStatus.TERMINAL for t in vienna.tasks)
+
+
+@pytest.mark.slow
+def test_inspect_after_demo(demo_run: tuple[Path, subprocess.CompletedProcess[str], float]) -> None:
+    cwd, proc, _ = demo_run
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    res = run_cli("inspect", "--db", "tmp/x.sqlite", cwd=cwd)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    assert "conversation 1 (root): idle" in out
+    assert re.search(r"#\d+ input done request=demo-config-fix", out)
+    assert re.search(r"#\d+ input done request=demo-vienna-trip", out)
+    assert "live tasks: none" in out
+    assert "in use by process" not in out
+    # --all shows the finished tree, including the interrupted edit
+    res = run_cli("inspect", "--db", "tmp/x.sqlite", "--all", cwd=cwd)
+    assert res.returncode == 0, res.stderr
+    assert re.search(r"pi\.tool edit  terminal \(failed: Tool edit was interrupted", res.stdout)
+    assert re.search(r"└─ #\d+  pi\.tool trains  terminal \(completed\)", res.stdout)
+
+
+@pytest.mark.slow
+def test_inspect_a_store_held_by_a_live_process(tmp_path: Path) -> None:
+    """A live child holds the lock with a run in flight: inspect reads a
+    snapshot read-only (mode=ro, lock untouched) and shows the live tree."""
+    work = tmp_path / "work"
+    work.mkdir()
+    db = tmp_path / "live.sqlite"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "pidurable.shell.demo", "child", "vienna", "--db", str(db), "--work", str(work), "--life", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert child.poll() is None, "the child exited early"
+            assert time.monotonic() < deadline, "trains never started"
+            try:
+                snap = read_snapshot(db, "vienna")
+            except Exception:  # noqa: BLE001 - the store may not exist yet
+                snap = None
+            if snap is not None and any(
+                t.input.get("name") == "trains" and t.status is TaskStatus.RUNNING for t in snap.tasks
+            ):
+                break
+            time.sleep(0.02)
+        res = run_cli("inspect", "--db", str(db), cwd=tmp_path)
+        assert res.returncode == 0, res.stdout + res.stderr
+        out = res.stdout
+        assert f"in use by process {child.pid}" in out
+        assert "conversation 1 (root): busy" in out
+        assert re.search(r"#\d+ input placed request=demo-vienna-trip", out)
+        assert re.search(r"#\d+  pi\.generation  waiting  phase=tools  on=\[#\d+, #\d+, #\d+\]", out)
+        assert re.search(r"└─ #\d+  pi\.tool trains  running  phase=execute  replay=safe", out)
+        assert child.poll() is None, "inspect must not disturb the owner"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+def test_inspect_missing_file(tmp_path: Path) -> None:
+    res = run_cli("inspect", "--db", "nope.sqlite", cwd=tmp_path)
+    assert res.returncode == 2
+    assert "nope.sqlite does not exist" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "nope.sqlite").exists(), "inspect must not create a store"
+    assert not (tmp_path / "nope.sqlite.lock").exists()
+
+
+def test_inspect_not_a_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "junk.sqlite").write_text("not a database at all")
+    assert main(["inspect", "--db", str(tmp_path / "junk.sqlite")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("pidurable: error: ") and err.count("\n") == 1
+    empty = tmp_path / "empty.sqlite"
+    import sqlite3
+
+    sqlite3.connect(empty).execute("CREATE TABLE t (x)").connection.close()
+    assert main(["inspect", "--db", str(empty)]) == 1
+    assert "is not a pidurable store" in capsys.readouterr().err
+
+
+def test_inspect_missing_file_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", "--db", str(tmp_path / "gone.sqlite")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_demo_refuses_an_existing_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "used.sqlite").write_text("")
+    assert main(["demo", "--db", str(tmp_path / "used.sqlite")]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert main(["demo", "--db", str(tmp_path / "no" / "dir" / "x.sqlite")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_usage_errors_exit_2_without_traceback(tmp_path: Path) -> None:
+    res = run_cli(cwd=tmp_path)
+    assert res.returncode == 2 and "usage: pidurable" in res.stderr
+    res = run_cli("inspect", cwd=tmp_path)
+    assert res.returncode == 2 and "--db" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    res = run_cli("--debug", "inspect", "--db", "nope.sqlite", cwd=tmp_path)
+    assert res.returncode != 0
+    assert "Traceback" in res.stderr
+    res = run_cli("inspect", "--db", "nope.sqlite", "--debug", cwd=tmp_path)
+    assert "Traceback" in res.stderr
