@@ -148,12 +148,13 @@ def on_model_responded(tx: Tx, ev: ModelResponded) -> None:
     task = _expecting(tx, ev.task_id, ev.attempt)
     if task is None:
         return  # stale: that invocation has ended
+    entry_id = EntryId(tx.alloc_id())
     entry = Entry(
-        id=EntryId(tx.alloc_id()),
+        id=entry_id,
         conversation_id=task.conversation_id,
         kind=EntryKind.ASSISTANT,
         text=ev.text,
-        tool_calls=ev.tool_calls,
+        tool_calls=_unique_call_ids(entry_id, ev.tool_calls),
         stop_reason="tool_use" if ev.tool_calls else ev.stop_reason,
         usage=ev.usage,
         by_task_id=task.id,
@@ -164,6 +165,19 @@ def on_model_responded(tx: Tx, ev: ModelResponded) -> None:
         _start_round(tx, task, entry)
     else:
         _answer(tx, task, entry)
+
+
+def _unique_call_ids(entry_id: EntryId, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+    """Call ids key results and slots: a provider that sends an empty or a
+    repeated id gets a deterministic replacement (``call_<entry>_<index>``)."""
+    seen: set[str] = set()
+    out = []
+    for i, call in enumerate(calls):
+        if not call.id or call.id in seen:
+            call = attrs.evolve(call, id=f"call_{entry_id}_{i}")
+        seen.add(call.id)
+        out.append(call)
+    return tuple(out)
 
 
 def _answer(tx: Tx, task: Task, entry: Entry) -> None:
@@ -231,7 +245,7 @@ def _start_round(tx: Tx, task: Task, entry: Entry) -> None:
 def _finish_round(tx: Tx, task: Task) -> None:
     cp = task.checkpoint
     assistant = EntryId(int(cp["assistant"]))
-    pending = cp.get("pending", [])
+    pending = list(cp.get("pending", []))
     if pending:
         _next_sequential(tx, task, assistant, pending)
         return
@@ -243,7 +257,7 @@ def _finish_round(tx: Tx, task: Task) -> None:
 def _next_sequential(tx: Tx, task: Task, assistant: EntryId, pending: list[str]) -> None:
     live = tx.conv(task.conversation_id).live
     slots = live.tools or ()
-    call_id = pending.pop(0)
+    call_id = pending[0]
     slot = next(s for s in slots if s.call_id == call_id)
     call = ToolCall(id=call_id, name=slot.name)
     tool = create_tool_task(tx, task, assistant, call)
@@ -260,7 +274,7 @@ def _next_sequential(tx: Tx, task: Task, assistant: EntryId, pending: list[str])
         task_to(
             waiting,
             "wait",
-            checkpoint={"phase": "tools", "assistant": assistant, "tools": tools, "pending": pending},
+            checkpoint={"phase": "tools", "assistant": assistant, "tools": tools, "pending": pending[1:]},
             on=(tool.id,),
         )
     )

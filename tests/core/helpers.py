@@ -7,16 +7,13 @@ what the shell persists (the last write of each record wins), so a test can
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-import attrs
-
 from pidurable.core import State, Step, step
 from pidurable.core.effects import (
-    CallModel,
     Commit,
-    PrepareTool,
     PutAgent,
     PutConversation,
     PutEntry,
@@ -25,7 +22,6 @@ from pidurable.core.effects import (
     PutSubmission,
     PutTask,
     Respond,
-    RunTool,
     write_key,
 )
 from pidurable.core.events import (
@@ -129,14 +125,13 @@ def run_events(state: State, *events: Event) -> list[Step]:
     return steps
 
 
-_ticket = 0
+_tickets = itertools.count(1000)
 
 
 def submit(content: str = "hello", *, cid: int = ROOT, now: int = 10, ticket: int | None = None, **kw: Any) -> InputSubmitted:
-    global _ticket
+    """A host ``submit`` (a fresh ticket unless one is given)."""
     if ticket is None:
-        _ticket += 1
-        ticket = 1000 + _ticket
+        ticket = next(_tickets)
     return InputSubmitted(now=now, ticket=ticket, conversation_id=ConversationId(cid), content=content, **kw)
 
 
@@ -308,8 +303,3 @@ def tool_results(entries: Iterable[Entry]) -> dict[str, list[Entry]]:
             assert e.tool_call_id is not None
             out.setdefault(e.tool_call_id, []).append(e)
     return out
-
-
-def evolve(obj: T, **changes: Any) -> T:
-    return attrs.evolve(obj, **changes)  # type: ignore[misc]
-

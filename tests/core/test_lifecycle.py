@@ -1,0 +1,181 @@
+"""The task and submission status tables are total: every (status, input) is a row or a loud error."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis.strategies import sampled_from
+
+from pidurable.core.lifecycle import (
+    SUBMISSION_INPUTS,
+    SUBMISSION_TRANSITIONS,
+    TASK_INPUTS,
+    TASK_TRANSITIONS,
+    next_submission_status,
+    next_task_status,
+    submission_to,
+    task_to,
+)
+from pidurable.core.model import (
+    SETTLED_SUBMISSION,
+    ConversationId,
+    CoreInvariantError,
+    Outcome,
+    OutcomeStatus,
+    Submission,
+    SubmissionId,
+    SubmissionStatus,
+    Task,
+    TaskId,
+    TaskStatus,
+)
+
+LIVE_STATUSES = [s for s in TaskStatus if s is not TaskStatus.TERMINAL]
+
+
+def a_task(status: TaskStatus, **kw: object) -> Task:
+    outcome = Outcome(status=OutcomeStatus.COMPLETED) if status is TaskStatus.TERMINAL else None
+    return Task(
+        id=TaskId(7),
+        conversation_id=ConversationId(1),
+        kind="pi.generation",
+        status=status,
+        outcome=outcome,
+        checkpoint={"phase": "request", "attempt": 1},
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def a_submission(status: SubmissionStatus) -> Submission:
+    return Submission(id=SubmissionId(3), conversation_id=ConversationId(1), type="input", status=status)
+
+
+# --- tasks -------------------------------------------------------------------
+
+
+def test_task_table_uses_only_known_inputs() -> None:
+    """Every row of the task table names a declared input and a real status."""
+    for (status, move), target in TASK_TRANSITIONS.items():
+        assert move in TASK_INPUTS
+        assert isinstance(status, TaskStatus) and isinstance(target, TaskStatus)
+
+
+@given(sampled_from(TaskStatus), sampled_from(TASK_INPUTS))
+def test_task_moves_are_total(status: TaskStatus, move: str) -> None:
+    """A task move is either a row of the table (and ``task_to`` applies it) or raises CoreInvariantError."""
+    task = a_task(status)
+    outcome = Outcome(status=OutcomeStatus.FAILED)
+    if (status, move) in TASK_TRANSITIONS:
+        target = TASK_TRANSITIONS[(status, move)]
+        assert next_task_status(status, move) is target
+        moved = task_to(task, move, outcome=outcome) if target is TaskStatus.TERMINAL else task_to(task, move)
+        assert moved.status is target
+        assert moved.checkpoint == task.checkpoint  # a bare move never touches the checkpoint
+    else:
+        with pytest.raises(CoreInvariantError):
+            next_task_status(status, move)
+        with pytest.raises(CoreInvariantError):
+            task_to(task, move, outcome=outcome)
+
+
+@given(sampled_from(TASK_INPUTS))
+def test_no_move_out_of_terminal(move: str) -> None:
+    """A terminal task never changes: every input from TERMINAL is refused."""
+    assert (TaskStatus.TERMINAL, move) not in TASK_TRANSITIONS
+    with pytest.raises(CoreInvariantError, match="not a transition"):
+        task_to(a_task(TaskStatus.TERMINAL), move, outcome=Outcome(status=OutcomeStatus.COMPLETED))
+
+
+@given(sampled_from(LIVE_STATUSES))
+def test_recover_is_defined_for_every_live_status_and_never_leaves_a_task_running(status: TaskStatus) -> None:
+    """Opening a store can recover any live task, and no task is still ``running`` after recovery."""
+    target = next_task_status(status, "recover")
+    assert target is not TaskStatus.RUNNING
+    assert target is not TaskStatus.TERMINAL
+    if status is not TaskStatus.RUNNING:
+        assert target is status  # only running tasks change
+
+
+def test_only_finish_reaches_terminal_and_only_reserve_starts_running() -> None:
+    """TERMINAL is entered only by ``finish`` and RUNNING only by ``reserve`` (or staying running)."""
+    for (status, move), target in TASK_TRANSITIONS.items():
+        if target is TaskStatus.TERMINAL:
+            assert move == "finish"
+        if target is TaskStatus.RUNNING and status is not TaskStatus.RUNNING:
+            assert move == "reserve"
+
+
+@pytest.mark.parametrize("status", [TaskStatus.PENDING, TaskStatus.RUNNING])
+def test_task_to_requires_an_outcome_to_finish(status: TaskStatus) -> None:
+    """Finishing a task without an Outcome (missing or of the wrong type) is a loud bug, not a silent terminal."""
+    task = a_task(status)
+    with pytest.raises(CoreInvariantError, match="without an outcome"):
+        task_to(task, "finish")
+    with pytest.raises(CoreInvariantError, match="without an outcome"):
+        task_to(task, "finish", outcome={"status": "completed"})
+    done = task_to(task, "finish", outcome=Outcome(status=OutcomeStatus.COMPLETED))
+    assert done.status is TaskStatus.TERMINAL and done.outcome is not None
+
+
+def test_task_to_keeps_on_only_while_waiting() -> None:
+    """``on`` is kept by a move into WAITING and cleared by any move out of it."""
+    running = a_task(TaskStatus.RUNNING)
+    waiting = task_to(running, "wait", on=(TaskId(8), TaskId(9)))
+    assert waiting.status is TaskStatus.WAITING and waiting.on == (8, 9)
+    resumed = task_to(waiting, "reserve")
+    assert resumed.status is TaskStatus.RUNNING and resumed.on == ()
+
+
+def test_task_to_does_not_mutate_its_argument() -> None:
+    """``task_to`` returns a new record and leaves the old one as it was."""
+    task = a_task(TaskStatus.PENDING)
+    before = repr(task)
+    task_to(task, "reserve", checkpoint={"phase": "request", "attempt": 2})
+    assert repr(task) == before
+
+
+# --- submissions -------------------------------------------------------------
+
+
+SUB_STATUSES: list[SubmissionStatus | None] = [None, *SubmissionStatus]
+
+
+@given(sampled_from(SUB_STATUSES), sampled_from(SUBMISSION_INPUTS))
+def test_submission_moves_are_total(status: SubmissionStatus | None, move: str) -> None:
+    """A submission move is either a row of the table or raises CoreInvariantError."""
+    if (status, move) in SUBMISSION_TRANSITIONS:
+        target = SUBMISSION_TRANSITIONS[(status, move)]
+        assert next_submission_status(status, move) is target
+        if status is not None:
+            assert submission_to(a_submission(status), move).status is target
+    else:
+        with pytest.raises(CoreInvariantError):
+            next_submission_status(status, move)
+        if status is not None:
+            with pytest.raises(CoreInvariantError):
+                submission_to(a_submission(status), move)
+
+
+@given(sampled_from(sorted(SETTLED_SUBMISSION)), sampled_from(SUBMISSION_INPUTS))
+def test_no_move_out_of_settled(status: SubmissionStatus, move: str) -> None:
+    """A settled submission (done/unanswered) is final: every further move is refused."""
+    with pytest.raises(CoreInvariantError, match="not a transition"):
+        submission_to(a_submission(status), move)
+
+
+def test_submissions_are_born_only_by_admission() -> None:
+    """Only ``admit_*`` creates a submission, and admission never applies to an existing one."""
+    for (status, move) in SUBMISSION_TRANSITIONS:
+        assert (status is None) == move.startswith("admit_")
+    assert next_submission_status(None, "admit_idle") is SubmissionStatus.PLACED
+    assert next_submission_status(None, "admit_busy") is SubmissionStatus.QUEUED
+
+
+def test_only_placed_inputs_are_answered() -> None:
+    """``answer`` and ``fail`` settle only a placed submission: a queued one must be placed or withdrawn first."""
+    with pytest.raises(CoreInvariantError):
+        next_submission_status(SubmissionStatus.QUEUED, "answer")
+    with pytest.raises(CoreInvariantError):
+        next_submission_status(SubmissionStatus.QUEUED, "fail")
+    assert next_submission_status(SubmissionStatus.PLACED, "answer") is SubmissionStatus.DONE
+    assert next_submission_status(SubmissionStatus.PLACED, "fail") is SubmissionStatus.UNANSWERED

@@ -1,0 +1,274 @@
+"""The tool task: prepare without writing, store the intent before running, settle once, recover by replay policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from pidurable.core import State, step
+from pidurable.core.effects import CallModel, Commit, PrepareTool, RunTool
+from pidurable.core.events import Resumed, ToolFailed, ToolFinished, ToolRejected
+from pidurable.core.model import (
+    TOOL,
+    ConversationId,
+    EntryKind,
+    OutcomeStatus,
+    TaskStatus,
+    ToolInfo,
+)
+from pidurable.core.tools import interrupted_message
+
+from .helpers import (
+    ROOT,
+    Store,
+    calls,
+    effects_of,
+    finished,
+    generation,
+    kinds,
+    only,
+    opened_state,
+    prepared,
+    put_entries,
+    put_live,
+    put_tasks,
+    run_events,
+    submit,
+    the_commit,
+    tools,
+)
+
+
+def in_round(*names: str, resume: bool = True, catalog: tuple[ToolInfo, ...] = ()) -> tuple[State, int, list[int]]:
+    """A conversation in a tool round calling ``names``; return state, generation id and tool ids (in call order)."""
+    state = opened_state(catalog=catalog)
+    first = step(state, submit("go"))
+    gen_id = generation(first.state).id
+    round_ = step(first.state, calls(gen_id, *names))
+    return round_.state, gen_id, [t.id for t in tools(round_.state)]
+
+
+# --- call phase ----------------------------------------------------------------
+
+
+def test_reserve_at_call_keeps_the_reservation_in_memory_only() -> None:
+    """The round's commit stores tool tasks ``pending`` at ``call``; the reservation to ``running`` exists only in memory."""
+    state = opened_state()
+    first = step(state, submit("go"))
+    round_ = step(first.state, calls(generation(first.state).id, "ls", "cat"))
+    stored = [t for t in put_tasks(round_).values() if t.kind == TOOL]
+    assert [t.status for t in stored] == [TaskStatus.PENDING, TaskStatus.PENDING]
+    assert all(t.phase == "call" for t in stored)
+    assert [round_.state.tasks[t.id].status for t in stored] == [TaskStatus.RUNNING, TaskStatus.RUNNING]
+    assert [p.task_id for p in effects_of(round_, PrepareTool)] == [t.id for t in stored]
+
+
+def test_reserve_at_call_prepares_without_a_commit() -> None:
+    """Reserving a tool task at ``call`` emits PrepareTool alone: nothing is written."""
+    store = Store(opened_state())
+    first = step(opened_state(), submit("go"))
+    store.apply(first)
+    gen_id = generation(first.state).id
+    round_ = step(first.state, calls(gen_id, "ls"))
+    store.apply(round_)
+    tid = only(t.id for t in store.tasks() if t.kind == TOOL)
+    assistant = only(put_entries(round_)).id
+
+    reopened = step(opened_state(), store.opened(now=50, resume=False))
+    assert reopened.effects == ()  # nothing was running in storage: no recovery commit
+    st = step(reopened.state, Resumed(now=60))
+
+    assert kinds(st) == [PrepareTool]
+    assert only(effects_of(st, PrepareTool)) == PrepareTool(
+        task_id=tid, conversation_id=ConversationId(ROOT), assistant_entry_id=assistant, call_id="c1", name="ls"
+    )
+    task = st.state.tasks[tid]
+    assert task.status is TaskStatus.RUNNING and task.phase == "call" and task.started_at == 60
+    assert st.state.next_seq == reopened.state.next_seq
+
+
+def test_tool_prepared_commits_the_intent_before_running() -> None:
+    """ToolPrepared commits ``running execute{arguments, replay}`` and only then emits RunTool with those arguments."""
+    state, _, (tid,) = in_round("write")
+    st = step(state, prepared(tid, replay="safe", path="/a", text="x"))
+
+    assert kinds(st) == [Commit, RunTool]
+    task = only(put_tasks(st).values())
+    assert task.id == tid and task.status is TaskStatus.RUNNING
+    assert task.checkpoint == {"phase": "execute", "arguments": {"path": "/a", "text": "x"}, "replay": "safe"}
+    run = only(effects_of(st, RunTool))
+    assert run == RunTool(
+        task_id=tid, conversation_id=ConversationId(ROOT), call_id="c1", name="write",
+        arguments={"path": "/a", "text": "x"},
+    )
+    live = put_live(st)
+    assert live is not None and live.tools is not None and live.tools[0].status == "running"
+
+
+def test_tool_prepared_with_a_bad_replay_faults_the_task() -> None:
+    """A replay promise other than safe/unsafe is a broken contract: the task ends faulted and nothing runs."""
+    state, _, (tid,) = in_round("ls")
+    st = step(state, prepared(tid, replay="maybe"))
+    assert not effects_of(st, RunTool)
+    task = put_tasks(st)[tid]
+    assert task.status is TaskStatus.TERMINAL and task.outcome is not None
+    assert task.outcome.status is OutcomeStatus.FAULTED
+
+
+def test_tool_rejected_settles_an_error_result_as_completed() -> None:
+    """ToolRejected appends an error result with the message and completes the task (nothing ran)."""
+    state, _, (tid,) = in_round("nope")
+    st = step(state, ToolRejected(now=31, task_id=tid, code="tool_unavailable", message="Tool nope is not available"))
+
+    assert not effects_of(st, RunTool)
+    the_commit(st)
+    entry = only(put_entries(st))
+    assert entry.kind is EntryKind.TOOL_RESULT and entry.is_error
+    assert entry.text == "Tool nope is not available" and entry.tool_call_id == "c1" and entry.tool_name == "nope"
+    assert entry.data == {"code": "tool_unavailable"}
+    task = put_tasks(st)[tid]
+    assert task.outcome is not None and task.outcome.status is OutcomeStatus.COMPLETED
+    assert task.outcome.result == {"entry_id": entry.id}
+
+
+def test_tool_finished_settles_result_task_and_slot_in_one_commit() -> None:
+    """ToolFinished writes the result entry, the task terminal ``completed`` and the slot ``done`` in one commit."""
+    state, gen_id, (t1, t2) = in_round("ls", "cat")
+    running = step(state, prepared(t1)).state
+    st = step(running, finished(t1, "file.txt", now=44))
+
+    assert kinds(st) == [Commit]  # T2 still open: no hand-over yet
+    entry = only(put_entries(st))
+    assert entry.kind is EntryKind.TOOL_RESULT and not entry.is_error and entry.text == "file.txt"
+    assert entry.tool_call_id == "c1" and entry.by_task_id == t1 and entry.at == 44
+    task = put_tasks(st)[t1]
+    assert task.status is TaskStatus.TERMINAL and task.ended_at == 44
+    assert task.outcome is not None and task.outcome.status is OutcomeStatus.COMPLETED
+    assert task.outcome.result == {"entry_id": entry.id}
+    live = put_live(st)
+    assert live is not None and live.tools is not None
+    assert [(s.status, s.entry_id) for s in live.tools] == [("done", entry.id), ("pending", None)]
+    assert t1 not in st.state.tasks and st.state.tasks[gen_id].status is TaskStatus.WAITING
+
+
+def test_tool_finished_with_is_error_is_an_error_result_but_completed() -> None:
+    """A tool that returns an error result still completes; the entry is marked ``is_error``."""
+    state, _, (tid,) = in_round("ls")
+    running = step(state, prepared(tid)).state
+    st = step(running, ToolFinished(now=40, task_id=tid, text="no such dir", is_error=True))
+    entry = [e for e in put_entries(st) if e.kind is EntryKind.TOOL_RESULT][0]
+    assert entry.is_error
+    assert put_tasks(st)[tid].outcome.status is OutcomeStatus.COMPLETED  # type: ignore[union-attr]
+
+
+def test_tool_failed_is_an_error_result_and_the_round_continues() -> None:
+    """ToolFailed (the body raised) settles an ``is_error`` result with outcome ``failed``; the generation still hands over."""
+    state, gen_id, (tid,) = in_round("ls")
+    running = step(state, prepared(tid)).state
+    st = step(running, ToolFailed(now=41, task_id=tid, message="permission denied"))
+
+    entry = only(e for e in put_entries(st) if e.kind is EntryKind.TOOL_RESULT)
+    assert entry.is_error and entry.text == "permission denied" and entry.data == {"code": "tool_error"}
+    task = put_tasks(st)[tid]
+    assert task.outcome is not None and task.outcome.status is OutcomeStatus.FAILED
+    assert task.outcome.error == {"message": "Tool ls threw"}
+    # allSettled: a failed tool releases the generation like any other outcome
+    assert put_tasks(st)[gen_id].status is TaskStatus.TERMINAL
+    assert only(effects_of(st, CallModel)).task_id == generation(st.state).id
+
+
+@pytest.mark.parametrize("kind", ["finished", "failed"])
+def test_tool_results_before_execute_are_stale(kind: str) -> None:
+    """A body result for a tool task still at ``call`` (no intent stored) is stale and ignored."""
+    state, _, (tid,) = in_round("ls")
+    ev = finished(tid, "early") if kind == "finished" else ToolFailed(now=40, task_id=tid, message="x")
+    st = step(state, ev)
+    assert st.effects == () and st.state == state
+
+
+def test_prepare_answers_after_execute_are_stale() -> None:
+    """ToolPrepared/ToolRejected for a task already in ``execute`` are stale and ignored."""
+    state, _, (tid,) = in_round("ls")
+    running = step(state, prepared(tid)).state
+    for ev in (prepared(tid, replay="safe"), ToolRejected(now=1, task_id=tid, code="x", message="y")):
+        st = step(running, ev)
+        assert st.effects == () and st.state == running, ev
+
+
+def test_second_settlement_of_a_tool_is_ignored() -> None:
+    """After a tool settled, a duplicate ToolFinished/ToolPrepared/ToolRejected produces nothing (one result per call)."""
+    state, _, (t1, t2) = in_round("ls", "cat")
+    done = run_events(state, prepared(t1), finished(t1))[-1].state
+    for ev in (finished(t1, "again"), prepared(t1), ToolRejected(now=1, task_id=t1, code="x", message="y"),
+               ToolFailed(now=1, task_id=t1, message="z")):
+        st = step(done, ev)
+        assert st.effects == () and st.state == done, ev
+    running = step(state, prepared(t2)).state
+    st = step(running, prepared(t2))  # prepared twice: the second is stale
+    assert st.effects == () and st.state == running
+
+
+# --- recovery in execute: the replay matrix ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stored", "current", "reruns"),
+    [
+        ("safe", "safe", True),
+        ("safe", "unsafe", False),
+        ("unsafe", "safe", False),
+        ("unsafe", "unsafe", False),
+        ("safe", None, False),  # the tool is no longer installed
+        ("unsafe", None, False),
+    ],
+)
+def test_replay_matrix(stored: str, current: str | None, reruns: bool) -> None:
+    """On reopen a tool found in ``execute`` re-runs only if stored AND current replay are ``safe``; otherwise it settles 'interrupted, may have partially run'."""
+    store = Store(opened_state())
+    first = step(opened_state(), submit("go"))
+    gid = generation(first.state).id
+    store.apply(first)
+    round_ = step(first.state, calls(gid, "edit"))
+    store.apply(round_)
+    tid = only(t.id for t in tools(round_.state))
+    store.apply(step(round_.state, prepared(tid, replay=stored, file="a.txt")))
+    assert only(t for t in store.tasks() if t.id == tid).phase == "execute"
+    catalog = () if current is None else (ToolInfo(name="edit", replay=current),)
+
+    st = step(opened_state(), store.opened(now=90, catalog=catalog))
+    commit = the_commit(st)
+    if reruns:
+        assert kinds(st) == [Commit, RunTool]
+        run = only(effects_of(st, RunTool))
+        assert run.task_id == tid and run.arguments == {"file": "a.txt"}
+        # the commit only recovers running -> pending with the checkpoint unchanged
+        recovered = only(w.task for w in commit.writes if hasattr(w, "task"))
+        assert recovered.status is TaskStatus.PENDING and recovered.checkpoint["phase"] == "execute"
+        assert st.state.tasks[tid].status is TaskStatus.RUNNING
+    else:
+        assert not effects_of(st, RunTool)
+        message = interrupted_message("edit")
+        assert message == "Tool edit was interrupted and may have partially run"
+        entry = only(e for e in put_entries(st) if e.kind is EntryKind.TOOL_RESULT)
+        assert entry.is_error and entry.text == message and entry.tool_call_id == "c1"
+        task = put_tasks(st)[tid]
+        assert task.status is TaskStatus.TERMINAL and task.outcome is not None
+        assert task.outcome.status is OutcomeStatus.FAILED
+        assert task.outcome.error == {"message": message}
+        # the round is over, so the same commit hands the run over
+        assert put_tasks(st)[gid].status is TaskStatus.TERMINAL
+        assert only(effects_of(st, CallModel)).task_id == generation(st.state).id
+
+
+def test_recovery_at_call_prepares_again() -> None:
+    """A tool task that never stored its intent (still ``call``) is simply prepared again after a restart."""
+    store = Store(opened_state())
+    first = step(opened_state(), submit("go"))
+    gid = generation(first.state).id
+    store.apply(first)
+    round_ = step(first.state, calls(gid, "ls"))
+    store.apply(round_)
+    tid = only(t.id for t in store.tasks() if t.kind == TOOL)
+
+    st = step(opened_state(), store.opened(now=90))
+    assert kinds(st) == [PrepareTool]  # the stored record is pending: no recovery commit needed
+    assert only(effects_of(st, PrepareTool)).task_id == tid
