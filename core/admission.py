@@ -24,18 +24,26 @@ Invariants: ``AdmissionIsAtomic`` (all of 4/5 or nothing), ``RequestIdIsUnique``
 from __future__ import annotations
 
 from .effects import Tx
-from .events import AgentConfigured, InputSubmitted, RootRequested
+from .events import (
+    AgentConfigured,
+    InputSubmitted,
+    RootRequested,
+    SettingsChanged,
+    SubmissionAbortRequested,
+    WriteSubmitted,
+)
 from .handover import start_run
-from .inbox import append_user, boundary, enqueue
-from .lifecycle import next_submission_status
+from .inbox import append_entry, append_user, boundary, enqueue
+from .lifecycle import next_submission_status, submission_to
 from .model import (
+    QUEUE_MODES,
     ROOT_CONVERSATION_ID,
     AgentConfig,
     Conversation,
     Submission,
     SubmissionId,
 )
-from .state import ConvState
+from .state import ConvState, InboxItem
 
 WHEN_BUSY = ("follow_up", "steer", "reject")
 
@@ -56,25 +64,7 @@ def on_input_submitted(tx: Tx, ev: InputSubmitted) -> None:
         )
         return
 
-    existing = ev.existing
-    if existing is None and ev.request_id is not None:
-        existing = next(
-            (
-                s
-                for s in tx.submissions.values()
-                if s.conversation_id == conv.id and s.request_id == ev.request_id
-            ),
-            None,
-        )
-    if existing is not None:
-        if existing.type != "input":
-            tx.respond(
-                ev.ticket,
-                error_kind="invalid",
-                error=f"Request {ev.request_id} already identifies a submission of type {existing.type}",
-            )
-        else:
-            tx.respond(ev.ticket, existing.id)
+    if _deduplicated(tx, ev.ticket, conv.id, ev.request_id, ev.existing, "input"):
         return
 
     if conv.busy and ev.when_busy == "reject":
@@ -91,7 +81,8 @@ def on_input_submitted(tx: Tx, ev: InputSubmitted) -> None:
             request_id=ev.request_id,
         )
         tx.put_submission(sub)
-        enqueue(tx, conv.id, sid, "steer" if ev.when_busy == "steer" else "follow_up", ev.content)
+        mode = "steer" if ev.when_busy == "steer" else "follow_up"
+        enqueue(tx, conv.id, InboxItem(submission_id=sid, mode=mode, content=ev.content))
         if not conv.busy:
             placed = boundary(tx, conv.id, final=True)
             if placed:
@@ -137,3 +128,106 @@ def on_agent_configured(tx: Tx, ev: AgentConfigured) -> None:
         return
     tx.set_agent(ev.conversation_id, ev.agent)
     tx.respond(ev.ticket, ev.conversation_id)
+
+
+def _deduplicated(
+    tx: Tx, ticket: int, cid: int, request_id: str | None, existing: Submission | None, kind: str
+) -> bool:
+    """Answer a repeated ``request_id`` with the existing submission (or an
+    error when it names the other type). True when the call is answered."""
+    if existing is None and request_id is not None:
+        existing = next(
+            (s for s in tx.submissions.values() if s.conversation_id == cid and s.request_id == request_id),
+            None,
+        )
+    if existing is None:
+        return False
+    if existing.type != kind:
+        tx.respond(
+            ticket,
+            error_kind="invalid",
+            error=f"Request {request_id} already identifies a submission of type {existing.type}",
+        )
+    else:
+        tx.respond(ticket, existing.id)
+    return True
+
+
+def on_write_submitted(tx: Tx, ev: WriteSubmitted) -> None:
+    """A passive write: appended now when the conversation is idle with an
+    empty inbox (``done`` at once), else queued for the next boundary."""
+    conv = tx.conversations.get(ev.conversation_id)
+    if conv is None:
+        tx.respond(ev.ticket, error_kind="not_found", error=f"Conversation {ev.conversation_id} does not exist")
+        return
+    if not isinstance(ev.content, str) or not ev.kind:
+        tx.respond(ev.ticket, error_kind="invalid", error="A write needs a string content and a non-empty kind")
+        return
+    if _deduplicated(tx, ev.ticket, conv.id, ev.request_id, ev.existing, "write"):
+        return
+    sid = SubmissionId(tx.alloc_id())
+    sub = Submission(
+        id=sid,
+        conversation_id=conv.id,
+        type="write",
+        status=next_submission_status(None, "admit_busy"),
+        request_id=ev.request_id,
+    )
+    if conv.busy or conv.inbox:
+        tx.put_submission(sub)
+        enqueue(
+            tx,
+            conv.id,
+            InboxItem(submission_id=sid, mode="write", content=ev.content, kind=ev.kind, data=ev.data),
+        )
+        if not conv.busy:
+            placed = boundary(tx, conv.id, final=True)
+            if placed:
+                start_run(tx, conv.id, placed)
+    else:
+        entry_id = append_entry(tx, conv.id, ev.kind, ev.content, ev.data)
+        tx.put_submission(
+            Submission(
+                id=sid,
+                conversation_id=conv.id,
+                type="write",
+                status=next_submission_status(None, "admit_write"),
+                request_id=ev.request_id,
+                entry_id=entry_id,
+            )
+        )
+    tx.respond(ev.ticket, sid)
+
+
+def on_submission_abort_requested(tx: Tx, ev: SubmissionAbortRequested) -> None:
+    """``abort_submission``: a queued one is withdrawn (``unanswered/aborted``,
+    inbox item removed) and the answer is ``aborted``; a placed input answers
+    ``already_placed``; a settled one ``settled``; unknown (or in another
+    conversation) ``not_found``."""
+    sub = tx.submissions.get(ev.submission_id) or ev.known
+    if sub is None or (ev.conversation_id is not None and sub.conversation_id != ev.conversation_id):
+        tx.respond(ev.ticket, data="not_found")
+        return
+    if sub.settled:
+        tx.respond(ev.ticket, sub.id, data="settled")
+        return
+    if sub.status == "placed":
+        tx.respond(ev.ticket, sub.id, data="already_placed")
+        return
+    cid = sub.conversation_id
+    tx.set_inbox(cid, tuple(i for i in tx.conv(cid).inbox if i.submission_id != sub.id))
+    tx.put_submission(submission_to(sub, "withdraw", reason="aborted"))
+    tx.respond(ev.ticket, sub.id, data="aborted")
+
+
+def on_settings_changed(tx: Tx, ev: SettingsChanged) -> None:
+    tx.settings = ev.settings
+
+
+def check_settings(settings: object) -> str | None:
+    """A readable problem with host settings, or None."""
+    for name in ("follow_up_mode", "steering_mode"):
+        value = getattr(settings, name, None)
+        if value not in QUEUE_MODES:
+            return f"settings.{name} must be one of {', '.join(QUEUE_MODES)}, not {value!r}"
+    return None

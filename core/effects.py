@@ -195,6 +195,8 @@ class Respond:
     value: int | None = None
     error_kind: str | None = None
     error: str | None = None
+    #: A JSON value some calls return (a memo's value, an abort's result word).
+    data: Json = None
 
 
 Effect: TypeAlias = Commit | CallModel | PrepareTool | RunTool | Cancel | Respond
@@ -243,6 +245,7 @@ class Tx:
             conversations=self.conversations,
             catalog=self.catalog,
             scheduling=self.scheduling,
+            settings=self.settings,
         )
 
     @state.setter
@@ -254,6 +257,7 @@ class Tx:
         self.conversations = state.conversations
         self.catalog = state.catalog
         self.scheduling = state.scheduling
+        self.settings = state.settings
         self._own: set[str] = set()
 
     def _owned(self, name: str) -> dict[Any, Any]:
@@ -339,8 +343,9 @@ class Tx:
         *,
         error_kind: str | None = None,
         error: str | None = None,
+        data: Any = None,
     ) -> None:
-        self._replies.append(Respond(ticket=ticket, value=value, error_kind=error_kind, error=error))
+        self._replies.append(Respond(ticket=ticket, value=value, error_kind=error_kind, error=error, data=data))
 
     @property
     def has_writes(self) -> bool:

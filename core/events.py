@@ -25,7 +25,9 @@ from .model import (
     AgentConfig,
     ConversationId,
     Json,
+    Settings,
     Submission,
+    SubmissionId,
     Task,
     TaskId,
     ToolCall,
@@ -48,6 +50,16 @@ class Opened:
     submissions: tuple[Submission, ...] = ()
     catalog: tuple[ToolInfo, ...] = ()
     resume: bool = True
+    settings: Settings = Settings()
+
+
+@attrs.frozen(kw_only=True)
+class SettingsChanged:
+    """The host changed its settings (queue modes...)."""
+
+    TAG: ClassVar[str] = "settings_changed"
+    now: int
+    settings: Settings
 
 
 @attrs.frozen(kw_only=True)
@@ -105,6 +117,36 @@ class InputSubmitted:
     request_id: str | None = None
     when_busy: str = "follow_up"
     existing: Submission | None = None
+
+
+@attrs.frozen(kw_only=True)
+class WriteSubmitted:
+    """``conv.submit(Write(...))``: a passive write. Appends an entry without
+    starting a run; while the conversation is busy it is queued and placed at
+    the next boundary, before user items."""
+
+    TAG: ClassVar[str] = "write_submitted"
+    now: int
+    ticket: int
+    conversation_id: ConversationId
+    content: str
+    kind: str = "user"
+    data: dict[str, Json] | None = None
+    request_id: str | None = None
+    existing: Submission | None = None
+
+
+@attrs.frozen(kw_only=True)
+class SubmissionAbortRequested:
+    """``harness.abort_submission(id)``. ``known`` is the stored record the
+    shell found (settled submissions are not in the core's state)."""
+
+    TAG: ClassVar[str] = "submission_abort_requested"
+    now: int
+    ticket: int
+    submission_id: SubmissionId
+    conversation_id: ConversationId | None = None
+    known: Submission | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -185,6 +227,9 @@ Event: TypeAlias = (
     | RootRequested
     | AgentConfigured
     | InputSubmitted
+    | WriteSubmitted
+    | SubmissionAbortRequested
+    | SettingsChanged
     | ModelResponded
     | ModelFailed
     | ToolPrepared
@@ -200,6 +245,9 @@ EVENT_TYPES: tuple[type, ...] = (
     RootRequested,
     AgentConfigured,
     InputSubmitted,
+    WriteSubmitted,
+    SubmissionAbortRequested,
+    SettingsChanged,
     ModelResponded,
     ModelFailed,
     ToolPrepared,

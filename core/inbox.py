@@ -19,11 +19,14 @@ Invariants
   places or withdraws its submission.
 - ``PlacedOnce``: a submission is placed at most once.
 
-Not in the table (issue 3 extends this module): passive writes, ``all`` queue
-modes, withdrawal on abort.
+Passive writes (``Write``) queue like input but are all placed at every
+boundary, before user items, and never start a run by themselves; an abort
+withdraws queued *inputs* only (``unanswered/aborted``), writes stay.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from .effects import Tx
 from .model import (
@@ -37,51 +40,77 @@ from .lifecycle import submission_to
 from .state import InboxItem
 
 
-def enqueue(tx: Tx, cid: ConversationId, sid: SubmissionId, mode: str, content: str) -> None:
-    items = tx.conv(cid).inbox + (InboxItem(submission_id=sid, mode=mode, content=content),)
-    tx.set_inbox(cid, items)
+def enqueue(tx: Tx, cid: ConversationId, item: InboxItem) -> None:
+    tx.set_inbox(cid, tx.conv(cid).inbox + (item,))
 
 
 def append_user(tx: Tx, cid: ConversationId, content: str) -> EntryId:
+    return append_entry(tx, cid, EntryKind.USER, content, None)
+
+
+def append_entry(tx: Tx, cid: ConversationId, kind: str, content: str, data: dict[str, Any] | None) -> EntryId:
     entry = Entry(
         id=EntryId(tx.alloc_id()),
         conversation_id=cid,
-        kind=EntryKind.USER,
+        kind=kind,
         text=content,
         at=tx.now,
+        data=data,
     )
     tx.put_entry(entry)
     return entry.id
 
 
 def place(tx: Tx, item: InboxItem, cid: ConversationId) -> SubmissionId:
-    """Append the item's user entry and mark its submission placed."""
-    entry_id = append_user(tx, cid, item.content)
+    """Append the item's entry; a write is then ``done``, an input ``placed``."""
     sub = tx.submissions[item.submission_id]
-    tx.put_submission(submission_to(sub, "place", entry_id=entry_id))
+    if item.mode == "write":
+        entry_id = append_entry(tx, cid, item.kind or EntryKind.USER, item.content, item.data)
+        tx.put_submission(submission_to(sub, "append", entry_id=entry_id))
+    else:
+        entry_id = append_user(tx, cid, item.content)
+        tx.put_submission(submission_to(sub, "place", entry_id=entry_id))
     return sub.id
 
 
 def boundary(tx: Tx, cid: ConversationId, *, final: bool) -> tuple[SubmissionId, ...]:
-    """Place the items this boundary selects; return their submission ids.
+    """Place what this boundary selects; return the placed *input* ids.
 
-    Selection (one-at-a-time modes): the first steer item; at a final
-    boundary also the first follow-up item. Placement is in id order.
+    Selection: every write; the first steer item (all with
+    ``steering_mode="all"``); at a final boundary also the first follow-up
+    (all with ``follow_up_mode="all"``). Writes are placed first, then the
+    user items, each group in id order.
     """
     items = tx.conv(cid).inbox
     if not items:
         return ()
-    selected: list[InboxItem] = []
-    steer = next((i for i in items if i.mode == "steer"), None)
-    if steer is not None:
-        selected.append(steer)
+    settings = tx.settings
+    writes = [i for i in items if i.mode == "write"]
+    users: list[InboxItem] = []
+    steers = [i for i in items if i.mode == "steer"]
+    users.extend(steers if settings.steering_mode == "all" else steers[:1])
     if final:
-        follow = next((i for i in items if i.mode == "follow_up"), None)
-        if follow is not None:
-            selected.append(follow)
-    if not selected:
+        follows = [i for i in items if i.mode == "follow_up"]
+        users.extend(follows if settings.follow_up_mode == "all" else follows[:1])
+    if not writes and not users:
         return ()
-    selected.sort(key=lambda i: i.submission_id)
-    chosen = {i.submission_id for i in selected}
+    writes.sort(key=lambda i: i.submission_id)
+    users.sort(key=lambda i: i.submission_id)
+    chosen = {i.submission_id for i in writes} | {i.submission_id for i in users}
     tx.set_inbox(cid, tuple(i for i in items if i.submission_id not in chosen))
-    return tuple(place(tx, item, cid) for item in selected)
+    for item in writes:
+        place(tx, item, cid)
+    return tuple(place(tx, item, cid) for item in users)
+
+
+def withdraw_inputs(tx: Tx, cid: ConversationId) -> None:
+    """Withdraw every queued *input* of a conversation (an abort): each
+    settles ``unanswered/aborted``; queued writes stay."""
+    items = tx.conv(cid).inbox
+    inputs = [i for i in items if i.mode != "write"]
+    if not inputs:
+        return
+    tx.set_inbox(cid, tuple(i for i in items if i.mode == "write"))
+    for item in inputs:
+        sub = tx.submissions[item.submission_id]
+        tx.put_submission(submission_to(sub, "withdraw", reason="aborted"))

@@ -23,7 +23,9 @@ Submission inputs
 - ``admit_idle`` / ``admit_busy``: accepted on an idle / busy conversation.
 - ``place``: a boundary placed a queued input.
 - ``answer``: the run answered it. ``fail``: the run ended without an answer.
-- ``withdraw``: removed from the queue (abort, issue 3).
+- ``withdraw``: removed from the queue (an abort).
+- ``admit_write``: a passive write on an idle conversation, appended at once.
+- ``append``: a queued passive write's entry was appended at a boundary.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ SQ, SP, SD, SU = (
     SubmissionStatus.UNANSWERED,
 )
 
-SUBMISSION_INPUTS = ("admit_idle", "admit_busy", "place", "answer", "fail", "withdraw")
+SUBMISSION_INPUTS = ("admit_idle", "admit_busy", "place", "answer", "fail", "withdraw", "append", "admit_write")
 
 SUBMISSION_TRANSITIONS: Mapping[tuple[SubmissionStatus | None, str], SubmissionStatus] = {
     (_NEW, "admit_idle"): SP,
@@ -84,6 +86,8 @@ SUBMISSION_TRANSITIONS: Mapping[tuple[SubmissionStatus | None, str], SubmissionS
     (SP, "answer"): SD,
     (SP, "fail"): SU,
     (SQ, "withdraw"): SU,
+    (_NEW, "admit_write"): SD,
+    (SQ, "append"): SD,
 }
 # Not in the table: every move out of DONE/UNANSWERED (settled is final; a
 # second settlement is ignored by the caller, never written).

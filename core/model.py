@@ -119,6 +119,23 @@ class AgentConfig:
 
 
 @attrs.frozen(kw_only=True)
+class Settings:
+    """Host settings the core reads at its decisions. Never stored: a process
+    passes them at open (and may change them), and each change is an event,
+    so replay sees the same values.
+
+    ``follow_up_mode`` / ``steering_mode``: ``one_at_a_time`` (default) places
+    one queued item of that kind per boundary; ``all`` places every one.
+    """
+
+    follow_up_mode: str = "one_at_a_time"
+    steering_mode: str = "one_at_a_time"
+
+
+QUEUE_MODES = ("one_at_a_time", "all")
+
+
+@attrs.frozen(kw_only=True)
 class ToolCall:
     """One call the model asked for, as it appears in an assistant entry."""
 
@@ -146,7 +163,8 @@ class Entry:
 
     id: EntryId
     conversation_id: ConversationId
-    kind: EntryKind
+    #: An :class:`EntryKind` value, or a host-defined kind (passive writes).
+    kind: str
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     #: For tool results: the call this answers and the tool's name.

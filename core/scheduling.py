@@ -77,6 +77,7 @@ def on_opened(tx: Tx, ev: Opened) -> None:
         submissions={s.id: s for s in ev.submissions if not s.settled},
         catalog={i.name: i for i in ev.catalog},
         scheduling=ev.resume,
+        settings=ev.settings,
         opened=True,
     )
     for task in sorted(ev.tasks, key=lambda t: t.id):

@@ -30,6 +30,8 @@ from .model import (
     Conversation,
     ConversationId,
     EntryId,
+    Json,
+    Settings,
     Submission,
     SubmissionId,
     Task,
@@ -75,6 +77,9 @@ class InboxItem:
     submission_id: SubmissionId
     mode: str  # "follow_up" | "steer" | "write"
     content: str
+    #: For writes: the entry kind and data to append.
+    kind: str | None = None
+    data: dict[str, Json] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -108,5 +113,6 @@ class State:
     catalog: Mapping[str, ToolInfo] = attrs.field(factory=dict)
     #: False until the host resumes scheduling (Harness.open(resume=False)).
     scheduling: bool = False
+    settings: Settings = Settings()
     #: True once an Opened event was applied.
     opened: bool = False

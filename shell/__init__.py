@@ -3,7 +3,7 @@
 Names here follow API.md and are the public API.
 """
 
-from pidurable.core.model import AgentConfig, ModelRef, ToolCall
+from pidurable.core.model import AgentConfig, ModelRef, Settings, ToolCall
 
 from .env import EnvError, LocalEnv
 from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound, StorageError, StoreLocked
@@ -15,6 +15,7 @@ from .harness import (
     SubmissionHandle,
     SubmissionRecord,
     TaskRecord,
+    Write,
 )
 from .registry import (
     Extension,
@@ -46,6 +47,7 @@ __all__ = [
     "ModelRef",
     "NotFound",
     "Registry",
+    "Settings",
     "SqliteStorage",
     "StorageError",
     "StoreLocked",
@@ -56,6 +58,7 @@ __all__ = [
     "ToolCallContext",
     "ToolDefinition",
     "ToolResult",
+    "Write",
     "coding_tools",
     "define_extension",
     "define_tool",

@@ -17,11 +17,23 @@ import trio
 
 from pidurable.core.context import Message, context_messages
 from pidurable.core.effects import Respond
-from pidurable.core.events import AgentConfigured, InputSubmitted, Opened, RegistryChanged, Resumed, RootRequested
+from pidurable.core.admission import check_settings
+from pidurable.core.events import (
+    AgentConfigured,
+    InputSubmitted,
+    Opened,
+    RegistryChanged,
+    Resumed,
+    RootRequested,
+    SettingsChanged,
+    SubmissionAbortRequested,
+    WriteSubmitted,
+)
 from pidurable.core.model import (
     AgentConfig,
     ConversationId,
     Entry,
+    Settings,
     Submission,
     SubmissionId,
     Task,
@@ -49,6 +61,20 @@ class Input:
     content: str
     request_id: str | None = attrs.field(default=None, kw_only=True)
     when_busy: str = attrs.field(default="follow_up", kw_only=True)
+
+
+@attrs.frozen
+class Write:
+    """A passive write for ``conv.submit``: appends an entry (a user message by
+    default, or any ``kind`` with optional ``data``) without starting a run.
+    While the conversation is busy it is queued and placed at the next
+    boundary, before user items; it survives an abort. It settles ``done``
+    once its entry is appended."""
+
+    content: str
+    request_id: str | None = attrs.field(default=None, kw_only=True)
+    kind: str = attrs.field(default="user", kw_only=True)
+    data: dict[str, Any] | None = attrs.field(default=None, kw_only=True)
 
 
 def _unwrap(resp: Respond, conversation_id: int | None = None) -> int:
@@ -81,16 +107,54 @@ class SubmissionHandle:
             self.id, lambda: self._rt.storage.submission(self.id), lambda rec: rec.settled
         )
 
+    async def abort(self) -> str:
+        """Withdraw it if still queued: ``aborted``, ``already_placed`` or
+        ``settled``."""
+        result = await abort_submission(self._rt, self.id, None)
+        if result == "not_found":
+            raise NotFound(f"Submission {self.id} does not exist")
+        return result
+
+
+async def abort_submission(rt: Runtime, submission_id: int, conversation_id: int | None) -> str:
+    resp = await rt.request(
+        lambda ticket, now: SubmissionAbortRequested(
+            now=now,
+            ticket=ticket,
+            submission_id=SubmissionId(submission_id),
+            conversation_id=None if conversation_id is None else ConversationId(conversation_id),
+        )
+    )
+    return str(resp.data)
+
 
 @attrs.frozen
 class Conversation:
     id: ConversationId
     _rt: Runtime = attrs.field(repr=False, eq=False)
 
-    async def submit(self, item: Input) -> SubmissionHandle:
+    async def submit(self, item: "Input | Write") -> SubmissionHandle:
         """Durably accept ``item``; returns once accepted (not answered)."""
+        if isinstance(item, Write):
+            if not isinstance(item.content, str):
+                raise InvalidInput("Write content must be a string")
+            if not isinstance(item.kind, str) or not item.kind:
+                raise InvalidInput("Write kind must be a non-empty string")
+            w = item
+            resp = await self._rt.request(
+                lambda ticket, now: WriteSubmitted(
+                    now=now,
+                    ticket=ticket,
+                    conversation_id=self.id,
+                    content=w.content,
+                    kind=w.kind,
+                    data=w.data,
+                    request_id=w.request_id,
+                )
+            )
+            return SubmissionHandle(SubmissionId(_unwrap(resp, self.id)), self._rt)
         if not isinstance(item, Input):
-            raise InvalidInput(f"submit() takes an Input, not {type(item).__name__}")
+            raise InvalidInput(f"submit() takes an Input or a Write, not {type(item).__name__}")
         if not isinstance(item.content, str) or not item.content.strip():
             raise InvalidInput("Input content must be a non-empty string")
         resp = await self._rt.request(
@@ -170,6 +234,8 @@ class Harness:
         invocations; their tasks stay as stored, for the next open."""
         if not isinstance(registry, Registry):
             raise TypeError("registry must be a pidurable.shell.Registry")
+        settings = settings if settings is not None else Settings()
+        _check_settings(settings)
         loaded = storage.load()
         rt = Runtime(
             storage=storage,
@@ -199,6 +265,7 @@ class Harness:
                         submissions=loaded.submissions,
                         catalog=registry.catalog(),
                         resume=resume,
+                        settings=settings,
                     )
                 )
                 try:
@@ -235,7 +302,18 @@ class Harness:
     async def conversations(self) -> list[Conversation]:
         return [Conversation(c.id, self._rt) for c in self._rt.storage.conversations()]
 
+    # --- settings -------------------------------------------------------------------
+    async def update_settings(self, settings: Settings) -> None:
+        """Replace the host settings (queue modes); read at the next decision."""
+        _check_settings(settings)
+        self._rt.send(SettingsChanged(now=self._rt.clock(), settings=settings))
+
     # --- submissions and tasks --------------------------------------------------------
+    async def abort_submission(self, submission_id: int, conversation_id: int | None = None) -> str:
+        """``aborted`` (was queued: now ``unanswered/aborted``),
+        ``already_placed``, ``settled`` or ``not_found``."""
+        return await abort_submission(self._rt, submission_id, conversation_id)
+
     async def submission(self, submission_id: int) -> SubmissionHandle | None:
         if self._rt.storage.submission(SubmissionId(submission_id)) is None:
             return None
@@ -269,6 +347,14 @@ class Harness:
         return self._rt
 
 
+def _check_settings(settings: Any) -> None:
+    if not isinstance(settings, Settings):
+        raise InvalidInput(f"settings must be a pidurable.shell.Settings, not {type(settings).__name__}")
+    problem = check_settings(settings)
+    if problem is not None:
+        raise InvalidInput(problem)
+
+
 def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
     out: list[BaseException] = []
     for e in group.exceptions:
@@ -286,6 +372,7 @@ __all__ = [
     "HarnessClosed",
     "Input",
     "SubmissionHandle",
+    "Write",
     "SubmissionRecord",
     "TaskRecord",
 ]

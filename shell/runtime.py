@@ -48,6 +48,8 @@ from pidurable.core.events import (
     Event,
     InputSubmitted,
     ModelFailed,
+    SubmissionAbortRequested,
+    WriteSubmitted,
     ModelResponded,
     ToolFailed,
     ToolFinished,
@@ -250,17 +252,23 @@ class Runtime:
 
     @staticmethod
     def _reads_storage(event: Event) -> bool:
-        return isinstance(event, InputSubmitted) and event.request_id is not None and event.existing is None
+        if isinstance(event, (InputSubmitted, WriteSubmitted)):
+            return event.request_id is not None and event.existing is None
+        return isinstance(event, SubmissionAbortRequested) and event.known is None
 
     def _enrich(self, event: Event) -> Event:
-        # Request-id dedup needs settled submissions too, which the core does
-        # not keep: look them up here, on the reducer, right before the step.
-        if self._reads_storage(event):
-            assert isinstance(event, InputSubmitted) and event.request_id is not None
+        # Request-id dedup and abort_submission need settled submissions too,
+        # which the core does not keep: look them up here, on the reducer,
+        # right before the step (after every earlier commit of the batch).
+        if not self._reads_storage(event):
+            return event
+        if isinstance(event, (InputSubmitted, WriteSubmitted)):
+            assert event.request_id is not None
             found = self.storage.submission_by_request(event.conversation_id, event.request_id)
-            if found is not None:
-                return attrs.evolve(event, existing=found)
-        return event
+            return event if found is None else attrs.evolve(event, existing=found)
+        assert isinstance(event, SubmissionAbortRequested)
+        known = self.storage.submission(event.submission_id)
+        return event if known is None else attrs.evolve(event, known=known)
 
     # --- interpreters -------------------------------------------------------
     def _commit(self, effect: Commit) -> None:

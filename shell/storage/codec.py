@@ -16,10 +16,12 @@ import json
 from typing import Any, TypeVar
 
 import cattrs
+from cattrs.gen import make_dict_structure_fn, override
 from cattrs.strategies import configure_tagged_union
 
 from pidurable.core.effects import EFFECT_TYPES, WRITE_TYPES, Effect, Write
 from pidurable.core.events import EVENT_TYPES, Event
+from pidurable.core.model import Entry, EntryKind
 
 FORMAT_VERSION = 1
 
@@ -37,6 +39,19 @@ def _tag(cl: type) -> str:
 # copying them key by key was a third of the encoding cost.
 converter.register_structure_hook(Any, lambda v, _: v)
 converter.register_unstructure_hook_func(lambda t: t == dict[str, Any], lambda d: d)
+
+def _entry_kind(value: Any, _: Any) -> str:
+    # Built-in kinds come back as EntryKind members (so ``is`` comparisons
+    # hold after a round trip); host-defined kinds stay plain strings.
+    try:
+        return EntryKind(value)
+    except ValueError:
+        return str(value)
+
+
+converter.register_structure_hook(
+    Entry, make_dict_structure_fn(Entry, converter, kind=override(struct_hook=_entry_kind))
+)
 
 configure_tagged_union(Event, converter, tag_generator=_tag, tag_name="type")  # type: ignore[arg-type]
 configure_tagged_union(Write, converter, tag_generator=_tag, tag_name="type")  # type: ignore[arg-type]
