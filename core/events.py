@@ -150,6 +150,41 @@ class SubmissionAbortRequested:
 
 
 @attrs.frozen(kw_only=True)
+class ConversationAbortRequested:
+    """``conv.abort(background=...)``: mark the conversation's task tree and
+    withdraw its queued inputs (writes stay)."""
+
+    TAG: ClassVar[str] = "conversation_abort_requested"
+    now: int
+    ticket: int
+    conversation_id: ConversationId
+    background: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class TaskAbortRequested:
+    """``harness.abort_task(id)``. ``known`` is the stored record the shell
+    found (terminal tasks are not in the core's state)."""
+
+    TAG: ClassVar[str] = "task_abort_requested"
+    now: int
+    ticket: int
+    task_id: TaskId
+    known: Task | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ConversationCreated:
+    """``harness.create_conversation(owner_task_id=..., agent=...)``."""
+
+    TAG: ClassVar[str] = "conversation_created"
+    now: int
+    ticket: int
+    owner_task_id: TaskId | None = None
+    agent: AgentConfig | None = None
+
+
+@attrs.frozen(kw_only=True)
 class ModelResponded:
     """A model request (``CallModel``) ended with a complete message."""
 
@@ -230,6 +265,9 @@ Event: TypeAlias = (
     | WriteSubmitted
     | SubmissionAbortRequested
     | SettingsChanged
+    | ConversationAbortRequested
+    | TaskAbortRequested
+    | ConversationCreated
     | ModelResponded
     | ModelFailed
     | ToolPrepared
@@ -248,6 +286,9 @@ EVENT_TYPES: tuple[type, ...] = (
     WriteSubmitted,
     SubmissionAbortRequested,
     SettingsChanged,
+    ConversationAbortRequested,
+    TaskAbortRequested,
+    ConversationCreated,
     ModelResponded,
     ModelFailed,
     ToolPrepared,

@@ -313,6 +313,35 @@ def _fail(tx: Tx, task: Task, *, reason: str, message: str) -> None:
     )
 
 
+def on_abort(tx: Tx, task: Task) -> None:
+    """The abort handler (runs once the round's tool tasks are terminal):
+    every call of a sequential batch that never got a task is answered
+    "Tool X was aborted"; the run's inputs settle ``unanswered/aborted``; the
+    task ends ``aborted``."""
+    cid = task.conversation_id
+    cp = task.checkpoint
+    if task.phase == "tools" and cp.get("pending"):
+        live = tx.conv(cid).live
+        names = {s.call_id: s.name for s in live.tools or ()}
+        for call_id in cp["pending"]:
+            name = names.get(call_id, "unknown")
+            entry = Entry(
+                id=EntryId(tx.alloc_id()),
+                conversation_id=cid,
+                kind=EntryKind.TOOL_RESULT,
+                text=f"Tool {name} was aborted",
+                tool_call_id=call_id,
+                tool_name=name,
+                is_error=True,
+                by_task_id=task.id,
+                at=tx.now,
+                data={"code": "aborted"},
+            )
+            tx.put_entry(entry)
+    end_run(tx, task, status=SubmissionStatus.UNANSWERED, reason="aborted")
+    finish_task(tx, task, Outcome(status=OutcomeStatus.ABORTED))
+
+
 _ON_RESERVE: Mapping[str, Callable[[Tx, Task], None]] = {
     "prepare": _prepare,
     "request": _resend,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import attrs
 
-from .effects import Tx
+from .effects import Cancel, Tx
 from .model import (
     GENERATION,
     ConversationId,
@@ -36,6 +36,7 @@ from .model import (
     TaskStatus,
 )
 from .lifecycle import submission_to, task_to
+from .ownership import has_owned_work
 from .state import Live, RunInfo
 
 #: The first checkpoint of every generation task.
@@ -121,10 +122,44 @@ def end_run(
 
 
 def finish_task(tx: Tx, task: Task, outcome: Outcome) -> Task:
-    """Make ``task`` terminal with ``outcome`` (memos are dropped)."""
-    done = task_to(task, "finish", outcome=outcome, memos=None, ended_at=tx.now)
+    """Record ``task``'s outcome (memos are dropped). Terminal at once, or
+    held ``completing`` while it still owns live work (it becomes terminal when
+    that work drains). A failure releases failFast siblings' waiters."""
+    if task.status is TaskStatus.WAITING:
+        task = task_to(task, "reserve")
+    if has_owned_work(tx.tasks, tx.conversations, task.id):
+        done = task_to(task, "hold", outcome=outcome, memos=None)
+    else:
+        done = task_to(task, "finish", outcome=outcome, memos=None, ended_at=tx.now)
     tx.put_task(done)
+    if outcome.status is not OutcomeStatus.COMPLETED:
+        fail_fast(tx, done)
     return done
+
+
+def fail_fast(tx: Tx, failed: Task) -> None:
+    """A task failed: every waiter with policy failFast whose ``on`` holds it
+    gets the other live members of ``on`` abort-marked (not itself)."""
+    for waiter in list(tx.tasks.values()):
+        if waiter.status is TaskStatus.WAITING and waiter.policy == "failFast" and failed.id in waiter.on:
+            for tid in waiter.on:
+                other = tx.tasks.get(tid)
+                if other is not None and other.id != failed.id and not other.abort_requested and other.outcome is None:
+                    mark(tx, other)
+
+
+def mark(tx: Tx, task: Task) -> Task:
+    """Set the durable abort mark; a running invocation is cancelled (the
+    task goes back to pending and its abort handler runs later, bottom-up)."""
+    if task.abort_requested:
+        return task
+    if task.status is TaskStatus.RUNNING:
+        marked = task_to(task, "interrupt", abort_requested=True)
+        tx.act(Cancel(task_id=task.id))
+    else:
+        marked = attrs.evolve(task, abort_requested=True)
+    tx.put_task(marked)
+    return marked
 
 
 def fault(tx: Tx, task: Task, message: str) -> None:
@@ -134,7 +169,15 @@ def fault(tx: Tx, task: Task, message: str) -> None:
     entry (the model context later synthesizes the missing result)."""
     if task.status is TaskStatus.PENDING or task.status is TaskStatus.WAITING:
         task = task_to(task, "reserve")
-    end_run(tx, task, status=SubmissionStatus.UNANSWERED, reason="faulted", detail=message)
+    cleanup(tx, task, reason="faulted", detail=message)
+    finish_task(tx, task, Outcome(status=OutcomeStatus.FAULTED, error={"message": message}))
+
+
+def cleanup(tx: Tx, task: Task, *, reason: str, detail: str | None) -> None:
+    """Harness cleanup for a scheduler-written outcome (faulted, orphaned):
+    a run the task was responsible for ends with its inputs unanswered; a
+    tool slot is marked done without an entry."""
+    end_run(tx, task, status=SubmissionStatus.UNANSWERED, reason=reason, detail=detail)
     live = tx.conv(task.conversation_id).live
     if live.tools is not None and any(s.task_id == task.id for s in live.tools):
         tx.set_live(
@@ -146,4 +189,3 @@ def fault(tx: Tx, task: Task, message: str) -> None:
                 ),
             ),
         )
-    finish_task(tx, task, Outcome(status=OutcomeStatus.FAULTED, error={"message": message}))

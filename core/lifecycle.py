@@ -18,6 +18,10 @@ Task inputs
   terminal only for settlement decided without running any code).
 - ``recover``: a new process opened the store (running -> pending, checkpoint
   unchanged; everything else stays).
+- ``interrupt``: an abort mark cancelled the running invocation (running ->
+  pending; the abort handler runs once the task's owned work drained).
+- ``hold``: an outcome while owned work is still live -> completing.
+- ``drain``: a completing task's owned work is gone -> terminal.
 
 Submission inputs
 - ``admit_idle`` / ``admit_busy``: accepted on an idle / busy conversation.
@@ -52,7 +56,7 @@ P, R, W, C, T = (
     TaskStatus.TERMINAL,
 )
 
-TASK_INPUTS = ("reserve", "checkpoint", "wait", "finish", "recover")
+TASK_INPUTS = ("reserve", "checkpoint", "wait", "finish", "recover", "interrupt", "hold", "drain")
 
 TASK_TRANSITIONS: Mapping[tuple[TaskStatus, str], TaskStatus] = {
     (P, "reserve"): R,
@@ -65,9 +69,13 @@ TASK_TRANSITIONS: Mapping[tuple[TaskStatus, str], TaskStatus] = {
     (R, "recover"): P,
     (W, "recover"): W,
     (C, "recover"): C,
+    (R, "interrupt"): P,
+    (R, "hold"): C,
+    (P, "hold"): C,
+    (C, "drain"): T,
 }
-# Not in the table: every move out of TERMINAL (a terminal task never changes),
-# and COMPLETING moves (cancellation trees, issue 3).
+# Not in the table: every move out of TERMINAL (a terminal task never changes);
+# COMPLETING is left only by draining (its outcome is already decided).
 
 _NEW = None  # a submission that does not exist yet
 SQ, SP, SD, SU = (
@@ -111,7 +119,9 @@ def next_submission_status(status: SubmissionStatus | None, move: str) -> Submis
 def task_to(task: Task, move: str, **changes: Any) -> Task:
     """``task`` after ``move`` (checked against the table) and field changes."""
     status = next_task_status(task.status, move)
-    if status is TaskStatus.TERMINAL and not isinstance(changes.get("outcome"), Outcome):
+    if status in (TaskStatus.TERMINAL, TaskStatus.COMPLETING) and not isinstance(
+        changes.get("outcome", task.outcome), Outcome
+    ):
         raise CoreInvariantError(f"task {task.id} cannot finish without an outcome")
     if status is not TaskStatus.WAITING and "on" not in changes:
         changes["on"] = ()

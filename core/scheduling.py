@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
-from . import generation, tools
+from . import cancellation, generation, tools
 from .effects import Tx
 from .events import Opened, RegistryChanged, Resumed
 from .lifecycle import task_to
@@ -39,8 +39,16 @@ RESERVE: Mapping[str, Callable[[Tx, Task], None]] = {
     TOOL: tools.on_reserve,
 }
 
+#: Abort handlers of the built-in kinds (run bottom-up, see cancellation.py).
+ABORT: Mapping[str, Callable[[Tx, Task], None]] = {
+    GENERATION: generation.on_abort,
+    TOOL: tools.on_abort,
+}
+
 
 def is_runnable(tx: Tx, task: Task) -> bool:
+    if task.abort_requested:
+        return cancellation.abort_ready(tx, task)
     if task.kind not in RESERVE:
         return False
     if task.status is TaskStatus.PENDING:
@@ -50,10 +58,23 @@ def is_runnable(tx: Tx, task: Task) -> bool:
     return False
 
 
+def _dispatch(tx: Tx, task: Task) -> None:
+    if task.abort_requested:
+        handler = ABORT.get(task.kind)
+        if handler is None:
+            cancellation.orphan(tx, task, "missing_task")
+        else:
+            handler(tx, task)
+    else:
+        RESERVE[task.kind](tx, task)
+
+
 def run_pass(tx: Tx) -> None:
     if not tx.scheduling:
         return
     while True:
+        if any(cancellation.has_intent(t) or t.status is TaskStatus.COMPLETING for t in tx.tasks.values()):
+            cancellation.reconcile(tx)
         ready = [t for _, t in sorted(tx.tasks.items()) if is_runnable(tx, t)]
         if not ready:
             return
@@ -61,9 +82,9 @@ def run_pass(tx: Tx) -> None:
             current = tx.tasks.get(task.id)
             if current is None or current != task or not is_runnable(tx, current):
                 continue  # an earlier phase in this pass changed it
-            RESERVE[task.kind](tx, task)
+            _dispatch(tx, task)
             after = tx.tasks.get(task.id)
-            if after is not None and is_runnable(tx, after):
+            if after is not None and after == current and is_runnable(tx, after):
                 raise CoreInvariantError(f"task {task.id} is still runnable after its phase ran")
 
 

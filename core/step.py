@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import admission, generation, scheduling, tools
+from . import admission, cancellation, generation, scheduling, tools
 from .effects import Step, Tx
 from .events import (
     EVENT_TYPES,
     AgentConfigured,
+    ConversationAbortRequested,
+    ConversationCreated,
     Event,
     InputSubmitted,
     SettingsChanged,
@@ -28,6 +30,7 @@ from .events import (
     RegistryChanged,
     Resumed,
     RootRequested,
+    TaskAbortRequested,
     ToolFailed,
     ToolFinished,
     ToolPrepared,
@@ -46,6 +49,9 @@ HANDLERS: Mapping[type, Callable[[Tx, Any], None]] = {
     WriteSubmitted: admission.on_write_submitted,
     SubmissionAbortRequested: admission.on_submission_abort_requested,
     SettingsChanged: admission.on_settings_changed,
+    ConversationAbortRequested: cancellation.on_conversation_abort_requested,
+    TaskAbortRequested: cancellation.on_task_abort_requested,
+    ConversationCreated: cancellation.on_conversation_created,
     ModelResponded: generation.on_model_responded,
     ModelFailed: generation.on_model_failed,
     ToolPrepared: tools.on_tool_prepared,

@@ -215,3 +215,15 @@ def _set_slot(tx: Tx, task: Task, *, status: str, entry_id: EntryId | None = Non
         for s in live.tools
     )
     tx.set_live(task.conversation_id, attrs.evolve(live, tools=tools))
+
+
+def aborted_message(name: str) -> str:
+    return f"Tool {name} was aborted"
+
+
+def on_abort(tx: Tx, task: Task) -> None:
+    """The abort handler (its invocation, if any, was cancelled; its owned
+    work drained): the call gets the error result "Tool X was aborted" and the
+    task ends ``aborted``. Nothing the body did is rolled back."""
+    message = aborted_message(str(task.input["name"]))
+    _settle(tx, task, message, is_error=True, status=OutcomeStatus.ABORTED, code="aborted")

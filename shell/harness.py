@@ -18,8 +18,12 @@ import trio
 from pidurable.core.context import Message, context_messages
 from pidurable.core.effects import Respond
 from pidurable.core.admission import check_settings
+from pidurable.core.ownership import conversation_is_idle
 from pidurable.core.events import (
     AgentConfigured,
+    ConversationAbortRequested,
+    ConversationCreated,
+    TaskAbortRequested,
     InputSubmitted,
     Opened,
     RegistryChanged,
@@ -193,20 +197,42 @@ class Conversation:
         _unwrap(resp, self.id)
         return agent
 
+    def _idle_now(self) -> bool:
+        # The reducer's state mirrors storage after every commit; reading it
+        # (never writing) is how waits avoid a storage scan per commit.
+        st = self._rt.state
+        return conversation_is_idle(st.tasks, st.conversations, self.id)
+
     async def idle(self) -> bool:
-        live = self._rt.storage.document(self.id, LIVE_DOC)
-        inbox = self._rt.storage.document(self.id, INBOX_DOC)
-        return (live is None or live.run is None) and not inbox
+        """No live non-background task is reached from this conversation."""
+        return self._idle_now()
 
     async def wait_idle(self) -> None:
-        """Return once the conversation has no run and nothing queued."""
+        """Return once no live non-background task is reached from here."""
+        await self._rt.wait_committed(lambda: True if self._idle_now() else None)
 
-        def idle() -> bool | None:
-            live = self._rt.storage.document(self.id, LIVE_DOC)
-            inbox = self._rt.storage.document(self.id, INBOX_DOC)
-            return True if (live is None or live.run is None) and not inbox else None
+    async def abort(self, background: bool = False) -> None:
+        """Abort the conversation's task tree (``background=True`` also its
+        background tasks), withdraw its queued inputs (writes stay), and return
+        once it is idle. A no-op on an idle conversation."""
+        resp = await self._rt.request(
+            lambda ticket, now: ConversationAbortRequested(
+                now=now, ticket=ticket, conversation_id=self.id, background=background
+            )
+        )
+        _unwrap(resp, self.id)
+        marked = set(resp.data or ())
+        st = self._rt
 
-        await self._rt.wait_committed(idle)
+        def done() -> bool | None:
+            still = any(t in st.state.tasks for t in marked)
+            return True if not still and self._idle_now() else None
+
+        await self._rt.wait_committed(done)
+
+    async def owned_by(self) -> int | None:
+        conv = self._rt.storage.conversation(self.id)
+        return None if conv is None else conv.owner_task_id
 
 
 class Harness:
@@ -336,10 +362,55 @@ class Harness:
         )
 
     async def wait_idle(self) -> None:
-        """Return once no conversation has a live run or a live task."""
-        # The reducer's state mirrors storage after every commit; reading it
-        # (never writing) avoids a storage scan per commit.
-        await self._rt.wait_committed(lambda: True if not self._rt.state.tasks else None)
+        """Return once no ownerless conversation reaches a live
+        non-background task (so: every run has ended)."""
+
+        def idle() -> bool | None:
+            st = self._rt.state
+            return (
+                True
+                if all(
+                    conversation_is_idle(st.tasks, st.conversations, c.id)
+                    for c in st.conversations.values()
+                    if c.conversation.owner_task_id is None
+                )
+                else None
+            )
+
+        await self._rt.wait_committed(idle)
+
+    async def abort_task(self, task_id: int) -> str:
+        """Mark a task for abort: ``marked`` or ``terminal``. Its abort runs
+        once its owned work is gone; ``wait_for_task`` waits for the end.
+        An unknown id raises ``NotFound``."""
+        resp = await self._rt.request(
+            lambda ticket, now: TaskAbortRequested(now=now, ticket=ticket, task_id=TaskId(task_id))
+        )
+        _unwrap(resp)
+        return str(resp.data)
+
+    async def create_conversation(
+        self, *, owner_task_id: int | None = None, agent: AgentConfig | None = None
+    ) -> Conversation:
+        """A new conversation, ownerless or owned by a live task (then it
+        starts with a copy of the owner's conversation's agent settings, and an
+        abort of the owner cascades into it)."""
+        resp = await self._rt.request(
+            lambda ticket, now: ConversationCreated(
+                now=now,
+                ticket=ticket,
+                owner_task_id=None if owner_task_id is None else TaskId(owner_task_id),
+                agent=agent,
+            )
+        )
+        return Conversation(ConversationId(_unwrap(resp)), self._rt)
+
+    async def conversations_owned_by(self, task_id: int) -> list[Conversation]:
+        return [
+            Conversation(c.id, self._rt)
+            for c in self._rt.storage.conversations()
+            if c.owner_task_id == task_id
+        ]
 
     @property
     def runtime(self) -> Runtime:

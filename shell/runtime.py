@@ -49,6 +49,7 @@ from pidurable.core.events import (
     InputSubmitted,
     ModelFailed,
     SubmissionAbortRequested,
+    TaskAbortRequested,
     WriteSubmitted,
     ModelResponded,
     ToolFailed,
@@ -254,6 +255,8 @@ class Runtime:
     def _reads_storage(event: Event) -> bool:
         if isinstance(event, (InputSubmitted, WriteSubmitted)):
             return event.request_id is not None and event.existing is None
+        if isinstance(event, TaskAbortRequested):
+            return event.known is None
         return isinstance(event, SubmissionAbortRequested) and event.known is None
 
     def _enrich(self, event: Event) -> Event:
@@ -266,6 +269,11 @@ class Runtime:
             assert event.request_id is not None
             found = self.storage.submission_by_request(event.conversation_id, event.request_id)
             return event if found is None else attrs.evolve(event, existing=found)
+        if isinstance(event, TaskAbortRequested):
+            if event.task_id in self.state.tasks:
+                return event  # live: the core has it
+            task = self.storage.task(event.task_id)
+            return event if task is None else attrs.evolve(event, known=task)
         assert isinstance(event, SubmissionAbortRequested)
         known = self.storage.submission(event.submission_id)
         return event if known is None else attrs.evolve(event, known=known)

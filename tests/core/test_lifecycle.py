@@ -68,7 +68,8 @@ def test_task_moves_are_total(status: TaskStatus, move: str) -> None:
     if (status, move) in TASK_TRANSITIONS:
         target = TASK_TRANSITIONS[(status, move)]
         assert next_task_status(status, move) is target
-        moved = task_to(task, move, outcome=outcome) if target is TaskStatus.TERMINAL else task_to(task, move)
+        needs_outcome = target in (TaskStatus.TERMINAL, TaskStatus.COMPLETING)
+        moved = task_to(task, move, outcome=outcome) if needs_outcome else task_to(task, move)
         assert moved.status is target
         assert moved.checkpoint == task.checkpoint  # a bare move never touches the checkpoint
     else:
@@ -97,10 +98,11 @@ def test_recover_is_defined_for_every_live_status_and_never_leaves_a_task_runnin
 
 
 def test_only_finish_reaches_terminal_and_only_reserve_starts_running() -> None:
-    """TERMINAL is entered only by ``finish`` and RUNNING only by ``reserve`` (or staying running)."""
+    """TERMINAL is entered only by ``finish`` (or ``drain``, from a held
+    COMPLETING outcome) and RUNNING only by ``reserve`` (or staying running)."""
     for (status, move), target in TASK_TRANSITIONS.items():
         if target is TaskStatus.TERMINAL:
-            assert move == "finish"
+            assert move == "finish" or (move == "drain" and status is TaskStatus.COMPLETING)
         if target is TaskStatus.RUNNING and status is not TaskStatus.RUNNING:
             assert move == "reserve"
 
