@@ -28,6 +28,7 @@ from .registry import (
 )
 from .runtime import Hooks
 from .storage import MemoryStorage, SqliteStorage, open_sqlite_storage
+from .subagents import define_subagent_tool
 from .tools.coding import coding_tools
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "Write",
     "coding_tools",
     "define_extension",
+    "define_subagent_tool",
     "define_tool",
     "open_sqlite_storage",
 ]

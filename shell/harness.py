@@ -345,6 +345,9 @@ class Harness:
             return None
         return SubmissionHandle(SubmissionId(submission_id), self._rt)
 
+    async def entry(self, entry_id: int) -> Entry | None:
+        return self._rt.storage.entry(entry_id)
+
     async def task(self, task_id: int) -> Task | None:
         return self._rt.storage.task(TaskId(task_id))
 

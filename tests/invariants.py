@@ -18,6 +18,15 @@ the invariants in specs/ and the TLA+ model.
 - ``SameOutcomeAsUninterrupted``: the final transcript equals the
   uninterrupted run's, except tool results the rules allow to be
   "interrupted".
+- ``QueuedInputPlacedAtMostOnce``: a submission is written ``placed`` at most
+  once (a queued input is never placed twice), and none is lost (see
+  ``SubmissionsSettleOnce``).
+- ``WithdrawnInputNeverPlaced``: a queued input withdrawn by an abort never
+  gets a user entry.
+- ``OneChildPerOwner``: a task owns at most one child conversation made by the
+  sub-agent tool, and each child submission is unique.
+- ``MemoNeverChanges``: once a task's memo holds a value, every later version
+  of that task (while live) holds the same value.
 - ``ReplayIsDeterministic``: re-running the journal's events through ``step``
   from an empty state reproduces every stored commit byte for byte.
 """
@@ -139,6 +148,58 @@ def same_outcome_as_uninterrupted(
             if diverged:
                 continue
         raise AssertionError(f"SameOutcomeAsUninterrupted: {x} != {y}")
+
+
+def _submission_history(storage: Any) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {}
+    for row in storage.journal():
+        for w in json.loads(row.writes):
+            if w["type"] == "submission":
+                out.setdefault(w["submission"]["id"], []).append(w["submission"])
+    return out
+
+
+def queued_input_placed_at_most_once(storage: Any) -> None:
+    for sid, versions in _submission_history(storage).items():
+        placed = sum(1 for v in versions if v["status"] == "placed")
+        assert placed <= 1, f"QueuedInputPlacedAtMostOnce: submission {sid} placed {placed} times"
+
+
+def withdrawn_input_never_placed(storage: Any) -> None:
+    for sid, versions in _submission_history(storage).items():
+        statuses = [v["status"] for v in versions]
+        if statuses and statuses[0] == "queued" and versions[-1].get("reason") == "aborted":
+            if "placed" not in statuses:
+                assert versions[-1]["entry_id"] is None, f"WithdrawnInputNeverPlaced: submission {sid} has an entry"
+
+
+def one_child_per_owner(storage: Any) -> None:
+    owners: Counter[int] = Counter(c.owner_task_id for c in storage.conversations() if c.owner_task_id is not None)
+    for owner, n in owners.items():
+        assert n == 1, f"OneChildPerOwner: task {owner} owns {n} conversations"
+    seen: set[tuple[int, str]] = set()
+    for s in storage.submissions():
+        if s.request_id is not None:
+            key = (s.conversation_id, s.request_id)
+            assert key not in seen, f"OneChildPerOwner: request {s.request_id} submitted twice"
+            seen.add(key)
+
+
+def memo_never_changes(storage: Any) -> None:
+    memos: dict[int, dict[str, Any]] = {}
+    for row in storage.journal():
+        for w in json.loads(row.writes):
+            if w["type"] != "task":
+                continue
+            t = w["task"]
+            current = t.get("memos") or {}
+            earlier = memos.setdefault(t["id"], {})
+            for name, value in current.items():
+                if name in earlier:
+                    assert earlier[name] == value, (
+                        f"MemoNeverChanges: task {t['id']} memo {name!r} went {earlier[name]!r} -> {value!r}"
+                    )
+                earlier[name] = value
 
 
 def replay_is_deterministic(storage: Any) -> int:

@@ -17,14 +17,14 @@ randomness is seeded per life so a failure replays.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
 import trio
 
 from pidurable.core.effects import Effect
-from pidurable.core.model import AgentConfig, ModelRef
+from pidurable.core.model import AgentConfig, ModelRef, Settings
 from pidurable.shell import Harness, Hooks, Input, Registry, ToolDefinition, ToolResult, define_tool
 from pidurable.shell.providers import ScriptedModels, ScriptedReply
 
@@ -52,10 +52,23 @@ class Recorder(Hooks):
 
 @attrs.define
 class World:
-    """What survives process lives: tool-body runs and the files tools touch."""
+    """What survives process lives: tool-body runs, the files tools touch,
+    and flags a host script and tools use to meet (polled, across lives)."""
 
     runs: Counter[tuple[str, int]] = attrs.field(factory=Counter)
     files: dict[str, str] = attrs.field(factory=dict)
+    flags: dict[str, Any] = attrs.field(factory=dict)
+
+
+async def until(predicate: Callable[[], Any], *, step: float = 0.001) -> None:
+    """Poll ``predicate`` (for host scripts and tools meeting across lives)."""
+    while not predicate():
+        await trio.sleep(step)
+
+
+#: A host script: does what the host does in one process life (idempotently:
+#: stable request ids) and returns the submissions to wait for.
+HostScript = Callable[[Any, Any, World], Awaitable[Sequence[Any]]]
 
 
 ToolFactory = Callable[[World], Sequence[ToolDefinition]]
@@ -64,13 +77,24 @@ ToolFactory = Callable[[World], Sequence[ToolDefinition]]
 @attrs.frozen(kw_only=True)
 class Scenario:
     name: str
-    script: tuple[ScriptedReply, ...]
+    #: The model's replies (reply k answers a context with k assistant
+    #: messages), or a function of the request.
+    script: Any
     tools: ToolFactory
     inputs: tuple[str, ...] = ("go",)
     agent: AgentConfig = AgentConfig(model=ModelRef("scripted", "test"))
     files: tuple[tuple[str, str], ...] = ()
     #: Unsafe tools whose result may legitimately be "interrupted".
     unsafe: tuple[str, ...] = ()
+    #: What the host does (default: submit ``inputs``).
+    host: HostScript | None = None
+    #: Compare with the uninterrupted run's transcript (False where timing of
+    #: host actions legitimately changes it, e.g. an abort).
+    same_outcome: bool = True
+    settings: Settings = Settings()
+    #: Extra assertions on the uninterrupted run's store (what the scenario
+    #: is about: e.g. the abort really aborted).
+    baseline_check: Callable[[Any], None] | None = None
 
 
 @attrs.define
@@ -78,6 +102,15 @@ class Life:
     crashed: bool
     terminal_at_start: frozenset[int]
     effects: list[Effect]
+
+
+#: Function scripts by scenario name (for scenarios whose replies depend on
+#: the request, e.g. a parent and its sub-agent).
+_SCRIPTS: dict[str, Any] = {}
+
+
+def register_script(name: str, fn: Any) -> None:
+    _SCRIPTS[name] = fn
 
 
 def _seed_trio(seed: int) -> None:
@@ -94,15 +127,20 @@ def run_life(storage: Any, scenario: Scenario, world: World, crash_at: int | Non
     registry = Registry()
     for t in scenario.tools(world):
         registry.install(t)
-    models = ScriptedModels(scenario.script)
+    models = ScriptedModels(scenario.script if scenario.script else _SCRIPTS[scenario.name])
 
     async def main() -> None:
-        async with Harness.open(storage, models=models, registry=registry, hooks=recorder) as h:
+        async with Harness.open(
+            storage, models=models, registry=registry, hooks=recorder, settings=scenario.settings
+        ) as h:
             conv = await h.root(agent=scenario.agent)
-            handles = [
-                await conv.submit(Input(text, request_id=f"{scenario.name}-{i}"))
-                for i, text in enumerate(scenario.inputs)
-            ]
+            if scenario.host is not None:
+                handles = list(await scenario.host(h, conv, world))
+            else:
+                handles = [
+                    await conv.submit(Input(text, request_id=f"{scenario.name}-{i}"))
+                    for i, text in enumerate(scenario.inputs)
+                ]
             for handle in handles:
                 await handle.wait()
             await h.wait_idle()
@@ -131,7 +169,11 @@ def check_all(storage: Any, scenario: Scenario, world: World, lives: Sequence[Li
     entries = storage.entries(1)
     invariants.one_result_per_call(entries)
     invariants.nothing_live_after_settlement(storage)
-    if expected is not None:
+    invariants.queued_input_placed_at_most_once(storage)
+    invariants.withdrawn_input_never_placed(storage)
+    invariants.one_child_per_owner(storage)
+    invariants.memo_never_changes(storage)
+    if expected is not None and scenario.same_outcome:
         invariants.same_outcome_as_uninterrupted(entries, expected, scenario.unsafe)
     invariants.replay_is_deterministic(storage)
 

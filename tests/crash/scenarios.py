@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import trio
+
 from pidurable.core.model import AgentConfig, ModelRef
+from pidurable.shell import Input, Write, define_subagent_tool, define_tool
 from pidurable.shell.providers import reply, tool_call
 
-from harness import Scenario, World, counting_tool
+from harness import Scenario, World, counting_tool, register_script, until
 
 
 def _read(world: World, args: dict[str, Any]) -> str:
@@ -127,3 +130,167 @@ FOLLOW_UP = Scenario(
 )
 
 ALL = (CONFIG_FIX, VIENNA, SERIAL, UNSAFE, RAISES, MODEL_ERROR, BAD_CALLS, FOLLOW_UP)
+
+
+# --- issue 3: queues, abort, sub-agents (host-driven) --------------------------
+
+
+def _blocking_tool(world: World, name: str, *, replay: str, release: str | None = None) -> Any:
+    """A tool that records its start in ``world.flags`` and then blocks until
+    the flag ``release`` is set (forever when None: only an abort ends it)."""
+
+    async def execute(ctx: Any, args: dict[str, Any]) -> str:
+        world.runs[(name, ctx.task_id)] += 1
+        world.flags[f"{name}_started"] = True
+        if release is None:
+            await trio.sleep_forever()
+        await until(lambda: world.flags.get(release))
+        return f"{name} done"
+
+    return define_tool(name, f"blocking {name}", {"type": "object"}, execute, replay=replay)
+
+
+async def _abort_host(h: Any, conv: Any, world: World) -> list[Any]:
+    """Start a run whose unsafe tool blocks; queue a follow-up and a write;
+    abort the conversation while the tool runs; then submit one more input
+    (which places the surviving write)."""
+    sub = await conv.submit(Input("deploy everything", request_id="abort-0"))
+    queued = await conv.submit(Input("and then report", request_id="abort-1"))
+    note = await conv.submit(Write("operator note", request_id="abort-2"))
+    await until(lambda: world.flags.get("deploy_started") or world.flags.get("aborted") or _settled(sub))
+    if not world.flags.get("aborted"):
+        await conv.abort()
+        assert await conv.idle(), "NothingLiveAfterAbort: the aborted conversation is not idle"
+        world.flags["aborted"] = True
+    after = await conv.submit(Input("status please", request_id="abort-3"))
+    return [sub, queued, note, after]
+
+
+def _settled(handle: Any) -> bool:
+    rec = handle._rt.storage.submission(handle.id)
+    return rec is not None and rec.settled
+
+
+def _by_request(storage: Any) -> dict[str, Any]:
+    return {s.request_id: s for s in storage.submissions()}
+
+
+def _check_abort(storage: Any) -> None:
+    subs = _by_request(storage)
+    assert (subs["abort-0"].status, subs["abort-0"].reason) == ("unanswered", "aborted")
+    assert (subs["abort-1"].status, subs["abort-1"].reason) == ("unanswered", "aborted")
+    assert subs["abort-1"].entry_id is None  # withdrawn, never placed
+    assert subs["abort-2"].status == "done"  # the write survived the abort
+    assert subs["abort-3"].status == "done"
+    texts = [e.text for e in storage.entries(1)]
+    assert "Tool deploy was aborted" in texts and "operator note" in texts
+
+
+ABORT_TOOL = Scenario(
+    name="abort_tool",
+    script=(
+        reply(tool_calls=[tool_call("deploy"), tool_call("probe")]),
+        reply(text="Deploy reported."),
+        reply(text="Status: nothing running."),
+        reply(text="Extra answer."),
+    ),
+    tools=lambda w: [_blocking_tool(w, "deploy", replay="unsafe"), counting_tool(w, "probe", replay="safe")],
+    host=_abort_host,
+    unsafe=("deploy",),
+    same_outcome=False,
+    baseline_check=_check_abort,
+)
+
+
+async def _steer_host(h: Any, conv: Any, world: World) -> list[Any]:
+    """While the first tool round runs, steer the run with a second input."""
+    sub = await conv.submit(Input("look it up", request_id="steer-0"))
+    await until(lambda: world.flags.get("lookup_started") or _settled(sub))
+    steer = await conv.submit(Input("also check the date", request_id="steer-1", when_busy="steer"))
+    world.flags["steered"] = True
+    return [sub, steer]
+
+
+def _check_steer(storage: Any) -> None:
+    subs = _by_request(storage)
+    assert subs["steer-0"].status == subs["steer-1"].status == "done"
+    assert subs["steer-0"].answer_entry_id == subs["steer-1"].answer_entry_id  # one run answered both
+
+
+STEER = Scenario(
+    name="steer",
+    script=(
+        reply(tool_calls=[tool_call("lookup")]),
+        reply(text="Looked it up, and the date is today."),
+        reply(text="Second run answer."),
+    ),
+    tools=lambda w: [_blocking_tool(w, "lookup", replay="safe", release="steered")],
+    host=_steer_host,
+    same_outcome=False,
+    baseline_check=_check_steer,
+)
+
+
+async def _write_host(h: Any, conv: Any, world: World) -> list[Any]:
+    """A passive write arrives while the run works; it is appended at the
+    next boundary without starting a run of its own."""
+    sub = await conv.submit(Input("count to three", request_id="write-0"))
+    await until(lambda: world.flags.get("count_started") or _settled(sub))
+    note = await conv.submit(Write("remember: be brief", request_id="write-1"))
+    world.flags["written"] = True
+    return [sub, note]
+
+
+def _check_write(storage: Any) -> None:
+    kinds = [(e.kind, e.text) for e in storage.entries(1)]
+    assert ("user", "remember: be brief") in kinds
+    assert len([t for t in storage.tasks() if t.kind == "pi.generation"]) == 2  # no run of its own
+    assert kinds[-1] == ("assistant", "One, two, three.")
+
+
+WRITE_DURING_RUN = Scenario(
+    name="write_during_run",
+    script=(
+        reply(tool_calls=[tool_call("count")]),
+        reply(text="One, two, three."),
+    ),
+    tools=lambda w: [_blocking_tool(w, "count", replay="safe", release="written")],
+    host=_write_host,
+    same_outcome=False,
+    baseline_check=_check_write,
+)
+
+
+def _subagent_script(request: Any) -> Any:
+    users = [m.text for m in request.messages if m.role == "user"]
+    assistants = sum(1 for m in request.messages if m.role == "assistant")
+    if users and users[0].startswith("child:"):
+        if assistants == 0:
+            return reply(tool_calls=[tool_call("fetch", what="facts")])
+        return reply(text="child found: " + request.messages[-1].text)
+    if assistants == 0:
+        return reply(tool_calls=[tool_call("delegate", prompt="child: find the facts")])
+    return reply(text="parent summary of " + request.messages[-1].text)
+
+
+def _check_subagent(storage: Any) -> None:
+    convs = storage.conversations()
+    assert len(convs) == 2
+    child = convs[1]
+    owner = storage.task(child.owner_task_id)
+    assert owner is not None and owner.kind == "pi.tool" and owner.input["name"] == "delegate"
+    assert storage.entries(1)[-1].text.startswith("parent summary of child found:")
+
+
+SUBAGENT = Scenario(
+    name="subagent",
+    script=(),
+    baseline_check=_check_subagent,
+    tools=lambda w: [define_subagent_tool("delegate", "ask a helper"), counting_tool(w, "fetch", replay="safe")],
+    inputs=("research this",),
+)
+
+register_script("subagent", _subagent_script)
+
+ISSUE3 = (ABORT_TOOL, STEER, WRITE_DURING_RUN, SUBAGENT)
+ALL = ALL + ISSUE3

@@ -45,6 +45,8 @@ def test_kill_at_every_effect_boundary(scenario: Scenario, backend: str, tmp_pat
     storage = _reopen(storage, backend)
     expected = storage.entries(1)
     check_all(storage, scenario, world, [base], expected=None)
+    if scenario.baseline_check is not None:
+        scenario.baseline_check(storage)
     n_effects = len(base.effects)
     if backend == "sqlite":
         storage.close()

@@ -1,0 +1,53 @@
+"""Sub-agents: a tool that delegates a prompt to a child conversation.
+
+The child conversation is owned by the calling tool task, so aborting the
+call (or the call failing) cascades into the child's work, and the tool task
+cannot finish while the child still works. The tool is replay-safe by
+construction: after a crash, the re-run finds the SAME child (by owner task)
+and the SAME submission (request id ``subagent:<task id>``) - never a second
+child, never a second input - and simply waits for the answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pidurable.core.model import AgentConfig
+
+from .harness import Input
+from .registry import ToolCallContext, ToolDefinition, ToolResult, define_tool
+
+
+def define_subagent_tool(
+    name: str,
+    description: str,
+    agent: AgentConfig | None = None,
+    replay: str = "safe",
+) -> ToolDefinition:
+    """A tool with one string argument ``prompt``. ``agent`` configures the
+    child (default: a copy of the caller's conversation's agent settings)."""
+
+    async def execute(call: ToolCallContext, args: dict[str, Any]) -> ToolResult:
+        harness = call.harness
+        owned = await harness.conversations_owned_by(call.task_id)
+        child = owned[0] if owned else await harness.create_conversation(owner_task_id=call.task_id, agent=agent)
+        sub = await child.submit(Input(args["prompt"], request_id=f"subagent:{call.task_id}"))
+        record = await sub.wait()
+        if record.status != "done" or record.answer_entry_id is None:
+            detail = f": {record.detail}" if record.detail else ""
+            return ToolResult(text=f"Sub-agent gave no answer ({record.reason}{detail})", is_error=True)
+        answer = await harness.entry(record.answer_entry_id)
+        return ToolResult(text=answer.text if answer is not None else "")
+
+    return define_tool(
+        name,
+        description,
+        {
+            "type": "object",
+            "properties": {"prompt": {"type": "string", "minLength": 1}},
+            "required": ["prompt"],
+            "additionalProperties": False,
+        },
+        execute,
+        replay=replay,
+    )
