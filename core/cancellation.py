@@ -151,6 +151,7 @@ def abort_ready(tx: Tx, task: Task) -> bool:
     task leave its wait)."""
     return (
         task.abort_requested
+        and task.id not in tx.invocations
         and task.status in (TaskStatus.PENDING, TaskStatus.WAITING)
         and not has_owned_work(tx.tasks, tx.conversations, task.id)
     )

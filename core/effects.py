@@ -174,6 +174,33 @@ class RunTool:
 
 
 @attrs.frozen(kw_only=True)
+class RunPhase:
+    """Run host code of a custom task: ``phases[phase]`` (mode ``run``) or its
+    abort handler (mode ``abort``), with the checkpoint it runs from.
+    Answers ``PhaseReturned`` once the handler returns or raises; meanwhile
+    the handler reports durable progress through ``TaskCommitted`` events."""
+
+    TAG: ClassVar[str] = "run_phase"
+    task_id: TaskId
+    kind: str
+    mode: str
+    checkpoint: dict[str, Json]
+
+
+@attrs.frozen(kw_only=True)
+class MigrateTask:
+    """Run the definition's ``migrate`` on a task stored at an older version.
+    Answers ``MigrationFinished``."""
+
+    TAG: ClassVar[str] = "migrate_task"
+    task_id: TaskId
+    kind: str
+    from_version: int
+    input: dict[str, Json]
+    checkpoint: dict[str, Json]
+
+
+@attrs.frozen(kw_only=True)
 class Cancel:
     """Cancel the in-flight invocation of a task (its Trio cancel scope)."""
 
@@ -199,8 +226,8 @@ class Respond:
     data: Json = None
 
 
-Effect: TypeAlias = Commit | CallModel | PrepareTool | RunTool | Cancel | Respond
-EFFECT_TYPES: tuple[type, ...] = (Commit, CallModel, PrepareTool, RunTool, Cancel, Respond)
+Effect: TypeAlias = Commit | CallModel | PrepareTool | RunTool | RunPhase | MigrateTask | Cancel | Respond
+EFFECT_TYPES: tuple[type, ...] = (Commit, CallModel, PrepareTool, RunTool, RunPhase, MigrateTask, Cancel, Respond)
 
 
 # --- the result of a step, and the builder handlers write into --------------
@@ -244,6 +271,9 @@ class Tx:
             submissions=self.submissions,
             conversations=self.conversations,
             catalog=self.catalog,
+            task_catalog=self.task_catalog,
+            invocations=self.invocations,
+            failed_migrations=self.failed_migrations,
             scheduling=self.scheduling,
             settings=self.settings,
         )
@@ -256,6 +286,9 @@ class Tx:
         self.submissions = state.submissions
         self.conversations = state.conversations
         self.catalog = state.catalog
+        self.task_catalog = state.task_catalog
+        self.invocations = state.invocations
+        self.failed_migrations = state.failed_migrations
         self.scheduling = state.scheduling
         self.settings = state.settings
         self._own: set[str] = set()

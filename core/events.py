@@ -25,11 +25,13 @@ from .model import (
     AgentConfig,
     ConversationId,
     Json,
+    Outcome,
     Settings,
     Submission,
     SubmissionId,
     Task,
     TaskId,
+    TaskInfo,
     ToolCall,
     ToolInfo,
     Usage,
@@ -51,6 +53,7 @@ class Opened:
     catalog: tuple[ToolInfo, ...] = ()
     resume: bool = True
     settings: Settings = Settings()
+    task_catalog: tuple[TaskInfo, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -77,6 +80,7 @@ class RegistryChanged:
     TAG: ClassVar[str] = "registry_changed"
     now: int
     catalog: tuple[ToolInfo, ...]
+    task_catalog: tuple[TaskInfo, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -185,6 +189,83 @@ class ConversationCreated:
 
 
 @attrs.frozen(kw_only=True)
+class TaskCreated:
+    """A custom task was created by the host (``harness.create_task``) or by a
+    running task (``runtime.create_task``: then ``owner`` is that task).
+    ``checkpoint`` is the definition's ``initial(input)``, computed by the shell."""
+
+    TAG: ClassVar[str] = "task_created"
+    now: int
+    ticket: int
+    kind: str
+    conversation_id: ConversationId
+    input: dict[str, Json]
+    checkpoint: dict[str, Json]
+    version: int = 1
+    owner: TaskId | None = None
+    background: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class TaskCommitted:
+    """``runtime.commit(...)`` from a running phase: the task's next state.
+
+    ``status``: ``running`` (new checkpoint), ``waiting`` (checkpoint, ``on``,
+    ``policy``), or ``terminal`` (``outcome``)."""
+
+    TAG: ClassVar[str] = "task_committed"
+    now: int
+    ticket: int
+    task_id: TaskId
+    status: str
+    checkpoint: dict[str, Json] | None = None
+    on: tuple[TaskId, ...] = ()
+    policy: str = "allSettled"
+    outcome: Outcome | None = None
+    mode: str = "run"
+
+
+@attrs.frozen(kw_only=True)
+class PhaseReturned:
+    """A custom task's phase (or abort handler) returned, or raised
+    (``error``), or was cancelled. ``ran`` is the checkpoint it ran from."""
+
+    TAG: ClassVar[str] = "phase_returned"
+    now: int
+    task_id: TaskId
+    mode: str
+    ran: dict[str, Json]
+    error: str | None = None
+    cancelled: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class MemoRequested:
+    """``memo(name)`` / ``memo(name, candidate)``: read, or first writer wins."""
+
+    TAG: ClassVar[str] = "memo_requested"
+    now: int
+    ticket: int
+    task_id: TaskId
+    name: str
+    candidate: Json = None
+    write: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class MigrationFinished:
+    """``MigrateTask`` finished: the migrated input and checkpoint, or an error."""
+
+    TAG: ClassVar[str] = "migration_finished"
+    now: int
+    task_id: TaskId
+    version: int
+    input: dict[str, Json] | None = None
+    checkpoint: dict[str, Json] | None = None
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class ModelResponded:
     """A model request (``CallModel``) ended with a complete message."""
 
@@ -268,6 +349,11 @@ Event: TypeAlias = (
     | ConversationAbortRequested
     | TaskAbortRequested
     | ConversationCreated
+    | TaskCreated
+    | TaskCommitted
+    | PhaseReturned
+    | MemoRequested
+    | MigrationFinished
     | ModelResponded
     | ModelFailed
     | ToolPrepared
@@ -289,6 +375,11 @@ EVENT_TYPES: tuple[type, ...] = (
     ConversationAbortRequested,
     TaskAbortRequested,
     ConversationCreated,
+    TaskCreated,
+    TaskCommitted,
+    PhaseReturned,
+    MemoRequested,
+    MigrationFinished,
     ModelResponded,
     ModelFailed,
     ToolPrepared,

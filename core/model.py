@@ -253,5 +253,16 @@ class ToolInfo:
     execution_mode: str = "parallel"  # "parallel" | "sequential"
 
 
+@attrs.frozen(kw_only=True)
+class TaskInfo:
+    """What the core knows of an installed custom task definition."""
+
+    kind: str
+    version: int = 1
+    phases: tuple[str, ...] = ()
+    has_abort: bool = False
+    has_migrate: bool = False
+
+
 class CoreInvariantError(Exception):
     """Raised by the core when its own invariants are broken: always a bug."""

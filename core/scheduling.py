@@ -28,11 +28,13 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
-from . import cancellation, generation, tools
+from . import cancellation, custom, generation, tools
 from .effects import Tx
 from .events import Opened, RegistryChanged, Resumed
 from .lifecycle import task_to
-from .model import GENERATION, TOOL, CoreInvariantError, Task, TaskStatus
+from .model import GENERATION, TOOL, CoreInvariantError, Task, TaskId, TaskStatus
+from .ownership import owned_work
+from .state import State
 
 RESERVE: Mapping[str, Callable[[Tx, Task], None]] = {
     GENERATION: generation.on_reserve,
@@ -47,10 +49,12 @@ ABORT: Mapping[str, Callable[[Tx, Task], None]] = {
 
 
 def is_runnable(tx: Tx, task: Task) -> bool:
+    if task.id in tx.invocations:
+        return False  # its host code is still out in the shell
     if task.abort_requested:
         return cancellation.abort_ready(tx, task)
-    if task.kind not in RESERVE:
-        return False
+    if task.kind not in RESERVE and custom.blocked_reason(tx, task) is not None:
+        return False  # blocked: stays live and visible, never dropped
     if task.status is TaskStatus.PENDING:
         return True
     if task.status is TaskStatus.WAITING:
@@ -60,13 +64,9 @@ def is_runnable(tx: Tx, task: Task) -> bool:
 
 def _dispatch(tx: Tx, task: Task) -> None:
     if task.abort_requested:
-        handler = ABORT.get(task.kind)
-        if handler is None:
-            cancellation.orphan(tx, task, "missing_task")
-        else:
-            handler(tx, task)
+        ABORT.get(task.kind, custom.on_abort)(tx, task)
     else:
-        RESERVE[task.kind](tx, task)
+        RESERVE.get(task.kind, custom.on_reserve)(tx, task)
 
 
 def run_pass(tx: Tx) -> None:
@@ -97,6 +97,9 @@ def on_opened(tx: Tx, ev: Opened) -> None:
         tasks={t.id: t for t in ev.tasks if t.status is not TaskStatus.TERMINAL},
         submissions={s.id: s for s in ev.submissions if not s.settled},
         catalog={i.name: i for i in ev.catalog},
+        task_catalog={i.kind: i for i in ev.task_catalog},
+        invocations=frozenset(),
+        failed_migrations={},
         scheduling=ev.resume,
         settings=ev.settings,
         opened=True,
@@ -112,3 +115,63 @@ def on_resumed(tx: Tx, ev: Resumed) -> None:
 
 def on_registry_changed(tx: Tx, ev: RegistryChanged) -> None:
     tx.catalog = {i.name: i for i in ev.catalog}
+    tx.task_catalog = {i.kind: i for i in ev.task_catalog}
+    # a failed migration is retried once a different version is installed
+    tx.failed_migrations = {
+        tid: v
+        for tid, v in tx.failed_migrations.items()
+        if (t := tx.tasks.get(tid)) is not None
+        and (info := tx.task_catalog.get(t.kind)) is not None
+        and info.version == v
+    }
+
+
+@attrs.frozen(kw_only=True)
+class TaskInspection:
+    """One live task as ``harness.inspect()`` shows it."""
+
+    task_id: TaskId
+    kind: str
+    conversation_id: int
+    owner: TaskId | None
+    state: str  # running | waiting | ready | completing | blocked
+    phase: str | None
+    on: tuple[TaskId, ...] = ()
+    reason: str | None = None
+    abort_requested: bool = False
+
+
+def inspect_tasks(state: State) -> tuple[TaskInspection, ...]:
+    """Derived, read-only: why each live task is where it is."""
+    tx = Tx(state, 0)
+    out = []
+    for task in sorted(state.tasks.values(), key=lambda t: t.id):
+        on: tuple[TaskId, ...] = ()
+        reason = None
+        if task.status is TaskStatus.COMPLETING:
+            kind = "completing"
+        elif task.status is TaskStatus.RUNNING or task.id in state.invocations:
+            kind = "running"
+        elif task.abort_requested:
+            below = tuple(t.id for t in owned_work(state.tasks, state.conversations, task.id))
+            kind, on = ("waiting", below) if below else ("ready", ())
+        elif task.kind not in RESERVE and (reason := custom.blocked_reason(tx, task)) is not None:
+            kind = "blocked"
+        elif task.status is TaskStatus.WAITING and any(t in state.tasks for t in task.on):
+            kind, on = "waiting", tuple(t for t in task.on if t in state.tasks)
+        else:
+            kind = "ready"
+        out.append(
+            TaskInspection(
+                task_id=task.id,
+                kind=task.kind,
+                conversation_id=task.conversation_id,
+                owner=task.owner,
+                state=kind,
+                phase=task.phase,
+                on=on,
+                reason=reason,
+                abort_requested=task.abort_requested,
+            )
+        )
+    return tuple(out)

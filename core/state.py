@@ -36,6 +36,7 @@ from .model import (
     SubmissionId,
     Task,
     TaskId,
+    TaskInfo,
     ToolInfo,
 )
 
@@ -111,6 +112,15 @@ class State:
     #: Unsettled submissions only.
     submissions: Mapping[SubmissionId, Submission] = attrs.field(factory=dict)
     catalog: Mapping[str, ToolInfo] = attrs.field(factory=dict)
+    #: Installed custom task definitions by kind.
+    task_catalog: Mapping[str, TaskInfo] = attrs.field(factory=dict)
+    #: Custom tasks whose phase (or abort handler, or migration) is out in the
+    #: shell right now; their status may change (runtime.commit) before the
+    #: invocation ends, so status alone cannot say "in flight".
+    invocations: frozenset[TaskId] = frozenset()
+    #: task id -> installed version whose migration of it failed (blocked
+    #: until a different definition is installed).
+    failed_migrations: Mapping[TaskId, int] = attrs.field(factory=dict)
     #: False until the host resumes scheduling (Harness.open(resume=False)).
     scheduling: bool = False
     settings: Settings = Settings()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import admission, cancellation, generation, scheduling, tools
+from . import admission, cancellation, custom, generation, scheduling, tools
 from .effects import Step, Tx
 from .events import (
     EVENT_TYPES,
@@ -21,6 +21,11 @@ from .events import (
     ConversationCreated,
     Event,
     InputSubmitted,
+    MemoRequested,
+    MigrationFinished,
+    PhaseReturned,
+    TaskCommitted,
+    TaskCreated,
     SettingsChanged,
     SubmissionAbortRequested,
     WriteSubmitted,
@@ -52,6 +57,11 @@ HANDLERS: Mapping[type, Callable[[Tx, Any], None]] = {
     ConversationAbortRequested: cancellation.on_conversation_abort_requested,
     TaskAbortRequested: cancellation.on_task_abort_requested,
     ConversationCreated: cancellation.on_conversation_created,
+    TaskCreated: custom.on_task_created,
+    TaskCommitted: custom.on_task_committed,
+    PhaseReturned: custom.on_phase_returned,
+    MemoRequested: custom.on_memo_requested,
+    MigrationFinished: custom.on_migration_finished,
     ModelResponded: generation.on_model_responded,
     ModelFailed: generation.on_model_failed,
     ToolPrepared: tools.on_tool_prepared,

@@ -19,6 +19,9 @@ from .harness import (
 )
 from .registry import (
     Extension,
+    Progress,
+    TaskDefinition,
+    define_task,
     Registry,
     ToolCallContext,
     ToolDefinition,
@@ -27,6 +30,7 @@ from .registry import (
     define_tool,
 )
 from .runtime import Hooks
+from .tasks import HookContext, TaskCommitError, TaskRuntime
 from .storage import MemoryStorage, SqliteStorage, open_sqlite_storage
 from .subagents import define_subagent_tool
 from .tools.coding import coding_tools
@@ -47,7 +51,12 @@ __all__ = [
     "MemoryStorage",
     "ModelRef",
     "NotFound",
+    "Progress",
     "Registry",
+    "TaskDefinition",
+    "TaskRuntime",
+    "HookContext",
+    "define_task",
     "Settings",
     "SqliteStorage",
     "StorageError",

@@ -19,6 +19,7 @@ from pidurable.core.context import Message, context_messages
 from pidurable.core.effects import Respond
 from pidurable.core.admission import check_settings
 from pidurable.core.ownership import conversation_is_idle
+from pidurable.core.scheduling import TaskInspection, inspect_tasks
 from pidurable.core.events import (
     AgentConfigured,
     ConversationAbortRequested,
@@ -47,6 +48,7 @@ from pidurable.core.state import AGENT_DOC, INBOX_DOC, LIVE_DOC
 
 from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound
 from .registry import Registry
+from .tasks import create_task
 from .runtime import Hooks, Runtime
 from .storage.base import Storage
 
@@ -275,7 +277,9 @@ class Harness:
         harness = cls(rt)
         rt.harness = harness
         unsubscribe = registry.subscribe(
-            lambda: rt.send(RegistryChanged(now=rt.clock(), catalog=registry.catalog()))
+            lambda: rt.send(
+                RegistryChanged(now=rt.clock(), catalog=registry.catalog(), task_catalog=registry.task_catalog())
+            )
         )
         try:
             async with trio.open_nursery() as nursery:
@@ -292,6 +296,7 @@ class Harness:
                         catalog=registry.catalog(),
                         resume=resume,
                         settings=settings,
+                        task_catalog=registry.task_catalog(),
                     )
                 )
                 try:
@@ -407,6 +412,23 @@ class Harness:
             )
         )
         return Conversation(ConversationId(_unwrap(resp)), self._rt)
+
+    async def create_task(
+        self,
+        kind: str,
+        input: dict[str, Any] | None = None,
+        *,
+        conversation_id: int = 1,
+        background: bool = False,
+    ) -> int:
+        """Create a custom task (its definition must be installed); returns
+        its id once durable. It runs when scheduling is on."""
+        return await create_task(self._rt, kind, input or {}, conversation_id, background=background)
+
+    async def inspect(self) -> list[TaskInspection]:
+        """Every live task's derived state: ``running``, ``waiting`` (on live
+        ids), ``ready``, ``completing``, or ``blocked`` with a reason."""
+        return list(inspect_tasks(self._rt.state))
 
     async def conversations_owned_by(self, task_id: int) -> list[Conversation]:
         return [

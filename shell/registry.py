@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 import jsonschema
 
-from pidurable.core.model import ToolInfo
+from pidurable.core.model import TaskInfo, ToolInfo
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 
@@ -145,15 +145,100 @@ def define_tool(
 
 
 @attrs.frozen(kw_only=True)
+class Progress:
+    """What a custom task phase may return instead of calling
+    ``runtime.commit``: its next state (``running`` with a new checkpoint,
+    ``waiting`` on tasks, or ``terminal`` with an outcome)."""
+
+    status: str
+    checkpoint: dict[str, Any] | None = None
+    on: tuple[int, ...] = ()
+    policy: str = "allSettled"
+    outcome: Any = None
+
+
+Phase = Callable[[Any, Any], Awaitable["Progress | None"]]
+
+
+@attrs.frozen(kw_only=True)
+class TaskDefinition:
+    """A custom task kind: ``initial(input) -> checkpoint`` and one async
+    handler per phase, ``phase(task, runtime) -> Progress | None``."""
+
+    kind: str
+    initial: Callable[[dict[str, Any]], dict[str, Any]]
+    phases: dict[str, Phase]
+    version: int = 1
+    abort: Phase | None = None
+    migrate: Callable[[dict[str, Any], dict[str, Any], int], tuple[dict[str, Any], dict[str, Any]]] | None = None
+
+    def info(self) -> TaskInfo:
+        return TaskInfo(
+            kind=self.kind,
+            version=self.version,
+            phases=tuple(self.phases),
+            has_abort=self.abort is not None,
+            has_migrate=self.migrate is not None,
+        )
+
+
+def define_task(
+    kind: str,
+    initial: Callable[[dict[str, Any]], dict[str, Any]],
+    phases: dict[str, Phase],
+    version: int = 1,
+    abort: Phase | None = None,
+    migrate: Callable[[dict[str, Any], dict[str, Any], int], tuple[dict[str, Any], dict[str, Any]]] | None = None,
+) -> TaskDefinition:
+    """Define a custom durable task kind (see docs/custom-tasks.md)."""
+    if not isinstance(kind, str) or not _NAME.match(kind) or kind.startswith("pi."):
+        raise ValueError(f"Task kind {kind!r} must match {_NAME.pattern} and not start with 'pi.'")
+    if not isinstance(version, int) or version < 1:
+        raise ValueError(f"Task {kind}: version must be a positive integer")
+    if not phases or not all(isinstance(k, str) and callable(v) for k, v in phases.items()):
+        raise ValueError(f"Task {kind}: phases must map phase names to async functions")
+    if not callable(initial):
+        raise TypeError(f"Task {kind}: initial must be a function input -> checkpoint")
+    return TaskDefinition(
+        kind=kind, initial=initial, phases=dict(phases), version=version, abort=abort, migrate=migrate
+    )
+
+
+#: The hooks an extension may define, and what each receives.
+HOOK_NAMES = ("before_tool", "after_tool", "before_request")
+
+
+@attrs.frozen(kw_only=True)
 class Extension:
-    """A named bundle of tools (hooks, sections and tasks arrive later)."""
+    """A named bundle of tools, task definitions and hooks."""
 
     name: str
     tools: tuple[ToolDefinition, ...] = ()
+    tasks: tuple[TaskDefinition, ...] = ()
+    hooks: dict[str, Callable[..., Awaitable[Any]]] = attrs.field(factory=dict)
 
 
-def define_extension(name: str, *, tools: Iterable[ToolDefinition] = ()) -> Extension:
-    return Extension(name=name, tools=tuple(tools))
+def define_extension(
+    name: str,
+    *,
+    sections: Iterable[Any] = (),
+    tools: Iterable[ToolDefinition] = (),
+    hooks: dict[str, Callable[..., Awaitable[Any]]] | None = None,
+    tasks: Iterable[TaskDefinition] = (),
+) -> Extension:
+    """``hooks``: ``before_tool(ctx, call) -> dict | None`` (new arguments;
+    raising blocks the call: "Tool call blocked: <message>"),
+    ``after_tool(ctx, call, result) -> ToolResult | None``,
+    ``before_request(ctx, messages) -> list | None`` (this request only)."""
+    if tuple(sections):
+        raise ValueError(f"Extension {name}: prompt sections are not supported yet")
+    hooks = dict(hooks or {})
+    for hook_name, fn in hooks.items():
+        if hook_name not in HOOK_NAMES:
+            raise ValueError(f"Extension {name}: unknown hook {hook_name!r} (known: {', '.join(HOOK_NAMES)})")
+        if not callable(fn):
+            raise TypeError(f"Extension {name}: hook {hook_name} must be an async function")
+    return Extension(name=name, tools=tuple(tools), tasks=tuple(tasks), hooks=hooks)
 
 
 class Registry:
@@ -168,9 +253,11 @@ class Registry:
         self._extensions: dict[str, Extension] = {}
         self._listeners: list[Callable[[], None]] = []
 
-    def install(self, item: Extension | ToolDefinition | Iterable[ToolDefinition]) -> None:
+    def install(self, item: Extension | ToolDefinition | TaskDefinition | Iterable[ToolDefinition]) -> None:
         if isinstance(item, ToolDefinition):
             ext = Extension(name=item.name, tools=(item,))
+        elif isinstance(item, TaskDefinition):
+            ext = Extension(name=item.kind, tasks=(item,))
         elif isinstance(item, Extension):
             ext = item
         else:
@@ -183,6 +270,10 @@ class Registry:
         names = [t.name for t in ext.tools]
         if len(names) != len(set(names)):
             raise ValueError(f"Extension {ext.name} defines a tool name twice")
+        kinds = [t.kind for t in ext.tasks]
+        others = {t.kind for e in self._extensions.values() if e.name != ext.name for t in e.tasks}
+        if len(kinds) != len(set(kinds)) or others & set(kinds):
+            raise ValueError(f"Extension {ext.name}: a task kind is defined twice")
         self._extensions[ext.name] = ext
         self._changed()
 
@@ -204,6 +295,20 @@ class Registry:
 
     def catalog(self) -> tuple[ToolInfo, ...]:
         return tuple(t.info() for t in self.tools().values())
+
+    def task(self, kind: str) -> TaskDefinition | None:
+        for ext in self._extensions.values():
+            for t in ext.tasks:
+                if t.kind == kind:
+                    return t
+        return None
+
+    def task_catalog(self) -> tuple[TaskInfo, ...]:
+        return tuple(t.info() for ext in self._extensions.values() for t in ext.tasks)
+
+    def hooks(self, name: str) -> list[Callable[..., Awaitable[Any]]]:
+        """The hooks of that name, in extension install order."""
+        return [ext.hooks[name] for ext in self._extensions.values() if name in ext.hooks]
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
         self._listeners.append(listener)

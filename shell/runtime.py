@@ -37,17 +37,21 @@ from pidurable.core.effects import (
     Cancel,
     Commit,
     Effect,
+    MigrateTask,
     PrepareTool,
     PutEntry,
     PutSubmission,
     PutTask,
     Respond,
+    RunPhase,
     RunTool,
 )
 from pidurable.core.events import (
     Event,
     InputSubmitted,
+    MigrationFinished,
     ModelFailed,
+    PhaseReturned,
     SubmissionAbortRequested,
     TaskAbortRequested,
     WriteSubmitted,
@@ -57,12 +61,15 @@ from pidurable.core.events import (
     ToolPrepared,
     ToolRejected,
 )
-from pidurable.core.model import TaskId
+from pidurable.core.model import TaskId, ToolCall
 from pidurable.core.state import State
 
 from .context_cache import ContextCache
 from .providers.base import ModelError, ModelRequest, ToolSpec
-from .registry import Registry, ToolCallContext, ToolResult
+from .errors import InvalidInput
+from .registry import Progress, Registry, ToolCallContext, ToolResult
+from .storage import codec
+from .tasks import HookContext, TaskCommitError, TaskRuntime
 from .storage.base import Storage
 
 
@@ -324,11 +331,22 @@ class Runtime:
 
     def _prepare_tool(self, effect: PrepareTool) -> None:
         # Resolution and validation are short and bounded: done inline, the
-        # answer is the next event (no task spawn per call).
-        self._do_prepare_tool(effect)
+        # answer is the next event (no task spawn per call). Before-tool hooks
+        # are host code (async): then it runs as a child like any long effect.
+        if self.registry.hooks("before_tool"):
+            self._spawn(effect.task_id, self._do_prepare_with_hooks, effect)
+        else:
+            self._do_prepare_tool(effect)
 
     def _run_tool(self, effect: RunTool) -> None:
         self._spawn(effect.task_id, self._do_run_tool, effect)
+
+    def _run_phase(self, effect: RunPhase) -> None:
+        task = self.state.tasks.get(effect.task_id)  # read at dispatch, never written
+        self._spawn(effect.task_id, self._do_run_phase, (effect, task))
+
+    def _migrate_task(self, effect: MigrateTask) -> None:
+        self._spawn(effect.task_id, self._do_migrate, effect)
 
     # --- long effects (children of the nursery) --------------------------------
     async def _do_call_model(self, effect: CallModel) -> None:
@@ -356,6 +374,7 @@ class Runtime:
             task_id=effect.task_id,
             attempt=effect.attempt,
         )
+        request = await self._before_request(request)
         try:
             reply = await provider.complete(request)
         except ModelError as e:
@@ -391,25 +410,143 @@ class Runtime:
             )
         )
 
-    def _do_prepare_tool(self, effect: PrepareTool) -> None:
-        def reject(code: str, message: str) -> None:
-            self.send(ToolRejected(now=self.clock(), task_id=effect.task_id, code=code, message=message))
-
+    def _resolve_call(self, effect: PrepareTool) -> tuple[Any, Any] | None:
+        """The call and its tool, or None after sending the rejection."""
         entry = self.context.entry(effect.assistant_entry_id) or self.storage.entry(effect.assistant_entry_id)
         call = None if entry is None else next((c for c in entry.tool_calls if c.id == effect.call_id), None)
         if call is None:
-            reject("invalid_call", f"Tool call {effect.call_id} not found in entry {effect.assistant_entry_id}")
-            return
+            self._reject(effect, "invalid_call", f"Tool call {effect.call_id} not found in entry {effect.assistant_entry_id}")
+            return None
         tool = self.registry.tool(call.name)
         if tool is None:
-            reject("tool_unavailable", f"Tool {call.name} is not available")
-            return
+            self._reject(effect, "tool_unavailable", f"Tool {call.name} is not available")
+            return None
         problem = tool.validate(call.arguments)
         if problem is not None:
-            reject("invalid_arguments", f"Invalid arguments for tool {call.name}: {problem}")
+            self._reject(effect, "invalid_arguments", f"Invalid arguments for tool {call.name}: {problem}")
+            return None
+        return call, tool
+
+    def _reject(self, effect: PrepareTool, code: str, message: str) -> None:
+        self.send(ToolRejected(now=self.clock(), task_id=effect.task_id, code=code, message=message))
+
+    def _do_prepare_tool(self, effect: PrepareTool) -> None:
+        resolved = self._resolve_call(effect)
+        if resolved is None:
             return
+        call, tool = resolved
         self.send(
             ToolPrepared(now=self.clock(), task_id=effect.task_id, arguments=dict(call.arguments), replay=tool.replay)
+        )
+
+    async def _do_prepare_with_hooks(self, effect: PrepareTool) -> None:
+        resolved = self._resolve_call(effect)
+        if resolved is None:
+            return
+        call, tool = resolved
+        ctx = HookContext(effect.task_id, effect.conversation_id, self.harness, self)
+        arguments = dict(call.arguments)
+        for hook in self.registry.hooks("before_tool"):
+            try:
+                changed = await hook(ctx, attrs.evolve(call, arguments=arguments))
+            except Exception as e:  # a raising hook blocks the call
+                self._reject(effect, "blocked", f"Tool call blocked: {e}")
+                return
+            if changed is not None:
+                arguments = dict(changed)
+        problem = tool.validate(arguments)
+        if problem is not None:
+            self._reject(effect, "invalid_arguments", f"Invalid arguments for tool {call.name}: {problem}")
+            return
+        self.send(ToolPrepared(now=self.clock(), task_id=effect.task_id, arguments=arguments, replay=tool.replay))
+
+    async def _before_request(self, request: ModelRequest) -> ModelRequest:
+        """``before_request`` hooks may replace the messages of this request
+        only (nothing is stored)."""
+        hooks = self.registry.hooks("before_request")
+        if not hooks:
+            return request
+        ctx = HookContext(request.task_id, request.conversation_id, self.harness, self)
+        messages = list(request.messages)
+        for hook in hooks:
+            try:
+                replaced = await hook(ctx, list(messages))
+            except Exception:
+                continue
+            if replaced is not None:
+                messages = list(replaced)
+        return attrs.evolve(request, messages=tuple(messages))
+
+    async def _after_tool(self, effect: RunTool, ctx: ToolCallContext, result: ToolResult) -> Any:
+        hooks = self.registry.hooks("after_tool")
+        if not hooks:
+            return result
+        hctx = HookContext(effect.task_id, effect.conversation_id, self.harness, self)
+        call = ToolCall(id=effect.call_id, name=effect.name, arguments=dict(effect.arguments))
+        for hook in hooks:
+            try:
+                replaced = await hook(hctx, call, result)
+            except Exception:  # an observer failing does not fail the call
+                continue
+            if isinstance(replaced, str):
+                replaced = ToolResult(text=replaced)
+            if isinstance(replaced, ToolResult):
+                result = replaced
+        return result
+
+    async def _do_run_phase(self, job: tuple[RunPhase, Any]) -> None:
+        effect, task = job
+        ran = dict(effect.checkpoint)
+
+        def returned(error: str | None = None, cancelled: bool = False) -> None:
+            self.send(
+                PhaseReturned(
+                    now=self.clock(), task_id=effect.task_id, mode=effect.mode, ran=ran, error=error, cancelled=cancelled
+                )
+            )
+
+        definition = self.registry.task(effect.kind)
+        if definition is None or task is None:
+            returned(error=f"Task {effect.task_id}: no definition of {effect.kind} is installed")
+            return
+        handler = definition.abort if effect.mode == "abort" else definition.phases.get(str(ran.get("phase")))
+        if handler is None:
+            returned(error=f"Task {effect.task_id}: {effect.kind} has no handler for {ran.get('phase')!r}")
+            return
+        runtime = TaskRuntime(self, attrs.evolve(task, checkpoint=ran), effect.mode)
+        try:
+            progress = await handler(attrs.evolve(task, checkpoint=ran), runtime)
+            if isinstance(progress, Progress):
+                await runtime.commit(
+                    progress.status,
+                    checkpoint=progress.checkpoint,
+                    on=progress.on,
+                    policy=progress.policy,
+                    outcome=progress.outcome,
+                )
+        except trio.Cancelled:
+            returned(cancelled=True)
+            raise
+        except Exception as e:  # host code failed: the task faults, the harness goes on
+            returned(error=f"{type(e).__name__}: {e}" if not isinstance(e, (TaskCommitError, InvalidInput)) else str(e))
+            return
+        returned()
+
+    async def _do_migrate(self, effect: MigrateTask) -> None:
+        definition = self.registry.task(effect.kind)
+        version = definition.version if definition is not None else effect.from_version
+        try:
+            if definition is None or definition.migrate is None:
+                raise RuntimeError(f"no migrate() for {effect.kind}")
+            new_input, new_checkpoint = definition.migrate(dict(effect.input), dict(effect.checkpoint), effect.from_version)
+            codec.dumps([new_input, new_checkpoint])
+        except Exception as e:
+            self.send(MigrationFinished(now=self.clock(), task_id=effect.task_id, version=version, error=str(e)))
+            return
+        self.send(
+            MigrationFinished(
+                now=self.clock(), task_id=effect.task_id, version=version, input=new_input, checkpoint=new_checkpoint
+            )
         )
 
     async def _do_run_tool(self, effect: RunTool) -> None:
@@ -435,6 +572,8 @@ class Runtime:
             return
         if isinstance(result, str):
             result = ToolResult(text=result)
+        if isinstance(result, ToolResult):
+            result = await self._after_tool(effect, ctx, result)
         if not isinstance(result, ToolResult):
             self.send(
                 ToolFailed(
@@ -452,6 +591,8 @@ INTERPRETERS: dict[type, Callable[[Runtime, Any], None]] = {
     CallModel: Runtime._call_model,
     PrepareTool: Runtime._prepare_tool,
     RunTool: Runtime._run_tool,
+    RunPhase: Runtime._run_phase,
+    MigrateTask: Runtime._migrate_task,
     Cancel: Runtime._cancel,
     Respond: Runtime._respond,
 }

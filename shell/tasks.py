@@ -1,0 +1,193 @@
+"""What host code of a task sees: ``TaskRuntime`` (phases) and ``HookContext``.
+
+Every durable operation here is an event to the reducer, answered after its
+commit: ``commit`` (the task's next state), ``create_task`` (an owned child
+task), ``memo`` (first writer wins). Values must be strict JSON; anything else
+is refused here with a readable error (the phase then faults) instead of
+reaching the store.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+import trio
+
+from pidurable.core.events import MemoRequested, TaskCommitted, TaskCreated
+from pidurable.core.model import ConversationId, Outcome, OutcomeStatus, TaskId
+
+from .errors import InvalidInput
+from .storage import codec
+
+_MISSING: Any = object()
+
+
+class TaskCommitError(Exception):
+    """``runtime.commit`` was refused (the phase then faults with this text)."""
+
+
+def check_json(value: Any, what: str) -> None:
+    try:
+        codec.dumps(value)
+    except (TypeError, ValueError) as e:
+        raise InvalidInput(f"{what} must be strict JSON: {e}") from None
+
+
+def _outcome(value: Any) -> Outcome:
+    if isinstance(value, Outcome):
+        return value
+    if isinstance(value, dict) and "status" in value:
+        try:
+            status = OutcomeStatus(value["status"])
+        except ValueError:
+            raise InvalidInput(f"unknown outcome status {value['status']!r}") from None
+        return Outcome(status=status, result=value.get("result"), error=value.get("error"))
+    raise InvalidInput("outcome must be an Outcome or a dict with a 'status'")
+
+
+async def memo(rt: Any, task_id: int, name: str, candidate: Any = _MISSING) -> Any:
+    """Read the memo ``name`` of a task, or set it if absent (first writer
+    wins, survives restarts, dropped when the task ends)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidInput("a memo name must be a non-empty string")
+    write = candidate is not _MISSING
+    if write:
+        check_json(candidate, f"memo {name!r}")
+    resp = await rt.request(
+        lambda ticket, now: MemoRequested(
+            now=now,
+            ticket=ticket,
+            task_id=TaskId(task_id),
+            name=name,
+            candidate=candidate if write else None,
+            write=write,
+        )
+    )
+    if resp.error_kind is not None:
+        raise TaskCommitError(resp.error or "memo refused")
+    return resp.data
+
+
+@attrs.frozen
+class HookContext:
+    """Given to hooks: who asks, and the asking task's memos."""
+
+    task_id: int
+    conversation_id: int
+    harness: Any
+    _rt: Any = attrs.field(repr=False)
+
+    async def memo(self, name: str, candidate: Any = _MISSING) -> Any:
+        return await memo(self._rt, self.task_id, name, candidate)
+
+
+class TaskRuntime:
+    """The durable operations a custom task phase (or abort handler) may use."""
+
+    def __init__(self, rt: Any, task: Any, mode: str) -> None:
+        self._rt = rt
+        self.task_id: int = task.id
+        self.conversation_id: ConversationId = task.conversation_id
+        self.mode = mode
+        self.harness = rt.harness
+
+    def now(self) -> int:
+        """The harness clock, in milliseconds."""
+        return int(self._rt.clock())
+
+    async def commit(
+        self,
+        status: str = "running",
+        *,
+        checkpoint: dict[str, Any] | None = None,
+        on: tuple[int, ...] | list[int] = (),
+        policy: str = "allSettled",
+        outcome: Any = None,
+    ) -> None:
+        """Store the task's next state (one commit): ``running`` with a new
+        ``checkpoint``, ``waiting`` on task ids, or ``terminal`` with an
+        ``outcome`` (``{"status": "completed"|"failed"|"aborted", "result":
+        ..., "error": ...}``)."""
+        if status in ("running", "waiting"):
+            if not isinstance(checkpoint, dict):
+                raise InvalidInput(f"commit({status!r}) needs a checkpoint dict with a 'phase'")
+            check_json(checkpoint, "checkpoint")
+        out = None
+        if status == "terminal":
+            out = _outcome(outcome)
+            check_json(out.result, "outcome result")
+            check_json(out.error, "outcome error")
+        ids = tuple(TaskId(int(t)) for t in on)
+        for tid in ids:
+            if self._rt.storage.task(tid) is None:
+                raise TaskCommitError(f"Task {tid} does not exist")
+        resp = await self._rt.request(
+            lambda ticket, now: TaskCommitted(
+                now=now,
+                ticket=ticket,
+                task_id=TaskId(self.task_id),
+                status=status,
+                checkpoint=checkpoint,
+                on=ids,
+                policy=policy,
+                outcome=out,
+                mode=self.mode,
+            )
+        )
+        if resp.error_kind is not None:
+            raise TaskCommitError(resp.error or "commit refused")
+
+    async def create_task(self, kind: str, input: dict[str, Any] | None = None) -> int:
+        """Create a custom task owned by this one (in its conversation)."""
+        return await create_task(self._rt, kind, input or {}, self.conversation_id, owner=self.task_id)
+
+    async def memo(self, name: str, candidate: Any = _MISSING) -> Any:
+        return await memo(self._rt, self.task_id, name, candidate)
+
+    async def sleep(self, until: int) -> None:
+        """Wait until the harness clock reaches ``until`` (ms). Store the
+        deadline in a checkpoint first: after a restart only the remaining
+        time is waited."""
+        remaining = (until - self.now()) / 1000
+        if remaining > 0 and math.isfinite(remaining):
+            await trio.sleep(remaining)
+
+
+async def create_task(
+    rt: Any,
+    kind: str,
+    input: dict[str, Any],
+    conversation_id: int,
+    *,
+    owner: int | None = None,
+    background: bool = False,
+) -> int:
+    definition = rt.registry.task(kind)
+    if definition is None:
+        raise InvalidInput(f"No task definition {kind!r} is installed")
+    check_json(input, "task input")
+    checkpoint = definition.initial(dict(input))
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("phase"), str):
+        raise InvalidInput(f"{kind}.initial() must return a dict with a string 'phase'")
+    if checkpoint["phase"] not in definition.phases:
+        raise InvalidInput(f"{kind}.initial() returned phase {checkpoint['phase']!r}, which it does not define")
+    check_json(checkpoint, "initial checkpoint")
+    resp = await rt.request(
+        lambda ticket, now: TaskCreated(
+            now=now,
+            ticket=ticket,
+            kind=kind,
+            conversation_id=ConversationId(conversation_id),
+            input=dict(input),
+            checkpoint=checkpoint,
+            version=definition.version,
+            owner=None if owner is None else TaskId(owner),
+            background=background,
+        )
+    )
+    if resp.error_kind is not None:
+        raise InvalidInput(resp.error or "task creation refused")
+    assert resp.value is not None
+    return resp.value
