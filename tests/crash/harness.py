@@ -95,6 +95,8 @@ class Scenario:
     #: Extra assertions on the uninterrupted run's store (what the scenario
     #: is about: e.g. the abort really aborted).
     baseline_check: Callable[[Any], None] | None = None
+    #: Assertions every run must meet, crashed or not.
+    final_check: Callable[[Any], None] | None = None
 
 
 @attrs.define
@@ -173,6 +175,8 @@ def check_all(storage: Any, scenario: Scenario, world: World, lives: Sequence[Li
     invariants.withdrawn_input_never_placed(storage)
     invariants.one_child_per_owner(storage)
     invariants.memo_never_changes(storage)
+    if scenario.final_check is not None:
+        scenario.final_check(storage)
     if expected is not None and scenario.same_outcome:
         invariants.same_outcome_as_uninterrupted(entries, expected, scenario.unsafe)
     invariants.replay_is_deterministic(storage)

@@ -7,7 +7,7 @@ from typing import Any
 import trio
 
 from pidurable.core.model import AgentConfig, ModelRef
-from pidurable.shell import Input, Write, define_subagent_tool, define_tool
+from pidurable.shell import Input, Progress, Write, define_extension, define_subagent_tool, define_task, define_tool
 from pidurable.shell.providers import reply, tool_call
 
 from harness import Scenario, World, counting_tool, register_script, until
@@ -294,3 +294,113 @@ register_script("subagent", _subagent_script)
 
 ISSUE3 = (ABORT_TOOL, STEER, WRITE_DURING_RUN, SUBAGENT)
 ALL = ALL + ISSUE3
+
+
+# --- custom tasks with sleep and memo; the approval hook ------------------------
+
+
+def _countdown_tasks(world: World) -> list[Any]:
+    async def start(task: Any, rt: Any) -> None:
+        child = await rt.create_task("pidtest_child", {"x": task.input["n"]})
+        until = rt.now() + 20
+        await rt.commit("waiting", checkpoint={"phase": "sleeping", "until": until, "child": child}, on=[child])
+
+    async def sleeping(task: Any, rt: Any) -> None:
+        await rt.sleep(task.checkpoint["until"])
+        world.runs[("sleeping", task.id)] += 1
+        token = await rt.memo("token")
+        if token is None:
+            world.flags["token_draws"] = world.flags.get("token_draws", 0) + 1
+            token = await rt.memo("token", f"token-{world.flags['token_draws']}")
+        world.flags["token_seen"] = token
+        await rt.commit(checkpoint={"phase": "finish", "until": task.checkpoint["until"], "token": token})
+
+    async def finish(task: Any, rt: Any) -> None:
+        assert await rt.memo("token") == task.checkpoint["token"], "MemoNeverChanges"
+        await rt.commit("terminal", outcome={"status": "completed", "result": {"token": task.checkpoint["token"]}})
+
+    async def child(task: Any, rt: Any) -> Any:
+        world.runs[("child", task.id)] += 1
+        return Progress(status="terminal", outcome={"status": "completed", "result": {"x2": task.input["x"] * 2}})
+
+    return [
+        define_task("pidtest_countdown", lambda i: {"phase": "start"}, {"start": start, "sleeping": sleeping, "finish": finish}),
+        define_task("pidtest_child", lambda i: {"phase": "run"}, {"run": child}),
+    ]
+
+
+class _TaskWait:
+    def __init__(self, h: Any, task_id: int) -> None:
+        self.h, self.task_id = h, task_id
+
+    async def wait(self) -> Any:
+        return await self.h.wait_for_task(self.task_id)
+
+
+async def _custom_host(h: Any, conv: Any, world: World) -> list[Any]:
+    """Create the countdown task once (a host checks the store before it
+    creates again after a restart), then wait for it."""
+    existing = [t for t in await h.tasks() if t.kind == "pidtest_countdown"]
+    task_id = existing[0].id if existing else await h.create_task("pidtest_countdown", {"n": 21})
+    return [_TaskWait(h, task_id)]
+
+
+def _check_custom(storage: Any) -> None:
+    task = next(t for t in storage.tasks() if t.kind == "pidtest_countdown")
+    assert task.status == "terminal" and task.outcome.status == "completed"
+    assert task.outcome.result == {"token": "token-1"}
+    assert task.memos is None  # dropped at terminal
+    child = next(t for t in storage.tasks() if t.kind == "pidtest_child")
+    assert child.owner == task.id and child.outcome.result == {"x2": 42}
+
+
+def _check_custom_any(storage: Any) -> None:
+    task = next(t for t in storage.tasks() if t.kind == "pidtest_countdown")
+    assert task.outcome is not None and task.outcome.status == "completed", task.outcome
+    assert str(task.outcome.result["token"]).startswith("token-")
+
+
+CUSTOM_TASK = Scenario(
+    name="custom_task",
+    script=(),
+    tools=_countdown_tasks,
+    host=_custom_host,
+    same_outcome=False,
+    baseline_check=_check_custom,
+    final_check=_check_custom_any,
+)
+register_script("custom_task", lambda request: reply(text="unused"))
+
+
+def _approval_tools(world: World) -> list[Any]:
+    async def approve(ctx: Any, call: Any) -> Any:
+        if call.name != "deploy":
+            return None
+        decision = await ctx.memo("approval:decision")
+        if decision is None:
+            assert not world.flags.get("approved"), "an approval given before a crash was asked again"
+            world.flags["asks"] = world.flags.get("asks", 0) + 1
+            decision = await ctx.memo("approval:decision", "approved")
+            world.flags["approved"] = True
+        if decision != "approved":
+            raise RuntimeError(f"deploy not approved ({decision})")
+        return None
+
+    guard = define_extension("approval", hooks={"before_tool": approve})
+    return [counting_tool(world, "deploy", replay="unsafe"), guard]
+
+
+def _check_approval(storage: Any) -> None:
+    results = [e for e in storage.entries(1) if e.kind == "tool_result"]
+    assert [r.text for r in results] == ["deploy ok []"]
+
+
+APPROVAL = Scenario(
+    name="approval_hook",
+    script=(reply(tool_calls=[tool_call("deploy")]), reply(text="Deployed after approval.")),
+    tools=_approval_tools,
+    unsafe=("deploy",),
+    baseline_check=_check_approval,
+)
+
+ALL = ALL + (CUSTOM_TASK, APPROVAL)
