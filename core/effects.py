@@ -32,7 +32,7 @@ from .model import (
     TaskId,
     TaskStatus,
 )
-from .state import ConvState, InboxItem, Live, State
+from .state import ConvState, InboxItem, Live, State, UsageDoc
 
 
 # --- writes (the content of one Commit) -----------------------------------
@@ -83,8 +83,15 @@ class PutInbox:
     items: tuple[InboxItem, ...]
 
 
+@attrs.frozen(kw_only=True)
+class PutUsage:
+    TAG: ClassVar[str] = "pi.usage"
+    conversation_id: ConversationId
+    usage: UsageDoc
+
+
 Write: TypeAlias = (
-    PutConversation | PutEntry | PutSubmission | PutTask | PutAgent | PutLive | PutInbox
+    PutConversation | PutEntry | PutSubmission | PutTask | PutAgent | PutLive | PutInbox | PutUsage
 )
 WRITE_TYPES: tuple[type, ...] = (
     PutConversation,
@@ -94,6 +101,7 @@ WRITE_TYPES: tuple[type, ...] = (
     PutAgent,
     PutLive,
     PutInbox,
+    PutUsage,
 )
 
 
@@ -114,6 +122,8 @@ def write_key(w: Write) -> tuple[str, int]:
             return ("pi.live", c)
         case PutInbox(conversation_id=c):
             return ("pi.inbox", c)
+        case PutUsage(conversation_id=c):
+            return ("pi.usage", c)
     raise AssertionError(w)  # pragma: no cover
 
 
@@ -201,6 +211,30 @@ class MigrateTask:
 
 
 @attrs.frozen(kw_only=True)
+class Sleep:
+    """Wake the task at ``until`` (ms, harness clock): answers ``TimerFired``.
+    The deadline itself is in the task's checkpoint, so after a restart only
+    the remaining time is waited."""
+
+    TAG: ClassVar[str] = "sleep"
+    task_id: TaskId
+    until: int
+
+
+@attrs.frozen(kw_only=True)
+class PollModel:
+    """Fetch a deferred response by its saved ``handle`` (never a new request).
+    Answers like ``CallModel`` (responded, failed, or still deferred)."""
+
+    TAG: ClassVar[str] = "poll_model"
+    task_id: TaskId
+    conversation_id: ConversationId
+    attempt: int
+    model: ModelRef
+    handle: Json
+
+
+@attrs.frozen(kw_only=True)
 class Cancel:
     """Cancel the in-flight invocation of a task (its Trio cancel scope)."""
 
@@ -226,8 +260,21 @@ class Respond:
     data: Json = None
 
 
-Effect: TypeAlias = Commit | CallModel | PrepareTool | RunTool | RunPhase | MigrateTask | Cancel | Respond
-EFFECT_TYPES: tuple[type, ...] = (Commit, CallModel, PrepareTool, RunTool, RunPhase, MigrateTask, Cancel, Respond)
+Effect: TypeAlias = (
+    Commit | CallModel | PollModel | PrepareTool | RunTool | RunPhase | MigrateTask | Sleep | Cancel | Respond
+)
+EFFECT_TYPES: tuple[type, ...] = (
+    Commit,
+    CallModel,
+    PollModel,
+    PrepareTool,
+    RunTool,
+    RunPhase,
+    MigrateTask,
+    Sleep,
+    Cancel,
+    Respond,
+)
 
 
 # --- the result of a step, and the builder handlers write into --------------
@@ -357,6 +404,13 @@ class Tx:
             return
         self._replace_conv(attrs.evolve(conv, inbox=items))
         self.write(PutInbox(conversation_id=cid, items=items))
+
+    def set_usage(self, cid: ConversationId, usage: UsageDoc) -> None:
+        conv = self.conv(cid)
+        if conv.usage == usage:
+            return
+        self._replace_conv(attrs.evolve(conv, usage=usage))
+        self.write(PutUsage(conversation_id=cid, usage=usage))
 
     def set_agent(self, cid: ConversationId, agent: AgentConfig) -> None:
         conv = self.conv(cid)

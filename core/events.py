@@ -281,7 +281,9 @@ class ModelResponded:
 
 @attrs.frozen(kw_only=True)
 class ModelFailed:
-    """A model request failed. ``reason`` is ``model_error`` or ``no_model``."""
+    """A model request failed. ``reason``: ``model_error``, ``no_model`` or
+    ``context_overflow``; ``retryable`` for transient errors (429, 5xx,
+    overloaded, timeouts, resets), with the provider's Retry-After if any."""
 
     TAG: ClassVar[str] = "model_failed"
     now: int
@@ -290,6 +292,41 @@ class ModelFailed:
     message: str
     reason: str = "model_error"
     retryable: bool = False
+    retry_after_ms: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ModelStreamed:
+    """A throttled partial of the answer being streamed (the text so far)."""
+
+    TAG: ClassVar[str] = "model_streamed"
+    now: int
+    task_id: TaskId
+    attempt: int
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class ModelDeferred:
+    """The provider accepted the request but answers later: poll ``handle``
+    after ``poll_after_ms``."""
+
+    TAG: ClassVar[str] = "model_deferred"
+    now: int
+    task_id: TaskId
+    attempt: int
+    handle: Json
+    poll_after_ms: int = 5000
+
+
+@attrs.frozen(kw_only=True)
+class TimerFired:
+    """A ``Sleep`` reached its deadline."""
+
+    TAG: ClassVar[str] = "timer_fired"
+    now: int
+    task_id: TaskId
+    until: int
 
 
 @attrs.frozen(kw_only=True)
@@ -356,6 +393,9 @@ Event: TypeAlias = (
     | MigrationFinished
     | ModelResponded
     | ModelFailed
+    | ModelStreamed
+    | ModelDeferred
+    | TimerFired
     | ToolPrepared
     | ToolRejected
     | ToolFinished
@@ -382,6 +422,9 @@ EVENT_TYPES: tuple[type, ...] = (
     MigrationFinished,
     ModelResponded,
     ModelFailed,
+    ModelStreamed,
+    ModelDeferred,
+    TimerFired,
     ToolPrepared,
     ToolRejected,
     ToolFinished,

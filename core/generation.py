@@ -43,9 +43,9 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
-from .effects import CallModel, Tx
-from .events import ModelFailed, ModelResponded
-from .handover import end_run, finish_task, hand_over, start_run
+from .effects import CallModel, PollModel, Sleep, Tx
+from .events import ModelDeferred, ModelFailed, ModelResponded, ModelStreamed, TimerFired
+from .handover import end_run, finish_task, hand_over, initial_generation_checkpoint, start_run
 from .inbox import boundary
 from .lifecycle import task_to
 from .model import (
@@ -61,13 +61,24 @@ from .model import (
     TaskId,
     TaskStatus,
     ToolCall,
+    Usage,
 )
-from .state import Live, ToolSlot
+from .state import Live, ToolSlot, UsageTotals
 
 # (phase, input) -> next phase ("-" = terminal). The handlers below implement
 # the rows; tests check that every row is reachable and nothing else is.
 PHASES: Mapping[tuple[str, str], str] = {
     ("prepare", "reserve"): "request",
+    ("request", "model_failed_retryable"): "retry",
+    ("request", "model_deferred"): "poll",
+    ("retry", "reserve"): "retry",
+    ("retry", "timer_fired"): "prepare",
+    ("poll", "reserve"): "poll",
+    ("poll", "timer_fired"): "poll",
+    ("poll", "model_deferred"): "poll",
+    ("poll", "answer"): "-",
+    ("poll", "tool_calls"): "tools",
+    ("poll", "model_failed"): "-",
     ("prepare", "no_model"): "-",
     ("request", "reserve"): "request",
     ("request", "answer"): "-",
@@ -113,9 +124,65 @@ def _prepare(tx: Tx, task: Task) -> None:
 
 def _resend(tx: Tx, task: Task) -> None:
     # Recovery: the intent is stored; reserve in memory only and re-send it.
+    # A partial the dead process had committed becomes an aborted entry.
     running = task_to(task, "reserve")
     tx.put_task(running, durable=False)
+    convert_partial(tx, running)
     _call_model(tx, running)
+
+
+def convert_partial(tx: Tx, task: Task) -> None:
+    """A committed partial answer that will never complete becomes an
+    assistant entry with stop reason ``aborted`` (kept in the transcript, not
+    sent to models)."""
+    live = tx.conv(task.conversation_id).live
+    if live.partial is None:
+        return
+    tx.put_entry(
+        Entry(
+            id=EntryId(tx.alloc_id()),
+            conversation_id=task.conversation_id,
+            kind=EntryKind.ASSISTANT,
+            text=live.partial,
+            stop_reason="aborted",
+            by_task_id=task.id,
+            at=tx.now,
+        )
+    )
+    tx.set_live(task.conversation_id, attrs.evolve(live, partial=None))
+
+
+def _wait_timer(tx: Tx, task: Task) -> None:
+    """Recovery at ``retry``/``poll``: sleep until the stored deadline (only
+    the remaining time is waited)."""
+    running = task_to(task, "reserve")
+    tx.put_task(running, durable=False)
+    cp = task.checkpoint
+    tx.act(Sleep(task_id=task.id, until=int(cp["until"] if task.phase == "retry" else cp["poll_at"])))
+
+
+def on_timer_fired(tx: Tx, ev: TimerFired) -> None:
+    task = tx.tasks.get(ev.task_id)
+    if task is None or task.status is not TaskStatus.RUNNING:
+        return
+    cp = task.checkpoint
+    if task.phase == "retry" and int(cp["until"]) == ev.until:
+        # back to prepare with the next attempt: agent and settings changes
+        # made during the backoff apply; the pass prepares it at once.
+        live = tx.conv(task.conversation_id).live
+        tx.set_live(task.conversation_id, attrs.evolve(live, retry_at=None, retry_error=None))
+        tx.put_task(task_to(task, "interrupt", checkpoint=initial_generation_checkpoint(int(cp["attempt"]) + 1)))
+    elif task.phase == "poll" and int(cp["poll_at"]) == ev.until:
+        m = cp["model"]
+        tx.act(
+            PollModel(
+                task_id=task.id,
+                conversation_id=task.conversation_id,
+                attempt=int(cp["attempt"]),
+                model=ModelRef(provider=m["provider"], model_id=m["model_id"]),
+                handle=cp["handle"],
+            )
+        )
 
 
 def _call_model(tx: Tx, task: Task) -> None:
@@ -133,15 +200,63 @@ def _call_model(tx: Tx, task: Task) -> None:
 
 
 def _expecting(tx: Tx, task_id: TaskId, attempt: int) -> Task | None:
+    """The task an answer is for, if it still waits for it (``request``, or
+    ``poll`` for a deferred one); None for a stale answer."""
     task = tx.tasks.get(task_id)
     if (
         task is None
         or task.status is not TaskStatus.RUNNING
-        or task.phase != "request"
+        or task.phase not in ("request", "poll")
         or int(task.checkpoint.get("attempt", 0)) != attempt
     ):
         return None
     return task
+
+
+def on_model_streamed(tx: Tx, ev: ModelStreamed) -> None:
+    task = _expecting(tx, ev.task_id, ev.attempt)
+    if task is None or task.phase != "request":
+        return
+    live = tx.conv(task.conversation_id).live
+    tx.set_live(task.conversation_id, attrs.evolve(live, partial=ev.text))
+
+
+def on_model_deferred(tx: Tx, ev: ModelDeferred) -> None:
+    """Save the handle and the next poll time; after a restart the SAME
+    handle is polled - a second request is never sent."""
+    task = _expecting(tx, ev.task_id, ev.attempt)
+    if task is None:
+        return
+    cp = task.checkpoint
+    poll_at = ev.now + max(int(ev.poll_after_ms), 0)
+    if task.phase == "poll":
+        poll_at = max(poll_at, int(cp["poll_at"]) + 1)
+    checkpoint = {
+        "phase": "poll",
+        "attempt": int(cp["attempt"]),
+        "model": cp["model"],
+        "cutoff": cp["cutoff"],
+        "handle": ev.handle,
+        "poll_at": poll_at,
+    }
+    polling = task_to(task, "checkpoint", checkpoint=checkpoint)
+    tx.put_task(polling)
+    live = tx.conv(task.conversation_id).live
+    tx.set_live(task.conversation_id, attrs.evolve(live, partial=None, poll_at=poll_at))
+    tx.act(Sleep(task_id=task.id, until=poll_at))
+
+
+def _count_usage(tx: Tx, task: Task, usage: Usage | None) -> None:
+    m = task.checkpoint.get("model") or {}
+    key = f"{m.get('provider')}:{m.get('model_id')}"
+    conv = tx.conv(task.conversation_id)
+    old = conv.usage.models.get(key, UsageTotals())
+    new = UsageTotals(
+        input_tokens=old.input_tokens + (usage.input_tokens if usage else 0),
+        output_tokens=old.output_tokens + (usage.output_tokens if usage else 0),
+        calls=old.calls + 1,
+    )
+    tx.set_usage(task.conversation_id, attrs.evolve(conv.usage, models={**conv.usage.models, key: new}))
 
 
 def on_model_responded(tx: Tx, ev: ModelResponded) -> None:
@@ -161,6 +276,10 @@ def on_model_responded(tx: Tx, ev: ModelResponded) -> None:
         at=ev.now,
     )
     tx.put_entry(entry)
+    _count_usage(tx, task, ev.usage)
+    live = tx.conv(task.conversation_id).live
+    if live.partial is not None or live.poll_at is not None:
+        tx.set_live(task.conversation_id, attrs.evolve(live, partial=None, poll_at=None))
     if ev.tool_calls:
         _start_round(tx, task, entry)
     else:
@@ -281,10 +400,19 @@ def _next_sequential(tx: Tx, task: Task, assistant: EntryId, pending: list[str])
 
 
 def on_model_failed(tx: Tx, ev: ModelFailed) -> None:
+    """Classify a failure: retryable (and retries left) -> durable backoff;
+    ``no_model`` / ``context_overflow`` / anything else -> the run ends with
+    its inputs ``unanswered`` and the provider's message as detail."""
     task = _expecting(tx, ev.task_id, ev.attempt)
     if task is None:
         return
+    live = tx.conv(task.conversation_id).live
+    if live.partial is not None or live.poll_at is not None:
+        tx.set_live(task.conversation_id, attrs.evolve(live, partial=None, poll_at=None))
+    policy = tx.settings.retry
+    attempt = int(task.checkpoint.get("attempt", 1))
     if ev.reason != "no_model":
+        _count_usage(tx, task, None)
         tx.put_entry(
             Entry(
                 id=EntryId(tx.alloc_id()),
@@ -297,7 +425,18 @@ def on_model_failed(tx: Tx, ev: ModelFailed) -> None:
                 at=ev.now,
             )
         )
-    _fail(tx, task, reason=ev.reason, message=ev.message)
+    if ev.retryable and ev.reason == "model_error" and policy.enabled and attempt <= policy.max_retries:
+        until = ev.now + policy.delay_ms(attempt, ev.retry_after_ms)
+        checkpoint = {"phase": "retry", "attempt": attempt, "until": until}
+        tx.put_task(task_to(task, "checkpoint", checkpoint=checkpoint))
+        live = tx.conv(task.conversation_id).live
+        tx.set_live(task.conversation_id, attrs.evolve(live, retry_at=until, retry_error=ev.message))
+        tx.act(Sleep(task_id=task.id, until=until))
+        return
+    message = ev.message
+    if ev.retryable and ev.reason == "model_error" and policy.enabled:
+        message = f"{ev.message} (gave up after {attempt} attempts)"
+    _fail(tx, task, reason=ev.reason, message=message)
 
 
 def _fail(tx: Tx, task: Task, *, reason: str, message: str) -> None:
@@ -320,6 +459,7 @@ def on_abort(tx: Tx, task: Task) -> None:
     task ends ``aborted``."""
     cid = task.conversation_id
     cp = task.checkpoint
+    convert_partial(tx, task)
     if task.phase == "tools" and cp.get("pending"):
         live = tx.conv(cid).live
         names = {s.call_id: s.name for s in live.tools or ()}
@@ -345,5 +485,7 @@ def on_abort(tx: Tx, task: Task) -> None:
 _ON_RESERVE: Mapping[str, Callable[[Tx, Task], None]] = {
     "prepare": _prepare,
     "request": _resend,
+    "retry": _wait_timer,
+    "poll": _wait_timer,
     "tools": _finish_round,
 }

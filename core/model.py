@@ -130,6 +130,26 @@ class Settings:
 
     follow_up_mode: str = "one_at_a_time"
     steering_mode: str = "one_at_a_time"
+    retry: "RetryPolicy" = attrs.field(factory=lambda: RetryPolicy())
+    #: Streamed partial answers are committed at most this often (ms).
+    partial_interval_ms: int = 100
+
+
+@attrs.frozen(kw_only=True)
+class RetryPolicy:
+    """Durable retry of retryable model errors: attempt ``n`` waits
+    ``base_delay_ms * 2**(n-1)``, capped at ``max_delay_ms`` (a provider's
+    Retry-After, when given, is used instead, under the same cap)."""
+
+    enabled: bool = True
+    max_retries: int = 3
+    base_delay_ms: int = 2000
+    max_delay_ms: int = 60000
+
+    def delay_ms(self, attempt: int, retry_after_ms: int | None = None) -> int:
+        if retry_after_ms is not None and retry_after_ms >= 0:
+            return min(int(retry_after_ms), self.max_delay_ms)
+        return min(self.base_delay_ms * 2 ** max(attempt - 1, 0), self.max_delay_ms)
 
 
 QUEUE_MODES = ("one_at_a_time", "all")

@@ -43,6 +43,7 @@ from .model import (
 AGENT_DOC = "pi.agent"
 LIVE_DOC = "pi.live"
 INBOX_DOC = "pi.inbox"
+USAGE_DOC = "pi.usage"
 
 
 @attrs.frozen(kw_only=True)
@@ -71,6 +72,29 @@ class Live:
     run: RunInfo | None = None
     tools: tuple[ToolSlot, ...] | None = None
     attempt: int | None = None
+    #: The streamed partial answer so far (throttled commits); becomes an
+    #: ``aborted`` assistant entry if the request does not complete.
+    partial: str | None = None
+    #: A retryable error is being waited out: when, and what it was.
+    retry_at: int | None = None
+    retry_error: str | None = None
+    #: A deferred response is being polled: the next poll time.
+    poll_at: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class UsageTotals:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class UsageDoc:
+    """``pi.usage``: tokens per ``provider:model`` and calls per tool."""
+
+    models: Mapping[str, UsageTotals] = attrs.field(factory=dict)
+    tools: Mapping[str, UsageTotals] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)
@@ -89,6 +113,7 @@ class ConvState:
     agent: AgentConfig = AgentConfig()
     live: Live = Live()
     inbox: tuple[InboxItem, ...] = ()
+    usage: UsageDoc = UsageDoc()
 
     @property
     def id(self) -> ConversationId:

@@ -42,6 +42,7 @@ from .effects import PrepareTool, RunTool, Tx
 from .events import ToolFailed, ToolFinished, ToolPrepared, ToolRejected
 from .handover import fault, finish_task
 from .lifecycle import task_to
+from .state import UsageTotals
 from .model import (
     Entry,
     EntryId,
@@ -202,6 +203,13 @@ def _settle(
         ),
     )
     _set_slot(tx, task, status="done", entry_id=entry.id)
+    name = str(task.input["name"])
+    conv = tx.conv(task.conversation_id)
+    old = conv.usage.tools.get(name, UsageTotals())
+    tx.set_usage(
+        task.conversation_id,
+        attrs.evolve(conv.usage, tools={**conv.usage.tools, name: attrs.evolve(old, calls=old.calls + 1)}),
+    )
 
 
 def _set_slot(tx: Tx, task: Task, *, status: str, entry_id: EntryId | None = None) -> None:

@@ -21,17 +21,26 @@ from pidurable.core.context import Message, context_messages, entry_message
 from pidurable.core.model import ConversationId, Entry
 
 
+def counts_as_turn(entry: Entry) -> bool:
+    """A model turn that happened: an assistant entry the model produced
+    (answers and errors; not a partial left ``aborted`` by a crash)."""
+    return entry.kind == "assistant" and entry.stop_reason != "aborted"
+
+
 class _Conv:
-    __slots__ = ("closed", "tail", "last_id")
+    __slots__ = ("closed", "tail", "last_id", "turns")
 
     def __init__(self) -> None:
         self.closed: list[Message] = []
         self.tail: list[Entry] = []
         self.last_id = 0
+        self.turns = 0
 
     def add(self, entry: Entry) -> None:
         if entry.id <= self.last_id:
             return
+        if counts_as_turn(entry):
+            self.turns += 1
         msg = entry_message(entry)
         if msg is not None and msg.role == "assistant" and any(
             (m := entry_message(e)) is not None and m.role == "assistant" for e in self.tail
@@ -65,6 +74,11 @@ class ContextCache:
         return self._calls.get(entry_id)
 
     def messages(self, cid: ConversationId, cutoff: int) -> list[Message]:
+        return self.view(cid, cutoff)[0]
+
+    def view(self, cid: ConversationId, cutoff: int) -> tuple[list[Message], int]:
+        """The messages up to ``cutoff`` and the number of model turns
+        (assistant entries, errors included, crash partials excluded) so far."""
         conv = self._convs.get(cid)
         if conv is None:
             conv = _Conv()
@@ -76,5 +90,6 @@ class ContextCache:
         else:
             self._convs.move_to_end(cid)
         if cutoff < conv.last_id:
-            return context_messages((e for e in self._load(cid) if e.id <= cutoff), cutoff)
-        return conv.closed + context_messages(conv.tail)
+            entries = [e for e in self._load(cid) if e.id <= cutoff]
+            return context_messages(entries, cutoff), sum(1 for e in entries if counts_as_turn(e))
+        return conv.closed + context_messages(conv.tail), conv.turns

@@ -38,6 +38,7 @@ from pidurable.core.effects import (
     Commit,
     Effect,
     MigrateTask,
+    PollModel,
     PrepareTool,
     PutEntry,
     PutSubmission,
@@ -45,13 +46,17 @@ from pidurable.core.effects import (
     Respond,
     RunPhase,
     RunTool,
+    Sleep,
 )
 from pidurable.core.events import (
     Event,
     InputSubmitted,
     MigrationFinished,
+    ModelDeferred,
     ModelFailed,
+    ModelStreamed,
     PhaseReturned,
+    TimerFired,
     SubmissionAbortRequested,
     TaskAbortRequested,
     WriteSubmitted,
@@ -65,7 +70,7 @@ from pidurable.core.model import TaskId, ToolCall
 from pidurable.core.state import State
 
 from .context_cache import ContextCache
-from .providers.base import ModelError, ModelRequest, ToolSpec
+from .providers.base import ModelDeferredReply, ModelError, ModelRequest, ToolSpec
 from .errors import InvalidInput
 from .registry import Progress, Registry, ToolCallContext, ToolResult
 from .storage import codec
@@ -341,6 +346,12 @@ class Runtime:
     def _run_tool(self, effect: RunTool) -> None:
         self._spawn(effect.task_id, self._do_run_tool, effect)
 
+    def _poll_model(self, effect: PollModel) -> None:
+        self._spawn(effect.task_id, self._do_poll_model, effect)
+
+    def _sleep(self, effect: Sleep) -> None:
+        self._spawn(effect.task_id, self._do_sleep, effect)
+
     def _run_phase(self, effect: RunPhase) -> None:
         task = self.state.tasks.get(effect.task_id)  # read at dispatch, never written
         self._spawn(effect.task_id, self._do_run_phase, (effect, task))
@@ -349,23 +360,16 @@ class Runtime:
         self._spawn(effect.task_id, self._do_migrate, effect)
 
     # --- long effects (children of the nursery) --------------------------------
-    async def _do_call_model(self, effect: CallModel) -> None:
-        ref = effect.model
-        provider = self.models.resolve(ref)
-        if provider is None:
-            self.send(
-                ModelFailed(
-                    now=self.clock(),
-                    task_id=effect.task_id,
-                    attempt=effect.attempt,
-                    reason="no_model",
-                    message=f"Model {ref.provider}/{ref.model_id} is not available",
-                )
-            )
-            return
-        request = ModelRequest(
-            model=ref,
-            messages=tuple(self.context.messages(effect.conversation_id, effect.cutoff)),
+    def _build_request(self, effect: CallModel | PollModel, cutoff: int | None) -> ModelRequest:
+        messages: tuple[Any, ...] = ()
+        turn = 0
+        if cutoff is not None:
+            found, turn = self.context.view(effect.conversation_id, cutoff)
+            messages = tuple(found)
+        return ModelRequest(
+            turn=turn,
+            model=effect.model,
+            messages=messages,
             tools=tuple(
                 ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
                 for t in self.registry.tools().values()
@@ -374,41 +378,101 @@ class Runtime:
             task_id=effect.task_id,
             attempt=effect.attempt,
         )
-        request = await self._before_request(request)
+
+    def _no_model(self, effect: CallModel | PollModel) -> None:
+        ref = effect.model
+        self.send(
+            ModelFailed(
+                now=self.clock(),
+                task_id=effect.task_id,
+                attempt=effect.attempt,
+                reason="no_model",
+                message=f"Model {ref.provider}/{ref.model_id} is not available",
+            )
+        )
+
+    async def _do_call_model(self, effect: CallModel) -> None:
+        provider = self.models.resolve(effect.model) if self.models is not None else None
+        if provider is None:
+            self._no_model(effect)
+            return
+        request = await self._before_request(self._build_request(effect, effect.cutoff))
+        await self._answer(effect, lambda on_partial: provider.complete(request, on_partial=on_partial))
+
+    async def _do_poll_model(self, effect: PollModel) -> None:
+        provider = self.models.resolve(effect.model) if self.models is not None else None
+        if provider is None or not hasattr(provider, "poll"):
+            self._no_model(effect)
+            return
+        request = self._build_request(effect, None)
+        await self._answer(effect, lambda on_partial: provider.poll(request, effect.handle))
+
+    async def _answer(self, effect: CallModel | PollModel, call: Callable[[Any], Any]) -> None:
+        """Run a provider call; stream throttled partials; report the outcome
+        as exactly one event (responded, deferred or failed)."""
+        latest: list[str | None] = [None]
+        interval = max(self.state.settings.partial_interval_ms, 1) / 1000
+
+        def on_partial(text: str) -> None:
+            if text:
+                latest[0] = text
+
+        async def pump() -> None:
+            # trailing-edge throttle: at most one partial per interval, and
+            # each one goes through the reducer (one commit in flight)
+            sent: str | None = None
+            while True:
+                await trio.sleep(interval)
+                if latest[0] is not None and latest[0] != sent:
+                    sent = latest[0]
+                    self.send(ModelStreamed(now=self.clock(), task_id=effect.task_id, attempt=effect.attempt, text=sent))
+
+        base = {"now": 0, "task_id": effect.task_id, "attempt": effect.attempt}
+        failure: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump)
+            try:
+                reply = await call(on_partial)
+            except Exception as e:  # reported below, outside the nursery
+                failure = e
+            nursery.cancel_scope.cancel()
         try:
-            reply = await provider.complete(request)
+            if failure is not None:
+                raise failure
         except ModelError as e:
             self.send(
                 ModelFailed(
-                    now=self.clock(),
-                    task_id=effect.task_id,
-                    attempt=effect.attempt,
+                    **{**base, "now": self.clock()},
                     message=str(e),
                     retryable=e.retryable,
+                    retry_after_ms=e.retry_after_ms,
+                    reason="context_overflow" if e.overflow else "model_error",
                 )
             )
             return
         except Exception as e:  # a provider bug must not strand the run
+            self.send(ModelFailed(**{**base, "now": self.clock()}, message=f"{type(e).__name__}: {e}"))
+            return
+        if isinstance(reply, ModelDeferredReply):
             self.send(
-                ModelFailed(
-                    now=self.clock(),
-                    task_id=effect.task_id,
-                    attempt=effect.attempt,
-                    message=f"{type(e).__name__}: {e}",
-                )
+                ModelDeferred(**{**base, "now": self.clock()}, handle=reply.handle, poll_after_ms=reply.poll_after_ms)
             )
             return
         self.send(
             ModelResponded(
-                now=self.clock(),
-                task_id=effect.task_id,
-                attempt=effect.attempt,
+                **{**base, "now": self.clock()},
                 text=reply.text,
                 tool_calls=reply.tool_calls,
                 stop_reason=reply.stop_reason,
                 usage=reply.usage,
             )
         )
+
+    async def _do_sleep(self, effect: Sleep) -> None:
+        remaining = (effect.until - self.clock()) / 1000
+        if remaining > 0:
+            await trio.sleep(remaining)
+        self.send(TimerFired(now=self.clock(), task_id=effect.task_id, until=effect.until))
 
     def _resolve_call(self, effect: PrepareTool) -> tuple[Any, Any] | None:
         """The call and its tool, or None after sending the rejection."""
@@ -592,6 +656,8 @@ INTERPRETERS: dict[type, Callable[[Runtime, Any], None]] = {
     PrepareTool: Runtime._prepare_tool,
     RunTool: Runtime._run_tool,
     RunPhase: Runtime._run_phase,
+    PollModel: Runtime._poll_model,
+    Sleep: Runtime._sleep,
     MigrateTask: Runtime._migrate_task,
     Cancel: Runtime._cancel,
     Respond: Runtime._respond,

@@ -27,6 +27,9 @@ the invariants in specs/ and the TLA+ model.
   sub-agent tool, and each child submission is unique.
 - ``MemoNeverChanges``: once a task's memo holds a value, every later version
   of that task (while live) holds the same value.
+- ``DeferredNeverRequestedAgain``: once a deferred handle is committed (the
+  generation is at ``poll``), no later process life sends that request again:
+  it polls the same handle.
 - ``ReplayIsDeterministic``: re-running the journal's events through ``step``
   from an empty state reproduces every stored commit byte for byte.
 """
@@ -135,6 +138,19 @@ def same_outcome_as_uninterrupted(
     seen, later tool results are compared by call (id and tool) only: what they
     read may legitimately differ. Model turns must stay identical."""
     may = set(may_interrupt)
+    # A crash mid-stream leaves the committed partial as an ``aborted``
+    # assistant entry (the rules say so); it must be a prefix of the answer
+    # the re-sent request then produced.
+    kept = []
+    for i, e in enumerate(actual):
+        if e.kind == EntryKind.ASSISTANT and e.stop_reason == "aborted":
+            after = next((x for x in actual[i + 1 :] if x.kind == EntryKind.ASSISTANT and x.stop_reason != "aborted"), None)
+            assert after is not None and after.text.startswith(e.text), (
+                f"SameOutcomeAsUninterrupted: partial {e.text!r} is not a prefix of the answer"
+            )
+            continue
+        kept.append(e)
+    actual = kept
     a, b = _normal(actual), _normal(expected)
     assert len(a) == len(b), f"SameOutcomeAsUninterrupted: {len(a)} entries, expected {len(b)}:\n{a}\n{b}"
     diverged = False
@@ -200,6 +216,21 @@ def memo_never_changes(storage: Any) -> None:
                         f"MemoNeverChanges: task {t['id']} memo {name!r} went {earlier[name]!r} -> {value!r}"
                     )
                 earlier[name] = value
+
+
+def deferred_never_requested_again(storage: Any, lives: Sequence[tuple[int, Sequence[Any]]]) -> None:
+    """``lives``: (commits in the store when the life began, its effects)."""
+    polled_at: dict[int, int] = {}
+    for n, row in enumerate(storage.journal(), start=1):
+        for w in json.loads(row.writes):
+            if w["type"] == "task" and w["task"]["checkpoint"].get("phase") == "poll":
+                polled_at.setdefault(w["task"]["id"], n)
+    for start, effects in lives:
+        for e in effects:
+            if isinstance(e, CallModel) and e.task_id in polled_at and polled_at[e.task_id] <= start:
+                raise AssertionError(
+                    f"DeferredNeverRequestedAgain: task {e.task_id} sent a new request after its handle was stored"
+                )
 
 
 def replay_is_deterministic(storage: Any) -> int:

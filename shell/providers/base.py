@@ -8,6 +8,7 @@ model is not available (the run then ends ``unanswered/no_model``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import attrs
@@ -31,6 +32,9 @@ class ModelRequest:
     conversation_id: int = 0
     task_id: int = 0
     attempt: int = 1
+    #: Model turns so far in this conversation (assistant entries, errors
+    #: included): a deterministic index of this call, the same after a restart.
+    turn: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -41,16 +45,40 @@ class ModelReply:
     usage: Usage | None = None
 
 
-class ModelError(Exception):
-    """A provider failed; ``retryable`` for transient errors (429, 5xx...)."""
+@attrs.frozen(kw_only=True)
+class ModelDeferredReply:
+    """The provider will answer later: poll ``handle`` after ``poll_after_ms``."""
 
-    def __init__(self, message: str, *, retryable: bool = False) -> None:
+    handle: Any
+    poll_after_ms: int = 5000
+
+
+class ModelError(Exception):
+    """A provider failed. ``retryable`` for transient errors (429, 5xx,
+    overloaded, timeouts, connection resets), with the server's Retry-After
+    in ms if it sent one; ``overflow`` when the context was too long."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = False,
+        retry_after_ms: int | None = None,
+        overflow: bool = False,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.retry_after_ms = retry_after_ms
+        self.overflow = overflow
+
+
+OnPartial = Callable[[str], None]
 
 
 class Provider(Protocol):
-    async def complete(self, request: ModelRequest) -> ModelReply: ...
+    async def complete(
+        self, request: ModelRequest, on_partial: OnPartial | None = None
+    ) -> "ModelReply | ModelDeferredReply": ...
 
 
 class Models(Protocol):

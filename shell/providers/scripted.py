@@ -1,8 +1,10 @@
 """``ScriptedModels``: a deterministic provider for tests and demos.
 
-Reply ``k`` answers a request whose context already holds ``k`` assistant
-messages, so a restarted process continues the script exactly where the store
-stands (a re-sent request gets the same reply, with the same tool-call ids). A
+Reply ``k`` answers a request whose conversation already holds ``k`` model
+turns (assistant messages, including errors the model returned: a retried
+request moves on to the next reply), so a restarted process continues the
+script exactly where the store stands (a re-sent request gets the same reply,
+with the same tool-call ids). A
 request past the end of the script fails with a clear ``ModelError``, which
 the run records as ``unanswered/model_error`` - nothing is lost.
 ``ScriptedModels(fn)`` with ``fn(request) -> reply`` is the general form.
@@ -18,7 +20,7 @@ import trio
 
 from pidurable.core.model import ModelRef, ToolCall, Usage
 
-from .base import ModelError, ModelReply, ModelRequest
+from .base import ModelDeferredReply, ModelError, ModelReply, ModelRequest
 
 
 @attrs.frozen(kw_only=True)
@@ -35,6 +37,12 @@ class ScriptedReply:
     retryable: bool = False
     delay: float = 0.0
     usage: Usage | None = None
+    #: Stream the text in this many pieces (``delay`` apart), reporting
+    #: partials; 0 = answer at once.
+    stream: int = 0
+    #: Answer through a deferred handle, polled this many times first.
+    deferred: int = 0
+    poll_after_ms: int = 0
 
 
 def tool_call(name: str, **arguments: Any) -> ScriptedCall:
@@ -48,9 +56,20 @@ def reply(
     delay: float = 0,
     usage: Usage | None = None,
     retryable: bool = False,
+    stream: int = 0,
+    deferred: int = 0,
+    poll_after_ms: int = 0,
 ) -> ScriptedReply:
     return ScriptedReply(
-        text=text, tool_calls=tuple(tool_calls), error=error, delay=delay, usage=usage, retryable=retryable
+        text=text,
+        tool_calls=tuple(tool_calls),
+        error=error,
+        delay=delay,
+        usage=usage,
+        retryable=retryable,
+        stream=stream,
+        deferred=deferred,
+        poll_after_ms=poll_after_ms,
     )
 
 
@@ -61,25 +80,56 @@ class ScriptedModels:
         self._fn = script if callable(script) else None
         self._replies: tuple[ScriptedReply, ...] = () if callable(script) else tuple(script)
         self.requests: list[ModelRequest] = []
+        #: handles polled (deferred replies), in order
+        self.polls: list[Any] = []
+        #: number of requests that created a deferred handle
+        self.deferred_created = 0
 
     def resolve(self, ref: ModelRef) -> "ScriptedModels":
         return self
 
-    async def complete(self, request: ModelRequest) -> ModelReply:
+    async def poll(self, request: ModelRequest, handle: Any) -> "ModelReply | ModelDeferredReply":
+        """A deferred reply: ``handle`` names the script step; it stays
+        deferred for ``deferred`` polls, then answers."""
+        self.polls.append(handle)
+        k, left = int(handle["k"]), int(handle["left"])
+        r = self._replies[k] if self._fn is None else self._fn(request)
+        if left > 0:
+            return ModelDeferredReply(handle={"k": k, "left": left - 1}, poll_after_ms=r.poll_after_ms)
+        return self._reply(r, k, None)
+
+    async def complete(
+        self, request: ModelRequest, on_partial: Callable[[str], None] | None = None
+    ) -> "ModelReply | ModelDeferredReply":
         self.requests.append(request)
         if self._fn is not None:
             r = self._fn(request)
             k = len(request.messages)  # grows every turn: unique, stable ids
         else:
-            k = sum(1 for m in request.messages if m.role == "assistant")
+            k = request.turn
             if k >= len(self._replies):
                 raise ModelError(
                     f"ScriptedModels has no reply #{k + 1}: the script has {len(self._replies)} "
-                    f"replies and the context already holds {k} assistant messages"
+                    f"replies and the conversation already holds {k} model turns"
                 )
             r = self._replies[k]
-        if r.delay:
+        if r.deferred:
+            self.deferred_created += 1
+            return ModelDeferredReply(handle={"k": k, "left": r.deferred - 1}, poll_after_ms=r.poll_after_ms)
+        return await self._stream(r, k, on_partial)
+
+    async def _stream(self, r: ScriptedReply, k: int, on_partial: Callable[[str], None] | None) -> ModelReply:
+        if r.stream and r.text:
+            size = max(1, -(-len(r.text) // r.stream))
+            for i in range(size, len(r.text) + size, size):
+                await trio.sleep(r.delay / r.stream)
+                if on_partial is not None:
+                    on_partial(r.text[:i])
+        elif r.delay:
             await trio.sleep(r.delay)
+        return self._reply(r, k, on_partial)
+
+    def _reply(self, r: ScriptedReply, k: int, on_partial: Any) -> ModelReply:
         if r.error is not None:
             raise ModelError(r.error, retryable=r.retryable)
         calls = tuple(

@@ -32,6 +32,7 @@ from pidurable.core.effects import (
     PutLive,
     PutSubmission,
     PutTask,
+    PutUsage,
     Write,
 )
 from pidurable.core.events import Event
@@ -45,7 +46,16 @@ from pidurable.core.model import (
     Task,
     TaskId,
 )
-from pidurable.core.state import AGENT_DOC, INBOX_DOC, LIVE_DOC, ConvState, InboxItem, Live
+from pidurable.core.state import (
+    AGENT_DOC,
+    INBOX_DOC,
+    LIVE_DOC,
+    USAGE_DOC,
+    ConvState,
+    InboxItem,
+    Live,
+    UsageDoc,
+)
 
 from . import codec
 
@@ -189,6 +199,8 @@ def encode_write(w: Write, seq: int) -> tuple[Row, str]:
             return _doc(w.TAG, cid, LIVE_DOC, "live", codec.to_json(live), seq)
         case PutInbox(conversation_id=cid, items=items):
             return _doc(w.TAG, cid, INBOX_DOC, "items", codec.to_json(items, tuple[InboxItem, ...]), seq)
+        case PutUsage(conversation_id=cid, usage=usage):
+            return _doc(w.TAG, cid, USAGE_DOC, "usage", codec.to_json(usage), seq)
     raise AssertionError(w)  # pragma: no cover
 
 
@@ -229,6 +241,7 @@ DOC_TYPES: dict[str, Any] = {
     AGENT_DOC: AgentConfig,
     LIVE_DOC: Live,
     INBOX_DOC: tuple[InboxItem, ...],
+    USAGE_DOC: UsageDoc,
 }
 
 
@@ -243,4 +256,5 @@ def conv_state(conversation: Conversation, docs: dict[str, str]) -> ConvState:
         agent=decode_doc(AGENT_DOC, docs[AGENT_DOC]) if AGENT_DOC in docs else AgentConfig(),
         live=decode_doc(LIVE_DOC, docs[LIVE_DOC]) if LIVE_DOC in docs else Live(),
         inbox=decode_doc(INBOX_DOC, docs[INBOX_DOC]) if INBOX_DOC in docs else (),
+        usage=decode_doc(USAGE_DOC, docs[USAGE_DOC]) if USAGE_DOC in docs else UsageDoc(),
     )

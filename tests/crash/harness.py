@@ -104,6 +104,8 @@ class Life:
     crashed: bool
     terminal_at_start: frozenset[int]
     effects: list[Effect]
+    #: commits in the store when this life began
+    seq_at_start: int = 0
 
 
 #: Function scripts by scenario name (for scenarios whose replies depend on
@@ -125,6 +127,7 @@ def _seed_trio(seed: int) -> None:
 
 def run_life(storage: Any, scenario: Scenario, world: World, crash_at: int | None, seed: int = 0) -> Life:
     terminal = invariants.terminal_ids(storage) if _has_data(storage) else frozenset()
+    seq_at_start = len(storage.journal()) if _has_data(storage) else 0
     recorder = Recorder(storage, crash_at)
     registry = Registry()
     for t in scenario.tools(world):
@@ -153,7 +156,7 @@ def run_life(storage: Any, scenario: Scenario, world: World, crash_at: int | Non
         trio.run(main)
     except SimulatedCrash:
         crashed = True
-    return Life(crashed=crashed, terminal_at_start=terminal, effects=recorder.effects)
+    return Life(crashed=crashed, terminal_at_start=terminal, effects=recorder.effects, seq_at_start=seq_at_start)
 
 
 def _has_data(storage: Any) -> bool:
@@ -175,6 +178,7 @@ def check_all(storage: Any, scenario: Scenario, world: World, lives: Sequence[Li
     invariants.withdrawn_input_never_placed(storage)
     invariants.one_child_per_owner(storage)
     invariants.memo_never_changes(storage)
+    invariants.deferred_never_requested_again(storage, [(life.seq_at_start, life.effects) for life in lives])
     if scenario.final_check is not None:
         scenario.final_check(storage)
     if expected is not None and scenario.same_outcome:

@@ -6,7 +6,7 @@ from typing import Any
 
 import trio
 
-from pidurable.core.model import AgentConfig, ModelRef
+from pidurable.core.model import AgentConfig, ModelRef, RetryPolicy, Settings
 from pidurable.shell import Input, Progress, Write, define_extension, define_subagent_tool, define_task, define_tool
 from pidurable.shell.providers import reply, tool_call
 
@@ -404,3 +404,50 @@ APPROVAL = Scenario(
 )
 
 ALL = ALL + (CUSTOM_TASK, APPROVAL)
+
+
+
+# --- issue 4: streaming partials, durable retry, deferred polling ----------------
+
+STREAMING = Scenario(
+    name="streaming",
+    script=(
+        reply(tool_calls=[tool_call("lookup", q="x")]),
+        reply(text="A long streamed answer that arrives in several pieces.", stream=5, delay=0.05),
+    ),
+    tools=lambda w: [counting_tool(w, "lookup", replay="safe")],
+    settings=Settings(partial_interval_ms=5),
+)
+
+
+def _check_retry(storage: Any) -> None:
+    kinds = [(e.kind, e.stop_reason) for e in storage.entries(1)]
+    assert ("assistant", "error") in kinds and kinds[-1] == ("assistant", "stop")
+
+
+RETRY = Scenario(
+    name="retry_429",
+    script=(
+        reply(error="429 Too Many Requests", retryable=True),
+        reply(text="Answered after one retry."),
+    ),
+    tools=lambda w: [],
+    settings=Settings(retry=RetryPolicy(base_delay_ms=20)),
+    baseline_check=_check_retry,
+)
+
+
+def _check_deferred(storage: Any) -> None:
+    assert storage.entries(1)[-1].text == "Deferred answer."
+    polls = [row for row in storage.journal() if '"type":"model_deferred"' in row.events]
+    assert len(polls) == 3  # created deferred, then still deferred twice
+
+
+DEFERRED = Scenario(
+    name="deferred",
+    script=(reply(text="Deferred answer.", deferred=3, poll_after_ms=5),),
+    tools=lambda w: [],
+    baseline_check=_check_deferred,
+)
+
+ALL = ALL + (STREAMING, RETRY, DEFERRED)
