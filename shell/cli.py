@@ -319,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     parser = argparse.ArgumentParser(
-        prog="pidurable", description="Durable LLM agents: demo and store inspection.", parents=[common]
+        prog="pidurable", description="Durable LLM agents: demo, run/resume/chat against real models, inspect, replay.", parents=[common]
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -344,6 +344,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", metavar="FILE", required=True, help="the SQLite store")
     p.add_argument("--all", action="store_true", help="show finished (terminal) tasks too")
     p.set_defaults(func=cmd_inspect)
+
+    from .agent_cli import add_commands
+
+    add_commands(sub, common)
     return parser
 
 

@@ -227,7 +227,9 @@ class Conversation:
         st = self._rt
 
         def done() -> bool | None:
-            still = any(t in st.state.tasks for t in marked)
+            # settled, and every cancelled invocation has really left (its
+            # cleanup finished): the abort joins the work it stopped
+            still = any(t in st.state.tasks or t in st.inflight for t in marked)
             return True if not still and self._idle_now() else None
 
         await self._rt.wait_committed(done)
@@ -285,7 +287,9 @@ class Harness:
             async with trio.open_nursery() as nursery:
                 rt.nursery = nursery
                 await nursery.start(rt.run)
-                rt.send(
+                # Step Opened inline: when open() returns, the state is loaded
+                # and recovery is committed (reads like inspect() see it).
+                rt.handle(
                     Opened(
                         now=rt.clock(),
                         next_id=loaded.next_id,
@@ -395,6 +399,8 @@ class Harness:
             lambda ticket, now: TaskAbortRequested(now=now, ticket=ticket, task_id=TaskId(task_id))
         )
         _unwrap(resp)
+        # join the invocation the mark cancelled (its body has left when we return)
+        await self._rt.wait_committed(lambda: True if TaskId(task_id) not in self._rt.inflight else None)
         return str(resp.data)
 
     async def create_conversation(

@@ -186,6 +186,14 @@ class Runtime:
                 del self._watchers[record_id]
                 self.watched.pop(record_id, None)
 
+    async def next_commit(self) -> None:
+        """Wait for the next commit (or the harness closing)."""
+        from .errors import HarnessClosed
+
+        if self.closed:
+            raise HarnessClosed("Harness is closed")
+        await self._committed.wait()
+
     async def wait_committed(self, check: Callable[[], Any]) -> Any:
         """Return ``check()`` once it is not None, re-checking after commits."""
         from .errors import HarnessClosed
@@ -252,11 +260,15 @@ class Runtime:
             self.storage.commit_many([(c.seq, c.writes, evs) for c, evs in commits])
             for effect, _ in commits:
                 self._committed_writes(effect)
-            self._committed.set()
-            self._committed = trio.Event()
+            self._wake()
         for effect in acts:
             self._before(effect)
             INTERPRETERS[type(effect)](self, effect)
+
+    def _wake(self) -> None:
+        """Wake every waiter (after a commit, or an invocation leaving)."""
+        self._committed.set()
+        self._committed = trio.Event()
 
     def _before(self, effect: Effect) -> None:
         index = self.effect_index
@@ -328,6 +340,7 @@ class Runtime:
             finally:
                 if self.inflight.get(task_id) is scope:
                     del self.inflight[task_id]
+                    self._wake()
 
         self.nursery.start_soon(guarded)
 
@@ -469,8 +482,7 @@ class Runtime:
         )
 
     async def _do_sleep(self, effect: Sleep) -> None:
-        remaining = (effect.until - self.clock()) / 1000
-        if remaining > 0:
+        while (remaining := (effect.until - self.clock()) / 1000) > 0:
             await trio.sleep(remaining)
         self.send(TimerFired(now=self.clock(), task_id=effect.task_id, until=effect.until))
 

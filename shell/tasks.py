@@ -150,8 +150,8 @@ class TaskRuntime:
         """Wait until the harness clock reaches ``until`` (ms). Store the
         deadline in a checkpoint first: after a restart only the remaining
         time is waited."""
-        remaining = (until - self.now()) / 1000
-        if remaining > 0 and math.isfinite(remaining):
+        # re-check the harness clock after each timer: it need not be trio's
+        while (remaining := (until - self.now()) / 1000) > 0 and math.isfinite(remaining):
             await trio.sleep(remaining)
 
 

@@ -529,3 +529,23 @@ def test_an_unapplied_cascade_below_a_held_failed_owner_is_derived_at_open() -> 
     assert {s.id: s.reason for s in store.submissions()} == {child_input: "aborted"}
     assert reopened.state.tasks == {}
     assert not effects_of(reopened, CallModel)
+
+
+def test_conversation_abort_marks_and_withdraws_in_reached_child_conversations_in_its_own_commit() -> None:
+    """With scheduling off, the abort commit alone marks the owner task and the child's generation and withdraws the child's queued input (its write stays)."""
+    owner = Task(id=TaskId(5), conversation_id=ConversationId(ROOT), kind="host.job")
+    d = Driver(opened_state(tasks=[owner], resume=False))
+    child = with_child(d, owner.id)
+    child_gen = d.gen(child)
+    queued = d.value(submit("child follow", cid=child))
+    note = d.value(write("child note", cid=child))
+
+    st = d(abort_conv())
+    assert kinds(st) == [Commit, Respond]
+    assert respond(st).data == [owner.id, child_gen]
+    tasks = put_tasks(st)
+    assert tasks[owner.id].abort_requested and tasks[child_gen].abort_requested
+    assert tasks[child_gen].status is TaskStatus.PENDING  # no handler ran: scheduling is off
+    assert (put_subs(st)[queued].status, put_subs(st)[queued].reason) == (SubmissionStatus.UNANSWERED, "aborted")
+    assert note not in put_subs(st)
+    assert [i.submission_id for i in d.state.conversations[child].inbox] == [note]

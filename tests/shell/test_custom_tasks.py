@@ -580,8 +580,6 @@ async def test_approval_hook_interrupted_after_its_memo_is_not_asked_again(autoj
     assert [e.text for e in _result_entries(storage)] == ["deployed 1.2"]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: Harness.open yields before the Opened event is stepped, so inspect() "
-                   "(which reads the reducer's state directly) right after open shows no tasks")
 async def test_inspect_right_after_open_shows_the_stored_tasks(autojump_clock: trio.testing.MockClock) -> None:
     """inspect() called first thing after opening a store lists the live tasks it holds."""
     storage = MemoryStorage()

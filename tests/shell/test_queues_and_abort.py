@@ -23,11 +23,13 @@ from pidurable.shell import (
     MemoryStorage,
     ModelRef,
     NotFound,
+    Progress,
     Registry,
     Settings,
     ToolCallContext,
     Write,
     define_subagent_tool,
+    define_task,
     define_tool,
 )
 from pidurable.shell.providers import ScriptedModels, reply, tool_call
@@ -180,9 +182,8 @@ async def test_conv_abort_during_a_blocking_tool_cancels_it_and_returns_once_idl
         with trio.fail_after(WAIT):
             await conv.abort()
         assert await conv.idle()
+        assert gate.cancelled == gate.task_ids and len(gate.cancelled) == 1  # the body has left already
         aborted = await first.record()
-        await trio.testing.wait_all_tasks_blocked()  # the cancelled body runs its except clause
-        assert gate.cancelled == gate.task_ids and len(gate.cancelled) == 1
         withdrawn = await follow.record()
         kept = await note.record()
         tool_task = await h.task(gate.task_ids[0])
@@ -209,11 +210,46 @@ async def test_conv_abort_during_a_blocking_tool_cancels_it_and_returns_once_idl
     assert storage.tasks(live_only=True) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: conv.abort()/abort_task do not join the cancelled invocation (spec 3.8.2); they return while the "
-    "tool body is still running its cancellation cleanup (runtime.inflight still holds the cancelled scope)",
-)
+async def test_conv_abort_waits_for_slow_abort_handlers_and_skips_background_tasks(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """conv.abort() returns only after a foreground task's 5 s abort handler committed, leaves a background task running, and abort(background=True) ends that one too."""
+    log: list[tuple[str, int, float]] = []
+
+    async def forever(task: Any, rt: Any) -> None:
+        await trio.sleep_forever()
+
+    async def slow_abort(task: Any, rt: Any) -> Progress:
+        await trio.sleep(5)
+        log.append(("abort handler", task.id, trio.current_time()))
+        return Progress(status="terminal", outcome={"status": "aborted"})
+
+    job = define_task("job", lambda i: {"phase": "work"}, {"work": forever}, abort=slow_abort)
+    models = ScriptedModels([reply(text="x")])
+    storage = MemoryStorage()
+    async with opened(storage, models, registry_with(job)) as h:
+        conv = await h.root(agent=AGENT)
+        fg = await h.create_task("job", conversation_id=conv.id)
+        bg = await h.create_task("job", conversation_id=conv.id, background=True)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not await conv.idle()
+        start = trio.current_time()
+        with trio.fail_after(WAIT):
+            await conv.abort()
+        returned = trio.current_time()
+        fg_end, bg_now = await h.task(fg), await h.task(bg)
+        bg_in_flight = bg in h.runtime.inflight
+        with trio.fail_after(WAIT):
+            await conv.abort(background=True)
+        bg_end = await h.task(bg)
+
+    assert [(what, tid) for what, tid, _ in log] == [("abort handler", fg), ("abort handler", bg)]
+    assert returned - start >= 5 and log[0][2] <= returned
+    assert fg_end.status == TaskStatus.TERMINAL and fg_end.outcome.status == OutcomeStatus.ABORTED
+    assert bg_now.status != TaskStatus.TERMINAL and not bg_now.abort_requested and bg_in_flight
+    assert bg_end.status == TaskStatus.TERMINAL and bg_end.outcome.status == OutcomeStatus.ABORTED
+
+
 async def test_conv_abort_returns_only_after_the_cancelled_tool_body_has_finished(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -506,7 +542,7 @@ async def test_aborting_the_parent_aborts_the_subagents_run(autojump_clock: trio
         assert await conv.idle() and await child.idle()
         with trio.fail_after(WAIT):
             await h.wait_idle()
-        await trio.testing.wait_all_tasks_blocked()
+        assert gate.cancelled == gate.task_ids and len(gate.cancelled) == 1
         parent = await first.record()
         [child_sub] = storage.submissions(child.id)
         tasks = {t.id: t for t in await h.tasks()}
