@@ -361,6 +361,8 @@ class ToolFinished:
     task_id: TaskId
     text: str
     is_error: bool = False
+    #: Tokens the tool spent (e.g. a sub-model), if it reported any.
+    usage: Usage | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -52,6 +52,7 @@ from .model import (
     Task,
     TaskId,
     TaskStatus,
+    Usage,
 )
 
 PHASES: Mapping[tuple[str, str], str] = {
@@ -150,7 +151,7 @@ def on_tool_finished(tx: Tx, ev: ToolFinished) -> None:
     task = _expecting(tx, ev.task_id, "execute")
     if task is None:
         return
-    _settle(tx, task, ev.text, is_error=ev.is_error, status=OutcomeStatus.COMPLETED)
+    _settle(tx, task, ev.text, is_error=ev.is_error, status=OutcomeStatus.COMPLETED, usage=ev.usage)
 
 
 def on_tool_failed(tx: Tx, ev: ToolFailed) -> None:
@@ -178,8 +179,10 @@ def _settle(
     status: OutcomeStatus,
     error: str | None = None,
     code: str | None = None,
+    usage: Usage | None = None,
 ) -> None:
-    """One commit: the result entry, the task terminal, the slot done."""
+    """One commit: the result entry, the task terminal, the slot done (and
+    the tool's usage, when it reported some, added to ``pi.usage``)."""
     entry = Entry(
         id=EntryId(tx.alloc_id()),
         conversation_id=task.conversation_id,
@@ -203,13 +206,16 @@ def _settle(
         ),
     )
     _set_slot(tx, task, status="done", entry_id=entry.id)
-    name = str(task.input["name"])
-    conv = tx.conv(task.conversation_id)
-    old = conv.usage.tools.get(name, UsageTotals())
-    tx.set_usage(
-        task.conversation_id,
-        attrs.evolve(conv.usage, tools={**conv.usage.tools, name: attrs.evolve(old, calls=old.calls + 1)}),
-    )
+    if usage is not None:
+        name = str(task.input["name"])
+        conv = tx.conv(task.conversation_id)
+        old = conv.usage.tools.get(name, UsageTotals())
+        new = UsageTotals(
+            input_tokens=old.input_tokens + usage.input_tokens,
+            output_tokens=old.output_tokens + usage.output_tokens,
+            calls=old.calls + 1,
+        )
+        tx.set_usage(task.conversation_id, attrs.evolve(conv.usage, tools={**conv.usage.tools, name: new}))
 
 
 def _set_slot(tx: Tx, task: Task, *, status: str, entry_id: EntryId | None = None) -> None:

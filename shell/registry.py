@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 import jsonschema
 
-from pidurable.core.model import TaskInfo, ToolInfo
+from pidurable.core.model import TaskInfo, ToolInfo, Usage
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 
@@ -31,6 +31,8 @@ class ToolResult:
 
     text: str
     is_error: bool = False
+    #: Tokens the tool spent (e.g. calling a model), added to ``pi.usage``.
+    usage: Usage | None = None
 
 
 @attrs.frozen(kw_only=True)

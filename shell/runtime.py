@@ -659,7 +659,11 @@ class Runtime:
                 )
             )
             return
-        self.send(ToolFinished(now=self.clock(), task_id=effect.task_id, text=result.text, is_error=result.is_error))
+        self.send(
+            ToolFinished(
+                now=self.clock(), task_id=effect.task_id, text=result.text, is_error=result.is_error, usage=result.usage
+            )
+        )
 
 
 INTERPRETERS: dict[type, Callable[[Runtime, Any], None]] = {
