@@ -404,11 +404,29 @@ class Harness:
         return str(resp.data)
 
     async def create_conversation(
-        self, *, owner_task_id: int | None = None, agent: AgentConfig | None = None
+        self,
+        *,
+        ownership: Any = None,
+        owner_task_id: int | None = None,
+        agent: AgentConfig | None = None,
     ) -> Conversation:
         """A new conversation, ownerless or owned by a live task (then it
         starts with a copy of the owner's conversation's agent settings, and an
-        abort of the owner cascades into it)."""
+        abort of the owner cascades into it).
+
+        ``ownership``: None / ``"ownerless"`` / ``{"kind": "ownerless"}``, or
+        ``{"kind": "task", "task_id": N}`` (same as ``owner_task_id=N``)."""
+        if ownership is not None:
+            if ownership == "ownerless" or (isinstance(ownership, dict) and ownership.get("kind") == "ownerless"):
+                pass
+            elif isinstance(ownership, dict) and ownership.get("kind") == "task" and isinstance(ownership.get("task_id"), int):
+                if owner_task_id is not None and owner_task_id != ownership["task_id"]:
+                    raise InvalidInput("ownership and owner_task_id name different tasks")
+                owner_task_id = ownership["task_id"]
+            else:
+                raise InvalidInput(
+                    "ownership must be None, 'ownerless', {'kind': 'ownerless'} or {'kind': 'task', 'task_id': N}"
+                )
         resp = await self._rt.request(
             lambda ticket, now: ConversationCreated(
                 now=now,

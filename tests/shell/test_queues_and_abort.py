@@ -589,3 +589,25 @@ async def test_aborting_only_the_child_lets_the_parent_run_go_on(autojump_clock:
     assert delegate_end.outcome.status == OutcomeStatus.COMPLETED and not delegate_end.abort_requested
     [child_sub] = storage.submissions(child.id)
     assert (child_sub.status, child_sub.reason) == (SubmissionStatus.UNANSWERED, "aborted")
+
+
+async def test_create_conversation_accepts_the_ownership_forms() -> None:
+    """``ownership`` may name a task ({'kind': 'task', 'task_id': N}) or say
+    ownerless; anything else is refused with InvalidInput before anything is stored."""
+    from pidurable.shell import InvalidInput, MemoryStorage, Registry, define_task
+
+    async def wait_forever(task: Any, rt: Any) -> None:
+        await trio.sleep_forever()
+
+    registry = Registry()
+    registry.install(define_task("holder", lambda i: {"phase": "hold"}, {"hold": wait_forever}))
+    async with Harness.open(MemoryStorage(), models=None, registry=registry) as h:
+        await h.root()
+        owner = await h.create_task("holder")
+        child = await h.create_conversation(ownership={"kind": "task", "task_id": owner})
+        assert await child.owned_by() == owner
+        free = await h.create_conversation(ownership={"kind": "ownerless"})
+        assert await free.owned_by() is None
+        with pytest.raises(InvalidInput, match="ownership must be"):
+            await h.create_conversation(ownership="mine")
+        assert len(await h.conversations()) == 3
