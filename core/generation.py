@@ -138,18 +138,24 @@ def convert_partial(tx: Tx, task: Task) -> None:
     live = tx.conv(task.conversation_id).live
     if live.partial is None:
         return
-    tx.put_entry(
-        Entry(
-            id=EntryId(tx.alloc_id()),
-            conversation_id=task.conversation_id,
-            kind=EntryKind.ASSISTANT,
-            text=live.partial,
-            stop_reason="aborted",
-            by_task_id=task.id,
-            at=tx.now,
-        )
-    )
+    _assistant_entry(tx, task, live.partial, stop_reason="aborted")
     tx.set_live(task.conversation_id, attrs.evolve(live, partial=None))
+
+
+def _assistant_entry(tx: Tx, task: Task, text: str, *, stop_reason: str, is_error: bool = False) -> Entry:
+    """Append an assistant entry that ends no round (an error or a partial)."""
+    entry = Entry(
+        id=EntryId(tx.alloc_id()),
+        conversation_id=task.conversation_id,
+        kind=EntryKind.ASSISTANT,
+        text=text,
+        stop_reason=stop_reason,
+        is_error=is_error,
+        by_task_id=task.id,
+        at=tx.now,
+    )
+    tx.put_entry(entry)
+    return entry
 
 
 def _wait_timer(tx: Tx, task: Task) -> None:
@@ -413,18 +419,7 @@ def on_model_failed(tx: Tx, ev: ModelFailed) -> None:
     attempt = int(task.checkpoint.get("attempt", 1))
     if ev.reason != "no_model":
         _count_usage(tx, task, None)
-        tx.put_entry(
-            Entry(
-                id=EntryId(tx.alloc_id()),
-                conversation_id=task.conversation_id,
-                kind=EntryKind.ASSISTANT,
-                text=ev.message,
-                stop_reason="error",
-                is_error=True,
-                by_task_id=task.id,
-                at=ev.now,
-            )
-        )
+        _assistant_entry(tx, task, ev.message, stop_reason="error", is_error=True)
     if ev.retryable and ev.reason == "model_error" and policy.enabled and attempt <= policy.max_retries:
         until = ev.now + policy.delay_ms(attempt, ev.retry_after_ms)
         checkpoint = {"phase": "retry", "attempt": attempt, "until": until}

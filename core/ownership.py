@@ -40,6 +40,34 @@ def _top_level(tasks: Mapping[TaskId, Task], cid: ConversationId) -> list[Task]:
     return [t for t in tasks.values() if t.conversation_id == cid and t.owner is None]
 
 
+def _walk(
+    tasks: Mapping[TaskId, Task],
+    conversations: Mapping[ConversationId, ConvState],
+    start: list[Task],
+    *,
+    background: bool,
+) -> tuple[list[Task], list[ConversationId]]:
+    """Ordinary traversal from ``start``: each reached live task (background
+    subtrees excluded unless ``background``) and the conversations entered."""
+    reached: list[Task] = []
+    convs: list[ConversationId] = []
+    seen: set[TaskId] = set()
+    stack = list(start)
+    while stack:
+        t = stack.pop()
+        if t.id in seen or (t.background and not background):
+            continue
+        seen.add(t.id)
+        reached.append(t)
+        stack.extend(_children(tasks, t.id))
+        for owned in _conversations_owned(conversations, t.id):
+            if owned not in convs:
+                convs.append(owned)
+            stack.extend(_top_level(tasks, owned))
+    reached.sort(key=lambda t: t.id)
+    return reached, convs
+
+
 def owned_work(
     tasks: Mapping[TaskId, Task],
     conversations: Mapping[ConversationId, ConvState],
@@ -48,22 +76,10 @@ def owned_work(
     background: bool = False,
 ) -> list[Task]:
     """The live work below ``owner`` (ordinary: background subtrees excluded)."""
-    out: list[Task] = []
-    seen: set[TaskId] = set()
-    stack: list[Task] = _children(tasks, owner)
+    start = _children(tasks, owner)
     for cid in _conversations_owned(conversations, owner):
-        stack.extend(_top_level(tasks, cid))
-    while stack:
-        t = stack.pop()
-        if t.id in seen or (t.background and not background):
-            continue
-        seen.add(t.id)
-        out.append(t)
-        stack.extend(_children(tasks, t.id))
-        for cid in _conversations_owned(conversations, t.id):
-            stack.extend(_top_level(tasks, cid))
-    out.sort(key=lambda t: t.id)
-    return out
+        start.extend(_top_level(tasks, cid))
+    return _walk(tasks, conversations, start, background=background)[0]
 
 
 def has_owned_work(tasks: Mapping[TaskId, Task], conversations: Mapping[ConversationId, ConvState], owner: TaskId) -> bool:
@@ -81,23 +97,8 @@ def reached_from_conversation(
 ) -> tuple[list[Task], list[ConversationId]]:
     """Ordinary traversal from a conversation: the live tasks reached and the
     conversations reached (``cid`` first)."""
-    reached: list[Task] = []
-    convs: list[ConversationId] = [cid]
-    seen: set[TaskId] = set()
-    stack = _top_level(tasks, cid)
-    while stack:
-        t = stack.pop()
-        if t.id in seen or (t.background and not background):
-            continue
-        seen.add(t.id)
-        reached.append(t)
-        stack.extend(_children(tasks, t.id))
-        for owned in _conversations_owned(conversations, t.id):
-            if owned not in convs:
-                convs.append(owned)
-            stack.extend(_top_level(tasks, owned))
-    reached.sort(key=lambda t: t.id)
-    return reached, convs
+    reached, convs = _walk(tasks, conversations, _top_level(tasks, cid), background=background)
+    return reached, [cid, *(c for c in convs if c != cid)]
 
 
 def conversations_below(

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -119,7 +121,10 @@ async def _follow(harness: Harness, conv: Conversation, printer: Printer, done: 
         await rt.next_commit()
 
 
-async def _run(args: argparse.Namespace) -> int:
+@asynccontextmanager
+async def _session(args: argparse.Namespace) -> AsyncIterator[tuple[Harness, Conversation]]:
+    """Open the store with the chosen model and tools; the root conversation
+    configured for them."""
     ref = parse_model(args.model)
     models = _models(args, ref)
     cwd = Path(args.cwd or ".").resolve()
@@ -127,6 +132,11 @@ async def _run(args: argparse.Namespace) -> int:
     async with Harness.open(storage, models=models, registry=_registry(args), env=LocalEnv(cwd)) as harness:
         conv = await harness.root(agent=AgentConfig(model=ref, cwd=str(cwd)))
         await conv.configure(model=ref, cwd=str(cwd))
+        yield harness, conv
+
+
+async def _run(args: argparse.Namespace) -> int:
+    async with _session(args) as (harness, conv):
         sub = await conv.submit(Input(args.prompt))
         printer = Printer(harness, conv, sys.stdout)
         status = await _until_settled(harness, conv, sub, printer)
@@ -184,13 +194,7 @@ async def _resume(args: argparse.Namespace) -> int:
 
 
 async def _chat(args: argparse.Namespace) -> int:
-    ref = parse_model(args.model)
-    models = _models(args, ref)
-    cwd = Path(args.cwd or ".").resolve()
-    storage = open_sqlite_storage(_db(args, must_exist=False))
-    async with Harness.open(storage, models=models, registry=_registry(args), env=LocalEnv(cwd)) as harness:
-        conv = await harness.root(agent=AgentConfig(model=ref, cwd=str(cwd)))
-        await conv.configure(model=ref, cwd=str(cwd))
+    async with _session(args) as (harness, conv):
         printer = Printer(harness, conv, sys.stdout)
         print("chat: type a message; while the agent works a line is queued as a follow-up;")
         print("      /steer TEXT joins the running work, /abort stops it, /quit leaves.")
