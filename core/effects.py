@@ -235,6 +235,17 @@ class PollModel:
 
 
 @attrs.frozen(kw_only=True)
+class CancelDeferred:
+    """Best effort: tell the provider a deferred response is no longer
+    wanted (an aborted generation at ``poll``). Answers nothing."""
+
+    TAG: ClassVar[str] = "cancel_deferred"
+    task_id: TaskId
+    model: ModelRef
+    handle: Json
+
+
+@attrs.frozen(kw_only=True)
 class Cancel:
     """Cancel the in-flight invocation of a task (its Trio cancel scope)."""
 
@@ -261,12 +272,23 @@ class Respond:
 
 
 Effect: TypeAlias = (
-    Commit | CallModel | PollModel | PrepareTool | RunTool | RunPhase | MigrateTask | Sleep | Cancel | Respond
+    Commit
+    | CallModel
+    | PollModel
+    | CancelDeferred
+    | PrepareTool
+    | RunTool
+    | RunPhase
+    | MigrateTask
+    | Sleep
+    | Cancel
+    | Respond
 )
 EFFECT_TYPES: tuple[type, ...] = (
     Commit,
     CallModel,
     PollModel,
+    CancelDeferred,
     PrepareTool,
     RunTool,
     RunPhase,

@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
-from .effects import CallModel, PollModel, Sleep, Tx
+from .effects import CallModel, CancelDeferred, PollModel, Sleep, Tx
 from .events import ModelDeferred, ModelFailed, ModelResponded, ModelStreamed, TimerFired
 from .handover import end_run, finish_task, hand_over, initial_generation_checkpoint, start_run
 from .inbox import boundary
@@ -412,9 +412,10 @@ def on_model_failed(tx: Tx, ev: ModelFailed) -> None:
     task = _expecting(tx, ev.task_id, ev.attempt)
     if task is None:
         return
+    convert_partial(tx, task)  # what was streamed before the failure is kept
     live = tx.conv(task.conversation_id).live
-    if live.partial is not None or live.poll_at is not None:
-        tx.set_live(task.conversation_id, attrs.evolve(live, partial=None, poll_at=None))
+    if live.poll_at is not None:
+        tx.set_live(task.conversation_id, attrs.evolve(live, poll_at=None))
     policy = tx.settings.retry
     attempt = int(task.checkpoint.get("attempt", 1))
     if ev.reason != "no_model":
@@ -455,6 +456,15 @@ def on_abort(tx: Tx, task: Task) -> None:
     cid = task.conversation_id
     cp = task.checkpoint
     convert_partial(tx, task)
+    if task.phase == "poll":
+        m = cp["model"]
+        tx.act(
+            CancelDeferred(
+                task_id=task.id,
+                model=ModelRef(provider=m["provider"], model_id=m["model_id"]),
+                handle=cp["handle"],
+            )
+        )
     if task.phase == "tools" and cp.get("pending"):
         live = tx.conv(cid).live
         names = {s.call_id: s.name for s in live.tools or ()}

@@ -35,6 +35,7 @@ from pidurable.core.effects import (
     EFFECT_TYPES,
     CallModel,
     Cancel,
+    CancelDeferred,
     Commit,
     Effect,
     MigrateTask,
@@ -93,6 +94,19 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
+def trio_anchored_clock() -> Callable[[], int]:
+    """The default harness clock: wall time at open, advanced by Trio's clock.
+
+    Deadlines (retry, poll, sleeps) are stored in wall milliseconds so they
+    survive restarts; within one process life time advances with Trio's
+    monotonic clock, so timers and the harness clock agree (also under a test
+    MockClock) and a wall-clock jump cannot make a timer fire early or late.
+    """
+    wall0 = wall_clock_ms()
+    trio0 = trio.current_time()
+    return lambda: wall0 + int((trio.current_time() - trio0) * 1000)
+
+
 @attrs.define
 class _Ticket:
     done: trio.Event = attrs.field(factory=trio.Event)
@@ -118,7 +132,7 @@ class Runtime:
         self.env = env
         self.store_id = store_id
         self.hooks = hooks or Hooks()
-        self.clock = clock or wall_clock_ms
+        self.clock = clock or trio_anchored_clock()
         self.harness = harness
         self.state = State()
         self._send, self._recv = trio.open_memory_channel[Event](math.inf)
@@ -362,6 +376,21 @@ class Runtime:
     def _poll_model(self, effect: PollModel) -> None:
         self._spawn(effect.task_id, self._do_poll_model, effect)
 
+    def _cancel_deferred(self, effect: CancelDeferred) -> None:
+        provider = self.models.resolve(effect.model) if self.models is not None else None
+        cancel = getattr(provider, "cancel", None)
+        if cancel is None:
+            return
+        assert self.nursery is not None
+
+        async def best_effort() -> None:
+            try:
+                await cancel(effect.handle)
+            except Exception:  # best effort: the abort already settled durably
+                pass
+
+        self.nursery.start_soon(best_effort)
+
     def _sleep(self, effect: Sleep) -> None:
         self._spawn(effect.task_id, self._do_sleep, effect)
 
@@ -414,8 +443,19 @@ class Runtime:
 
     async def _do_poll_model(self, effect: PollModel) -> None:
         provider = self.models.resolve(effect.model) if self.models is not None else None
-        if provider is None or not hasattr(provider, "poll"):
+        if provider is None:
             self._no_model(effect)
+            return
+        if not hasattr(provider, "poll"):
+            ref = effect.model
+            self.send(
+                ModelFailed(
+                    now=self.clock(),
+                    task_id=effect.task_id,
+                    attempt=effect.attempt,
+                    message=f"Provider {ref.provider} cannot poll deferred responses (model {ref.model_id})",
+                )
+            )
             return
         request = self._build_request(effect, None)
         await self._answer(effect, lambda on_partial: provider.poll(request, effect.handle))
@@ -673,6 +713,7 @@ INTERPRETERS: dict[type, Callable[[Runtime, Any], None]] = {
     RunTool: Runtime._run_tool,
     RunPhase: Runtime._run_phase,
     PollModel: Runtime._poll_model,
+    CancelDeferred: Runtime._cancel_deferred,
     Sleep: Runtime._sleep,
     MigrateTask: Runtime._migrate_task,
     Cancel: Runtime._cancel,

@@ -84,9 +84,14 @@ class ScriptedModels:
         self.polls: list[Any] = []
         #: number of requests that created a deferred handle
         self.deferred_created = 0
+        #: handles cancelled (an aborted generation that was polling)
+        self.cancelled: list[Any] = []
 
     def resolve(self, ref: ModelRef) -> "ScriptedModels":
         return self
+
+    async def cancel(self, handle: Any) -> None:
+        self.cancelled.append(handle)
 
     async def poll(self, request: ModelRequest, handle: Any) -> "ModelReply | ModelDeferredReply":
         """A deferred reply: ``handle`` names the script step; it stays
