@@ -197,7 +197,8 @@ async def _chat(args: argparse.Namespace) -> int:
     async with _session(args) as (harness, conv):
         printer = Printer(harness, conv, sys.stdout)
         print("chat: type a message; while the agent works a line is queued as a follow-up;")
-        print("      /steer TEXT joins the running work, /abort stops it, /quit leaves.")
+        print("      /steer TEXT joins the running work, /abort stops it, /quit leaves at once")
+        print("      (end of input waits for the queued work).")
         stdin = trio.wrap_file(sys.stdin)
         async with trio.open_nursery() as nursery:
 
@@ -205,11 +206,13 @@ async def _chat(args: argparse.Namespace) -> int:
                 await _follow(harness, conv, printer, lambda: False)
 
             nursery.start_soon(follow)
+            quit_now = False
             async for line in stdin:
                 text = line.strip()
                 if not text:
                     continue
                 if text == "/quit":
+                    quit_now = True  # unfinished work stays stored: `pidurable resume`
                     break
                 if text == "/abort":
                     await conv.abort()
@@ -218,6 +221,9 @@ async def _chat(args: argparse.Namespace) -> int:
                     await conv.submit(Input(text[len("/steer ") :], when_busy="steer"))
                     continue
                 await conv.submit(Input(text))
+            if not quit_now:
+                await conv.wait_idle()  # end of input: let the queued work finish
+                printer.update()
             nursery.cancel_scope.cancel()
     return 0
 
