@@ -44,7 +44,7 @@ from pidurable.core.model import (
     Task,
     TaskId,
 )
-from pidurable.core.state import AGENT_DOC, INBOX_DOC, LIVE_DOC
+from pidurable.core.state import AGENT_DOC, INBOX_DOC, LIVE_DOC, USAGE_DOC, UsageDoc, UsageTotals
 
 from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound
 from .registry import Registry
@@ -181,6 +181,11 @@ class Conversation:
     async def context(self) -> list[Message]:
         """The messages the next model request would see."""
         return context_messages(self._rt.storage.entries(self.id))
+
+    async def usage(self) -> UsageDoc:
+        """This conversation's ``pi.usage``."""
+        doc = self._rt.storage.document(self.id, USAGE_DOC)
+        return doc if doc is not None else UsageDoc()
 
     async def agent(self) -> AgentConfig:
         doc = self._rt.storage.document(self.id, AGENT_DOC)
@@ -448,6 +453,25 @@ class Harness:
         """Create a custom task (its definition must be installed); returns
         its id once durable. It runs when scheduling is on."""
         return await create_task(self._rt, kind, input or {}, conversation_id, background=background)
+
+    async def usage(self) -> UsageDoc:
+        """Token usage summed over every conversation's ``pi.usage``: per
+        ``provider:model`` and per tool (tools that report usage)."""
+        models: dict[str, UsageTotals] = {}
+        tools: dict[str, UsageTotals] = {}
+        for conv in self._rt.storage.conversations():
+            doc = self._rt.storage.document(conv.id, USAGE_DOC)
+            if doc is None:
+                continue
+            for target, part in ((models, doc.models), (tools, doc.tools)):
+                for key, u in part.items():
+                    old = target.get(key, UsageTotals())
+                    target[key] = UsageTotals(
+                        input_tokens=old.input_tokens + u.input_tokens,
+                        output_tokens=old.output_tokens + u.output_tokens,
+                        calls=old.calls + u.calls,
+                    )
+        return UsageDoc(models=models, tools=tools)
 
     async def inspect(self) -> list[TaskInspection]:
         """Every live task's derived state: ``running``, ``waiting`` (on live

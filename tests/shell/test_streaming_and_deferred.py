@@ -73,3 +73,22 @@ async def test_aborting_a_polling_generation_cancels_the_deferred_handle(
     assert (record.status, record.reason) == ("unanswered", "aborted")
     assert models.deferred_created == 1
     assert models.cancelled[0]["k"] == 0
+
+
+async def test_usage_is_summed_per_model_and_over_conversations() -> None:
+    """Each model reply adds its tokens to the conversation's pi.usage; the
+    harness total sums every conversation (a sub-conversation included)."""
+    from pidurable.core.model import Usage
+
+    models = ScriptedModels(lambda request: reply(text="ok", usage=Usage(input_tokens=10, output_tokens=3)))
+    async with Harness.open(MemoryStorage(), models=models, registry=Registry()) as h:
+        root = await h.root(agent=AGENT)
+        other = await h.create_conversation(agent=AgentConfig(model=ModelRef("scripted", "other")))
+        for conv, n in ((root, 2), (other, 1)):
+            for i in range(n):
+                assert (await (await conv.submit(Input(f"q{i}"))).wait()).status == "done"
+        mine = await root.usage()
+        total = await h.usage()
+    assert mine.models["scripted:m"].input_tokens == 20 and mine.models["scripted:m"].calls == 2
+    assert total.models["scripted:m"].output_tokens == 6
+    assert total.models["scripted:other"].input_tokens == 10
