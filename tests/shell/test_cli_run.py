@@ -147,3 +147,22 @@ def test_chat_queues_lines_typed_while_the_agent_works(server: tuple[str, list[d
         conn.close()
     assert statuses == ["done", "done"]
     assert out.count("The command said: Tool bash is not available") == 2  # both inputs answered
+
+
+@pytest.mark.slow
+def test_ctrl_c_aborts_the_run_cleanly(server: tuple[str, list[dict]], tmp_path: Path) -> None:
+    """SIGINT while bash runs: the tool is aborted (its process cancelled), the
+    input ends unanswered/aborted, and the CLI exits 1 without a traceback."""
+    url, _ = server
+    db = tmp_path / "agent.sqlite"
+    run = _cli("run", "check", "--db", str(db), "--model", "openai:gpt-test", "--cwd", str(tmp_path), url=url, cwd=tmp_path)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "runs.log").exists():
+        assert run.poll() is None, run.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=30)
+    assert run.returncode == 1, (out, err)
+    assert "Tool bash was aborted" in out
+    assert "[unanswered: aborted]" in err and "Traceback" not in err
