@@ -284,6 +284,11 @@ class SqliteStorage:
         except sqlite3.IntegrityError as e:
             # rolled back: a duplicate entry id or a seq that does not increase
             raise StorageError(f"Store {self.path} refused the commit (nothing was written): {e}") from e
+        except sqlite3.Error as e:
+            # disk full, I/O error, database locked past the busy timeout...:
+            # the transaction was rolled back; this harness stops, and a new
+            # one opened on the store recovers from the last commit.
+            raise StorageError(f"Store {self.path}: commit failed, nothing was written ({e})") from e
 
     @staticmethod
     def _write_one(conn: sqlite3.Connection, seq: int, rows: list[Any], ev_text: str, wr_text: str) -> None:
