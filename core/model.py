@@ -149,7 +149,8 @@ class RetryPolicy:
     def delay_ms(self, attempt: int, retry_after_ms: int | None = None) -> int:
         if retry_after_ms is not None and retry_after_ms >= 0:
             return min(int(retry_after_ms), self.max_delay_ms)
-        return min(self.base_delay_ms * 2 ** max(attempt - 1, 0), self.max_delay_ms)
+        delay: int = self.base_delay_ms * 2 ** max(attempt - 1, 0)
+        return min(delay, self.max_delay_ms)
 
 
 QUEUE_MODES = ("one_at_a_time", "all")

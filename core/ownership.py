@@ -118,6 +118,7 @@ def owner_chain(tasks: Mapping[TaskId, Task], conversations: Mapping[Conversatio
     chain: list[TaskId] = []
     current: Task | None = task
     while current is not None:
+        nxt: TaskId | None
         if current.owner is not None:
             nxt = current.owner
         else:
