@@ -63,7 +63,7 @@ from .model import (
     ToolCall,
     Usage,
 )
-from .state import Live, ToolSlot, UsageTotals
+from .state import ToolSlot, UsageTotals
 
 # (phase, input) -> next phase ("-" = terminal). The handlers below implement
 # the rows; tests check that every row is reachable and nothing else is.

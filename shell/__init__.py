@@ -55,6 +55,7 @@ __all__ = [
     "Registry",
     "TaskDefinition",
     "TaskRuntime",
+    "TaskCommitError",
     "HookContext",
     "define_task",
     "Settings",

@@ -390,7 +390,7 @@ class _Demo:
             raise DemoFailed(f"the resuming child (pid {proc.pid}) did not finish within 40 s\n{self._tail(log)}")
         if proc.returncode != 0:
             raise DemoFailed(f"the resuming child (pid {proc.pid}) exited with status {proc.returncode}\n{self._tail(log)}")
-        print(f"          it finished and exited with status 0")
+        print("          it finished and exited with status 0")
 
     # part 1 ------------------------------------------------------------------------------
     def part_config(self) -> None:

@@ -44,7 +44,7 @@ from pidurable.core.model import (
     Task,
     TaskId,
 )
-from pidurable.core.state import AGENT_DOC, INBOX_DOC, LIVE_DOC, USAGE_DOC, UsageDoc, UsageTotals
+from pidurable.core.state import AGENT_DOC, USAGE_DOC, UsageDoc, UsageTotals
 
 from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound
 from .registry import Registry

@@ -26,7 +26,7 @@ import trio
 from pidurable.core.effects import Effect
 from pidurable.core.model import AgentConfig, ModelRef, Settings
 from pidurable.shell import Harness, Hooks, Input, Registry, ToolDefinition, ToolResult, define_tool
-from pidurable.shell.providers import ScriptedModels, ScriptedReply
+from pidurable.shell.providers import ScriptedModels
 
 import invariants
 

@@ -400,9 +400,10 @@ async def test_follow_up_mode_all_at_open_answers_every_follow_up_in_one_run(
         a = await conv.submit(Input("a"))
         b = await conv.submit(Input("b"))
         gate.release.set()
-        ra, rb = await settle(a), await settle(b)
+        rf, ra, rb = await settle(first), await settle(a), await settle(b)
 
-    assert ra.status == rb.status == SubmissionStatus.DONE
+    assert rf.status == ra.status == rb.status == SubmissionStatus.DONE
+    assert storage.entry(rf.answer_entry_id).text == "first"
     assert ra.answer_entry_id == rb.answer_entry_id
     assert storage.entry(ra.answer_entry_id).text == "both"
     assert len(models.requests) == 3
