@@ -232,6 +232,9 @@ class PollModel:
     attempt: int
     model: ModelRef
     handle: Json
+    #: The pinned cutoff of the original request (the poll request carries
+    #: the same context, for providers that need it).
+    cutoff: EntryId | None = None
 
 
 @attrs.frozen(kw_only=True)

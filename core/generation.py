@@ -187,6 +187,7 @@ def on_timer_fired(tx: Tx, ev: TimerFired) -> None:
                 attempt=int(cp["attempt"]),
                 model=ModelRef(provider=m["provider"], model_id=m["model_id"]),
                 handle=cp["handle"],
+                cutoff=EntryId(int(cp["cutoff"])),
             )
         )
 

@@ -457,7 +457,7 @@ class Runtime:
                 )
             )
             return
-        request = self._build_request(effect, None)
+        request = self._build_request(effect, effect.cutoff)
         await self._answer(effect, lambda on_partial: provider.poll(request, effect.handle))
 
     async def _answer(self, effect: CallModel | PollModel, call: Callable[[Any], Any]) -> None:

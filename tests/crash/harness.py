@@ -27,6 +27,7 @@ from pidurable.core.effects import Effect
 from pidurable.core.model import AgentConfig, ModelRef, Settings
 from pidurable.shell import Harness, Hooks, Input, Registry, ToolDefinition, ToolResult, define_tool
 from pidurable.shell.providers import ScriptedModels
+from pidurable.shell.storage.base import StoreFenced
 
 import invariants
 
@@ -156,7 +157,27 @@ def run_life(storage: Any, scenario: Scenario, world: World, crash_at: int | Non
         trio.run(main)
     except SimulatedCrash:
         crashed = True
+    except BaseExceptionGroup as group:
+        # the crash can surface together with the fenced store's refusal of a
+        # commit another task had already started: still just a crash
+        if not _only_crash(group):
+            raise
+        crashed = True
     return Life(crashed=crashed, terminal_at_start=terminal, effects=recorder.effects, seq_at_start=seq_at_start)
+
+
+def _only_crash(group: BaseExceptionGroup[Any]) -> bool:
+    leaves: list[BaseException] = []
+    stack: list[BaseException] = [group]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, BaseExceptionGroup):
+            stack.extend(e.exceptions)
+        else:
+            leaves.append(e)
+    return any(isinstance(e, SimulatedCrash) for e in leaves) and all(
+        isinstance(e, (SimulatedCrash, StoreFenced, trio.Cancelled)) for e in leaves
+    )
 
 
 def _has_data(storage: Any) -> bool:

@@ -92,3 +92,22 @@ async def test_usage_is_summed_per_model_and_over_conversations() -> None:
     assert mine.models["scripted:m"].input_tokens == 20 and mine.models["scripted:m"].calls == 2
     assert total.models["scripted:m"].output_tokens == 6
     assert total.models["scripted:other"].input_tokens == 10
+
+
+async def test_a_poll_request_carries_the_original_context(autojump_clock: trio.testing.MockClock) -> None:
+    """Polling a deferred answer sends the same context as the request that
+    created it (a function script answers from the last user message)."""
+
+    def script(request: ModelRequest) -> object:
+        last = [m.text for m in request.messages if m.role == "user"][-1]
+        return reply(text=f"answer to {last} (turn {request.turn})", deferred=1)
+
+    models = ScriptedModels(script)
+    async with Harness.open(MemoryStorage(), models=models, registry=Registry()) as h:
+        conv = await h.root(agent=AGENT)
+        with trio.fail_after(60):
+            for text in ("hello", "second"):
+                assert (await (await conv.submit(Input(text))).wait()).status == "done"
+        answers = [e.text for e in await conv.transcript() if e.kind == "assistant"]
+    assert answers == ["answer to hello (turn 0)", "answer to second (turn 1)"]
+    assert len(models.polls) == 2 and models.deferred_created == 2
