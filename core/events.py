@@ -266,8 +266,21 @@ class MigrationFinished:
 
 
 @attrs.frozen(kw_only=True)
+class PreparedCall:
+    """A tool call the shell already resolved and validated (no before-tool
+    hook installed): its final arguments and the tool's replay promise."""
+
+    arguments: dict[str, Json]
+    replay: str
+
+
+@attrs.frozen(kw_only=True)
 class ModelResponded:
-    """A model request (``CallModel``) ended with a complete message."""
+    """A model request (``CallModel``) ended with a complete message.
+
+    ``prepared`` holds, per tool call (by position), the shell's verdict when
+    it could prepare the call right away, or None (the call then goes through
+    the ``call`` phase: PrepareTool, hooks, validation errors)."""
 
     TAG: ClassVar[str] = "model_responded"
     now: int
@@ -277,6 +290,7 @@ class ModelResponded:
     tool_calls: tuple[ToolCall, ...] = ()
     stop_reason: str = "stop"
     usage: Usage | None = None
+    prepared: tuple[PreparedCall | None, ...] = ()
 
 
 @attrs.frozen(kw_only=True)

@@ -44,7 +44,8 @@ from collections.abc import Callable, Mapping
 import attrs
 
 from .effects import CallModel, CancelDeferred, PollModel, Sleep, Tx
-from .events import ModelDeferred, ModelFailed, ModelResponded, ModelStreamed, TimerFired
+from . import tools
+from .events import ModelDeferred, ModelFailed, ModelResponded, ModelStreamed, PreparedCall, TimerFired
 from .handover import end_run, finish_task, hand_over, initial_generation_checkpoint, start_run
 from .inbox import boundary
 from .lifecycle import task_to
@@ -288,7 +289,7 @@ def on_model_responded(tx: Tx, ev: ModelResponded) -> None:
     if live.partial is not None or live.poll_at is not None:
         tx.set_live(task.conversation_id, attrs.evolve(live, partial=None, poll_at=None))
     if ev.tool_calls:
-        _start_round(tx, task, entry)
+        _start_round(tx, task, entry, ev.prepared)
     else:
         _answer(tx, task, entry)
 
@@ -325,7 +326,13 @@ def _is_sequential(tx: Tx, task: Task, calls: tuple[ToolCall, ...]) -> bool:
     return False
 
 
-def create_tool_task(tx: Tx, gen: Task, assistant: EntryId, call: ToolCall) -> Task:
+def create_tool_task(
+    tx: Tx, gen: Task, assistant: EntryId, call: ToolCall, prepared: PreparedCall | None = None
+) -> Task:
+    """A tool task for ``call``, owned by the generation. Normally born at
+    ``call``; a call the shell already prepared (``prepared``) is born at
+    ``execute {arguments, replay}`` - its intent is stored by this very commit
+    - and runs at once (one event and one commit fewer per call)."""
     tool = Task(
         id=TaskId(tx.alloc_id()),
         conversation_id=gen.conversation_id,
@@ -334,23 +341,34 @@ def create_tool_task(tx: Tx, gen: Task, assistant: EntryId, call: ToolCall) -> T
         input={"assistant": assistant, "call_id": call.id, "name": call.name},
         checkpoint={"phase": "call"},
     )
+    if prepared is not None and prepared.replay in ("safe", "unsafe"):
+        tool = task_to(
+            tool,
+            "reserve",
+            checkpoint={"phase": "execute", "arguments": dict(prepared.arguments), "replay": prepared.replay},
+            started_at=tx.now,
+        )
+        tx.put_task(tool)
+        tools.run(tx, tool)
+        return tool
     tx.put_task(tool)
     return tool
 
 
-def _start_round(tx: Tx, task: Task, entry: Entry) -> None:
+def _start_round(tx: Tx, task: Task, entry: Entry, prepared: tuple[PreparedCall | None, ...] = ()) -> None:
     sequential = _is_sequential(tx, task, entry.tool_calls)
     slots: list[ToolSlot] = []
     created: list[TaskId] = []
     pending: list[str] = []
-    for call in entry.tool_calls:
+    for i, call in enumerate(entry.tool_calls):
         if sequential and created:
             slots.append(ToolSlot(call_id=call.id, name=call.name))
             pending.append(call.id)
             continue
-        tool = create_tool_task(tx, task, entry.id, call)
+        tool = create_tool_task(tx, task, entry.id, call, prepared[i] if i < len(prepared) else None)
         created.append(tool.id)
-        slots.append(ToolSlot(call_id=call.id, name=call.name, task_id=tool.id))
+        status = "running" if tool.phase == "execute" else "pending"
+        slots.append(ToolSlot(call_id=call.id, name=call.name, task_id=tool.id, status=status))
     tx.put_task(
         task_to(
             task,

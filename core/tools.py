@@ -104,6 +104,11 @@ def _recover_execute(tx: Tx, task: Task) -> None:
     _settle(tx, running, message, is_error=True, status=OutcomeStatus.FAILED, error=message)
 
 
+def run(tx: Tx, task: Task) -> None:
+    """Emit ``RunTool`` for a task whose ``execute`` intent is (being) stored."""
+    _run(tx, task)
+
+
 def _run(tx: Tx, task: Task) -> None:
     tx.act(
         RunTool(

@@ -57,6 +57,7 @@ from pidurable.core.events import (
     ModelFailed,
     ModelStreamed,
     PhaseReturned,
+    PreparedCall,
     TimerFired,
     SubmissionAbortRequested,
     TaskAbortRequested,
@@ -518,8 +519,26 @@ class Runtime:
                 tool_calls=reply.tool_calls,
                 stop_reason=reply.stop_reason,
                 usage=reply.usage,
+                prepared=self._prepare_calls(reply.tool_calls),
             )
         )
+
+    def _prepare_calls(self, calls: tuple[ToolCall, ...]) -> tuple[PreparedCall | None, ...]:
+        """Resolve and validate the calls now, so their tool tasks can be born
+        at ``execute`` in the round's own commit. Not when before-tool hooks
+        are installed (they run in the ``call`` phase); a call that does not
+        resolve or validate gets None and takes the ``call`` phase, which
+        answers it with the error result."""
+        if not calls or self.registry.hooks("before_tool"):
+            return ()
+        out: list[PreparedCall | None] = []
+        for call in calls:
+            tool = self.registry.tool(call.name)
+            if tool is None or tool.validate(call.arguments) is not None:
+                out.append(None)
+            else:
+                out.append(PreparedCall(arguments=dict(call.arguments), replay=tool.replay))
+        return tuple(out)
 
     async def _do_sleep(self, effect: Sleep) -> None:
         while (remaining := (effect.until - self.clock()) / 1000) > 0:
