@@ -272,3 +272,33 @@ def test_recovery_at_call_prepares_again() -> None:
     st = step(opened_state(), store.opened(now=90))
     assert kinds(st) == [PrepareTool]  # the stored record is pending: no recovery commit needed
     assert only(effects_of(st, PrepareTool)).task_id == tid
+
+
+def test_a_prepared_call_is_born_at_execute_in_the_round_commit() -> None:
+    """A call the shell already validated (ModelResponded.prepared) gets its
+    tool task at ``execute {arguments, replay}`` in the round's one commit, and
+    RunTool follows that commit; an unprepared call (None) still starts at ``call``."""
+    from pidurable.core.effects import Commit, PrepareTool, PutTask, RunTool
+    from pidurable.core.events import ModelResponded, PreparedCall
+    from pidurable.core.model import ToolCall
+
+    state = opened_state()
+    (s0,) = run_events(state, submit("go"))
+    gen = next(t for t in s0.state.tasks.values() if t.kind == "pi.generation")
+    ev = ModelResponded(
+        now=20,
+        task_id=gen.id,
+        attempt=1,
+        tool_calls=(ToolCall(id="a", name="t", arguments={"x": 1}), ToolCall(id="b", name="nope")),
+        prepared=(PreparedCall(arguments={"x": 1}, replay="safe"), None),
+    )
+    (s1,) = run_events(s0.state, ev)
+    kinds = [type(e) for e in s1.effects]
+    assert kinds[0] is Commit and kinds.count(Commit) == 1
+    assert kinds.index(RunTool) > 0 and PrepareTool in kinds
+    born = {w.task.input["call_id"]: w.task for w in s1.effects[0].writes if isinstance(w, PutTask) and w.task.kind == "pi.tool"}
+    assert born["a"].checkpoint == {"phase": "execute", "arguments": {"x": 1}, "replay": "safe"}
+    assert born["a"].status == "running"
+    assert born["b"].checkpoint == {"phase": "call"}
+    slots = {s.call_id: s.status for s in s1.state.conversations[1].live.tools}
+    assert slots["a"] == "running"
