@@ -73,20 +73,8 @@ def on_input_submitted(tx: Tx, ev: InputSubmitted) -> None:
 
     sid = SubmissionId(tx.alloc_id())
     if conv.busy or conv.inbox:
-        sub = Submission(
-            id=sid,
-            conversation_id=conv.id,
-            type="input",
-            status=next_submission_status(None, "admit_busy"),
-            request_id=ev.request_id,
-        )
-        tx.put_submission(sub)
         mode = "steer" if ev.when_busy == "steer" else "follow_up"
-        enqueue(tx, conv.id, InboxItem(submission_id=sid, mode=mode, content=ev.content))
-        if not conv.busy:
-            placed = boundary(tx, conv.id, final=True)
-            if placed:
-                start_run(tx, conv.id, placed)
+        _queue(tx, conv, "input", ev.request_id, InboxItem(submission_id=sid, mode=mode, content=ev.content))
     else:
         entry_id = append_user(tx, conv.id, ev.content)
         sub = Submission(
@@ -130,6 +118,26 @@ def on_agent_configured(tx: Tx, ev: AgentConfigured) -> None:
     tx.respond(ev.ticket, ev.conversation_id)
 
 
+def _queue(tx: Tx, conv: ConvState, kind: str, request_id: str | None, item: InboxItem) -> None:
+    """Admit on a busy conversation (or behind queued items): a ``queued``
+    submission and its inbox item; on an idle one a final boundary then places
+    the queue in order (and may start a run)."""
+    tx.put_submission(
+        Submission(
+            id=item.submission_id,
+            conversation_id=conv.id,
+            type=kind,
+            status=next_submission_status(None, "admit_busy"),
+            request_id=request_id,
+        )
+    )
+    enqueue(tx, conv.id, item)
+    if not conv.busy:
+        placed = boundary(tx, conv.id, final=True)
+        if placed:
+            start_run(tx, conv.id, placed)
+
+
 def _deduplicated(
     tx: Tx, ticket: int, cid: int, request_id: str | None, existing: Submission | None, kind: str
 ) -> bool:
@@ -166,24 +174,9 @@ def on_write_submitted(tx: Tx, ev: WriteSubmitted) -> None:
     if _deduplicated(tx, ev.ticket, conv.id, ev.request_id, ev.existing, "write"):
         return
     sid = SubmissionId(tx.alloc_id())
-    sub = Submission(
-        id=sid,
-        conversation_id=conv.id,
-        type="write",
-        status=next_submission_status(None, "admit_busy"),
-        request_id=ev.request_id,
-    )
     if conv.busy or conv.inbox:
-        tx.put_submission(sub)
-        enqueue(
-            tx,
-            conv.id,
-            InboxItem(submission_id=sid, mode="write", content=ev.content, kind=ev.kind, data=ev.data),
-        )
-        if not conv.busy:
-            placed = boundary(tx, conv.id, final=True)
-            if placed:
-                start_run(tx, conv.id, placed)
+        item = InboxItem(submission_id=sid, mode="write", content=ev.content, kind=ev.kind, data=ev.data)
+        _queue(tx, conv, "write", ev.request_id, item)
     else:
         entry_id = append_entry(tx, conv.id, ev.kind, ev.content, ev.data)
         tx.put_submission(

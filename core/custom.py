@@ -37,7 +37,6 @@ Invariants: ``OneInvocationPerTask``, ``NoProgressIsAFault``,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 
 import attrs
 
@@ -59,15 +58,6 @@ from .ownership import owned_work
 
 BUILT_IN = frozenset({GENERATION, TOOL})
 
-# (situation, input) -> next; the handlers below implement the rows.
-STEP_RULES: Mapping[tuple[str, str], str] = {
-    ("running", "phase_returned_changed"): "run next phase",
-    ("running", "phase_returned_unchanged"): "faulted",
-    ("running", "phase_raised"): "faulted",
-    ("not running", "phase_returned"): "invocation ends",
-    ("abort", "returned_live"): "faulted",
-    ("abort", "returned_terminal"): "invocation ends",
-}
 
 
 def blocked_reason(tx: Tx, task: Task) -> str | None:

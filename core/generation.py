@@ -40,6 +40,7 @@ stale (from an invocation that ended) and ignored.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 
@@ -67,7 +68,8 @@ from .model import (
 from .state import ToolSlot, UsageTotals
 
 # (phase, input) -> next phase ("-" = terminal). The handlers below implement
-# the rows; tests check that every row is reachable and nothing else is.
+# the rows; tests/core/test_phase_tables.py checks that the phases a task can
+# be reserved at are exactly the ones with a reserve handler.
 PHASES: Mapping[tuple[str, str], str] = {
     ("prepare", "reserve"): "request",
     ("request", "model_failed_retryable"): "retry",
@@ -92,7 +94,7 @@ PHASES: Mapping[tuple[str, str], str] = {
 
 def on_reserve(tx: Tx, task: Task) -> None:
     """The scheduler picked this generation task."""
-    handler = _ON_RESERVE.get(task.phase or "")
+    handler = ON_RESERVE.get(task.phase or "")
     if handler is None:
         from .handover import fault
 
@@ -180,28 +182,32 @@ def on_timer_fired(tx: Tx, ev: TimerFired) -> None:
         tx.set_live(task.conversation_id, attrs.evolve(live, retry_at=None, retry_error=None))
         tx.put_task(task_to(task, "interrupt", checkpoint=initial_generation_checkpoint(int(cp["attempt"]) + 1)))
     elif task.phase == "poll" and int(cp["poll_at"]) == ev.until:
-        m = cp["model"]
         tx.act(
             PollModel(
                 task_id=task.id,
                 conversation_id=task.conversation_id,
                 attempt=int(cp["attempt"]),
-                model=ModelRef(provider=m["provider"], model_id=m["model_id"]),
+                model=pinned_model(cp),
                 handle=cp["handle"],
                 cutoff=EntryId(int(cp["cutoff"])),
             )
         )
 
 
+def pinned_model(checkpoint: Mapping[str, Any]) -> ModelRef:
+    """The model a ``request``/``poll`` checkpoint pinned."""
+    m = checkpoint["model"]
+    return ModelRef(provider=m["provider"], model_id=m["model_id"])
+
+
 def _call_model(tx: Tx, task: Task) -> None:
     cp = task.checkpoint
-    m = cp["model"]
     tx.act(
         CallModel(
             task_id=task.id,
             conversation_id=task.conversation_id,
             attempt=int(cp["attempt"]),
-            model=ModelRef(provider=m["provider"], model_id=m["model_id"]),
+            model=pinned_model(cp),
             cutoff=EntryId(int(cp["cutoff"])),
         )
     )
@@ -476,11 +482,10 @@ def on_abort(tx: Tx, task: Task) -> None:
     cp = task.checkpoint
     convert_partial(tx, task)
     if task.phase == "poll":
-        m = cp["model"]
         tx.act(
             CancelDeferred(
                 task_id=task.id,
-                model=ModelRef(provider=m["provider"], model_id=m["model_id"]),
+                model=pinned_model(cp),
                 handle=cp["handle"],
             )
         )
@@ -506,7 +511,7 @@ def on_abort(tx: Tx, task: Task) -> None:
     finish_task(tx, task, Outcome(status=OutcomeStatus.ABORTED))
 
 
-_ON_RESERVE: Mapping[str, Callable[[Tx, Task], None]] = {
+ON_RESERVE: Mapping[str, Callable[[Tx, Task], None]] = {
     "prepare": _prepare,
     "request": _resend,
     "retry": _wait_timer,

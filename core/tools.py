@@ -13,7 +13,8 @@ execute  ``{arguments, replay}`` - the durable *intent*: the final arguments and
          body runs; a crash after this point leaves "may have partially run".
 ======== ========================================================================
 
-Transitions (``PHASES`` is the table):
+Transitions (``PHASES`` is the table; ``ON_RESERVE`` maps each phase a
+task can be reserved at to its handler):
 
 - reserve at ``call`` -> ``PrepareTool`` (reservation kept in memory only: if
   the process dies now, ``call`` simply runs again).
@@ -34,7 +35,7 @@ its call exactly once), ``IntentBeforeEffect``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 
@@ -71,23 +72,25 @@ def interrupted_message(name: str) -> str:
 
 
 def on_reserve(tx: Tx, task: Task) -> None:
-    phase = task.phase
-    if phase == "call":
-        running = task_to(task, "reserve", started_at=task.started_at or tx.now)
-        tx.put_task(running, durable=False)
-        tx.act(
-            PrepareTool(
-                task_id=task.id,
-                conversation_id=task.conversation_id,
-                assistant_entry_id=EntryId(int(task.input["assistant"])),
-                call_id=str(task.input["call_id"]),
-                name=str(task.input["name"]),
-            )
+    handler = ON_RESERVE.get(task.phase or "")
+    if handler is None:
+        fault(tx, task, f"Task {task.id} has unknown phase {task.phase!r}")
+        return
+    handler(tx, task)
+
+
+def _prepare(tx: Tx, task: Task) -> None:
+    running = task_to(task, "reserve", started_at=task.started_at or tx.now)
+    tx.put_task(running, durable=False)
+    tx.act(
+        PrepareTool(
+            task_id=task.id,
+            conversation_id=task.conversation_id,
+            assistant_entry_id=EntryId(int(task.input["assistant"])),
+            call_id=str(task.input["call_id"]),
+            name=str(task.input["name"]),
         )
-    elif phase == "execute":
-        _recover_execute(tx, task)
-    else:
-        fault(tx, task, f"Task {task.id} has unknown phase {phase!r}")
+    )
 
 
 def _recover_execute(tx: Tx, task: Task) -> None:
@@ -234,6 +237,12 @@ def _set_slot(tx: Tx, task: Task, *, status: str, entry_id: EntryId | None = Non
         for s in live.tools
     )
     tx.set_live(task.conversation_id, attrs.evolve(live, tools=tools))
+
+
+ON_RESERVE: Mapping[str, Callable[[Tx, Task], None]] = {
+    "call": _prepare,
+    "execute": _recover_execute,
+}
 
 
 def aborted_message(name: str) -> str:

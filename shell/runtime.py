@@ -422,17 +422,14 @@ class Runtime:
             attempt=effect.attempt,
         )
 
+    def _fail_request(self, effect: CallModel | PollModel, message: str, reason: str = "model_error") -> None:
+        self.send(
+            ModelFailed(now=self.clock(), task_id=effect.task_id, attempt=effect.attempt, reason=reason, message=message)
+        )
+
     def _no_model(self, effect: CallModel | PollModel) -> None:
         ref = effect.model
-        self.send(
-            ModelFailed(
-                now=self.clock(),
-                task_id=effect.task_id,
-                attempt=effect.attempt,
-                reason="no_model",
-                message=f"Model {ref.provider}/{ref.model_id} is not available",
-            )
-        )
+        self._fail_request(effect, f"Model {ref.provider}/{ref.model_id} is not available", "no_model")
 
     async def _do_call_model(self, effect: CallModel) -> None:
         provider = self.models.resolve(effect.model) if self.models is not None else None
@@ -449,14 +446,7 @@ class Runtime:
             return
         if not hasattr(provider, "poll"):
             ref = effect.model
-            self.send(
-                ModelFailed(
-                    now=self.clock(),
-                    task_id=effect.task_id,
-                    attempt=effect.attempt,
-                    message=f"Provider {ref.provider} cannot poll deferred responses (model {ref.model_id})",
-                )
-            )
+            self._fail_request(effect, f"Provider {ref.provider} cannot poll deferred responses (model {ref.model_id})")
             return
         request = self._build_request(effect, effect.cutoff)
         await self._answer(effect, lambda on_partial: provider.poll(request, effect.handle))

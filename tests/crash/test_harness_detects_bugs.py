@@ -43,7 +43,7 @@ def test_rerunning_unsafe_tools_is_caught(monkeypatch: pytest.MonkeyPatch) -> No
         tx.put_task(running, durable=False)
         core_tools._run(tx, running)
 
-    monkeypatch.setattr(core_tools, "_recover_execute", always_rerun)
+    monkeypatch.setitem(core_tools.ON_RESERVE, "execute", always_rerun)
     with pytest.raises(AssertionError, match="UnsafeToolRunsAtMostOnce"):
         _sweep(UNSAFE)
 
