@@ -303,3 +303,26 @@ def tool_results(entries: Iterable[Entry]) -> dict[str, list[Entry]]:
             assert e.tool_call_id is not None
             out.setdefault(e.tool_call_id, []).append(e)
     return out
+
+
+class Driver:
+    """Feeds events one at a time, keeping the state and (optionally) a
+    model of the store (``Store``), for tests that play a whole story."""
+
+    def __init__(self, state: State, store: "Store | None" = None) -> None:
+        self.state = state
+        self.store = store
+
+    def __call__(self, event: Event) -> Step:
+        st = step(self.state, event)
+        self.state = st.state
+        if self.store is not None:
+            self.store.apply(st)
+        return st
+
+    def value(self, event: Event) -> int:
+        """Feed a host event and return the id it was answered with."""
+        r = respond(self(event))
+        assert r.error_kind is None, r
+        assert r.value is not None
+        return r.value

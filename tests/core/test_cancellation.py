@@ -35,6 +35,7 @@ from pidurable.core.ownership import conversation_is_idle
 from pidurable.core.state import ConvState
 from pidurable.core.tools import aborted_message
 
+from .helpers import Driver as BaseDriver
 from .helpers import (
     MODEL,
     ROOT,
@@ -63,26 +64,7 @@ CATALOG = (ToolInfo(name="t"), ToolInfo(name="u"))
 _tickets = iter(range(70_000, 10**9))
 
 
-class Driver:
-    """Feeds events one at a time, keeping the state and (optionally) a model of the store."""
-
-    def __init__(self, state: State, store: Store | None = None) -> None:
-        self.state = state
-        self.store = store
-
-    def __call__(self, event: Any) -> Step:
-        st = step(self.state, event)
-        self.state = st.state
-        if self.store is not None:
-            self.store.apply(st)
-        return st
-
-    def value(self, event: Any) -> int:
-        r = respond(self(event))
-        assert r.error_kind is None, r
-        assert r.value is not None
-        return r.value
-
+class Driver(BaseDriver):
     def gen(self, cid: int = ROOT) -> int:
         return only(t.id for t in self.state.tasks.values() if t.kind == GENERATION and t.conversation_id == cid)
 

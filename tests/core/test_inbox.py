@@ -6,7 +6,7 @@ from typing import Any
 
 import attrs
 
-from pidurable.core import State, Step, step
+from pidurable.core import State, step
 from pidurable.core.effects import CallModel, Commit, PutInbox, Respond, RunTool
 from pidurable.core.events import Opened, SettingsChanged, SubmissionAbortRequested, WriteSubmitted
 from pidurable.core.model import (
@@ -21,6 +21,7 @@ from pidurable.core.model import (
 )
 from pidurable.core.state import InboxItem
 
+from .helpers import Driver as BaseDriver
 from .helpers import (
     ROOT,
     Store,
@@ -58,26 +59,8 @@ def opened(settings: Settings | None = None, **kw: Any) -> State:
     return step(State(), ev).state
 
 
-class Driver:
-    """Feeds events one at a time, keeping the state and (optionally) a model of the store."""
-
-    def __init__(self, state: State, store: Store | None = None) -> None:
-        self.state = state
-        self.store = store
-
-    def __call__(self, event: Any) -> Step:
-        st = step(self.state, event)
-        self.state = st.state
-        if self.store is not None:
-            self.store.apply(st)
-        return st
-
-    def sid(self, event: Any) -> int:
-        """Feed a host event and return the submission id it answered with."""
-        r = respond(self(event))
-        assert r.error_kind is None, r
-        assert r.value is not None
-        return r.value
+class Driver(BaseDriver):
+    sid = BaseDriver.value  # the submission id a host event was answered with
 
     def write(self, content: str, *, cid: int = ROOT, **kw: Any) -> WriteSubmitted:
         return WriteSubmitted(now=15, ticket=_ticket(), conversation_id=ConversationId(cid), content=content, **kw)
