@@ -90,9 +90,7 @@ class Printer:
             self.out.write(partial[len(self.partial) :])
             self.out.flush()
         self.partial = partial
-        for e in storage.entries(self.conv.id, None):
-            if e.id <= self.seen:
-                continue
+        for e in storage.entries(self.conv.id, after=self.seen):  # only what is new
             self.seen = e.id
             if e.kind == "assistant":
                 if e.stop_reason == "error":

@@ -126,12 +126,16 @@ class MemoryStorage:
             self.commits += 1
 
     # reads -----------------------------------------------------------------
-    def entries(self, conversation_id: ConversationId, upto: int | None = None) -> list[Entry]:
+    def entries(
+        self, conversation_id: ConversationId, upto: int | None = None, after: int | None = None
+    ) -> list[Entry]:
         t = self._tables["entries"]
         return [
             codec.from_json(r["record"], Entry)
             for k, r in sorted(t.items())
-            if r["conversation_id"] == conversation_id and (upto is None or k[0] <= upto)
+            if r["conversation_id"] == conversation_id
+            and (upto is None or k[0] <= upto)
+            and (after is None or k[0] > after)
         ]
 
     def entry(self, entry_id: int) -> Entry | None:

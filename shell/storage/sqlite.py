@@ -310,16 +310,14 @@ class SqliteStorage:
         row = self.db.execute(sql, list(params)).fetchone()
         return None if row is None else codec.from_json(row[0], cl)
 
-    def entries(self, conversation_id: ConversationId, upto: int | None = None) -> list[Entry]:
-        if upto is None:
-            cur = self.db.execute(
-                "SELECT record FROM entries WHERE conversation_id = ? ORDER BY id", [conversation_id]
-            )
-        else:
-            cur = self.db.execute(
-                "SELECT record FROM entries WHERE conversation_id = ? AND id <= ? ORDER BY id",
-                [conversation_id, upto],
-            )
+    def entries(
+        self, conversation_id: ConversationId, upto: int | None = None, after: int | None = None
+    ) -> list[Entry]:
+        """A conversation's entries, oldest first; ``after < id <= upto``."""
+        cur = self.db.execute(
+            "SELECT record FROM entries WHERE conversation_id = ? AND id > ? AND id <= ? ORDER BY id",
+            [conversation_id, -1 if after is None else after, (1 << 62) if upto is None else upto],
+        )
         return [codec.from_json(rec, Entry) for (rec,) in cur]
 
     def entry(self, entry_id: int) -> Entry | None:

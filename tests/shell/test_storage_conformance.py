@@ -581,3 +581,13 @@ def test_second_open_while_held_raises_store_locked(adapter: Adapter) -> None:
         adapter.second_open()
     store = adapter.reopen()
     store.load()
+
+
+
+def test_entries_after_and_upto_bound_the_range(adapter: Adapter) -> None:
+    """entries(conversation, upto=, after=) returns exactly the entries with after < id <= upto, oldest first."""
+    store = adapter.open()
+    populate(store)
+    assert store.entries(C1, after=4) == [ASSISTANT, RESULT]
+    assert store.entries(C1, after=4, upto=7) == [ASSISTANT]
+    assert store.entries(C1, after=8) == []
