@@ -4,6 +4,14 @@ Expected failures (missing file, ``old`` text not found, a path outside the
 env root, a command that times out) are *error results* the model can act on;
 only bugs raise. ``read`` is replay-safe; the others change the world and are
 ``unsafe`` (an interrupted call is reported, never repeated).
+
+File tools resolve paths against the conversation's working directory
+(``call.cwd``, inside the env root) and refuse anything outside the root.
+``bash`` is different in kind: it runs any command as the user running the
+agent and is NOT confined to the root - offer it only where that is meant
+(:func:`read_tools` is the read-only set). Its process group is recorded
+durably before the command starts (``call.record_process``) and killed on
+timeout, abort, and at the next open if a crash left it running.
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..env import EnvError, LocalEnv
-from ..registry import Extension, ToolCallContext, ToolResult, define_extension, define_tool
+from ..registry import Extension, ToolCallContext, ToolDefinition, ToolResult, define_extension, define_tool
 
 
 def _env(ctx: ToolCallContext) -> LocalEnv:
@@ -22,29 +30,29 @@ def _env(ctx: ToolCallContext) -> LocalEnv:
 
 async def _read(ctx: ToolCallContext, args: dict[str, Any]) -> ToolResult:
     try:
-        return ToolResult(text=_env(ctx).read_text(args["path"]))
+        return ToolResult(text=_env(ctx).read_text(args["path"], cwd=ctx.cwd))
     except EnvError as e:
         return ToolResult(text=str(e), is_error=True)
 
 
 async def _write(ctx: ToolCallContext, args: dict[str, Any]) -> ToolResult:
     try:
-        n = _env(ctx).write_text(args["path"], args["content"])
+        n = _env(ctx).write_text(args["path"], args["content"], cwd=ctx.cwd)
     except EnvError as e:
         return ToolResult(text=str(e), is_error=True)
     return ToolResult(text=f"Wrote {n} bytes to {args['path']}")
 
 
 async def _edit(ctx: ToolCallContext, args: dict[str, Any]) -> ToolResult:
-    env = _env(ctx)
     path, old, new = args["path"], args["old"], args["new"]
     try:
-        text = env.read_text(path)
+        env, cwd = _env(ctx), ctx.cwd
+        text = env.read_text(path, cwd=cwd)
         count = text.count(old)
         if count != 1:
             where = "not found" if count == 0 else f"found {count} times (must be unique)"
             return ToolResult(text=f"Cannot edit {path}: the text to replace was {where}", is_error=True)
-        env.write_text(path, text.replace(old, new, 1))
+        env.write_text(path, text.replace(old, new, 1), cwd=cwd)
     except EnvError as e:
         return ToolResult(text=str(e), is_error=True)
     return ToolResult(text=f"Edited {path}: replaced 1 occurrence")
@@ -52,9 +60,13 @@ async def _edit(ctx: ToolCallContext, args: dict[str, Any]) -> ToolResult:
 
 async def _bash(ctx: ToolCallContext, args: dict[str, Any]) -> ToolResult:
     timeout = float(args.get("timeout", 30))
-    result = await _env(ctx).run(args["command"], timeout=timeout)
+    try:
+        result = await _env(ctx).run(args["command"], timeout=timeout, cwd=ctx.cwd, on_start=ctx.record_process)
+    except EnvError as e:
+        return ToolResult(text=str(e), is_error=True)
     if result.timed_out:
-        return ToolResult(text=f"Command timed out after {timeout:g} s and was killed", is_error=True)
+        shown = f"{result.output}\n".lstrip("\n")
+        return ToolResult(text=f"{shown}Command timed out after {timeout:g} s and was killed", is_error=True)
     text = result.output
     if result.exit_code != 0:
         return ToolResult(text=f"{text}\n[exit code {result.exit_code}]".lstrip("\n"), is_error=True)
@@ -65,29 +77,50 @@ def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
 
+_S = {"type": "string"}
+
+READ = define_tool(
+    "read",
+    "Read a UTF-8 text file (paths are relative to the working directory and must stay inside it).",
+    _obj({"path": _S}, ["path"]),
+    _read,
+    replay="safe",
+)
+WRITE = define_tool(
+    "write",
+    "Create or overwrite a text file inside the working directory.",
+    _obj({"path": _S, "content": _S}, ["path", "content"]),
+    _write,
+)
+EDIT = define_tool(
+    "edit",
+    "Replace one unique occurrence of `old` with `new` in a file inside the working directory.",
+    _obj({"path": _S, "old": _S, "new": _S}, ["path", "old", "new"]),
+    _edit,
+)
+BASH = define_tool(
+    "bash",
+    "Run a command with /bin/sh, starting in the working directory. It runs as the user running the "
+    "agent and is NOT confined to the working directory: it can read, change or delete anything that "
+    "user can. Default timeout 30 s; on timeout the command and every process it started are killed.",
+    _obj({"command": _S, "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600}}, ["command"]),
+    _bash,
+)
+
+#: The tool sets by name, as ``pidurable run --tools NAME`` offers them.
+TOOL_SETS: dict[str, tuple[ToolDefinition, ...]] = {
+    "none": (),
+    "read": (READ,),
+    "coding": (READ, WRITE, EDIT, BASH),
+}
+
+
+def read_tools() -> Extension:
+    """Only ``read`` (replay-safe, confined to the env root)."""
+    return define_extension("read", tools=TOOL_SETS["read"])
+
+
 def coding_tools() -> Extension:
-    s = {"type": "string"}
-    return define_extension(
-        "coding",
-        tools=[
-            define_tool("read", "Read a UTF-8 text file.", _obj({"path": s}, ["path"]), _read, replay="safe"),
-            define_tool(
-                "write",
-                "Create or overwrite a text file.",
-                _obj({"path": s, "content": s}, ["path", "content"]),
-                _write,
-            ),
-            define_tool(
-                "edit",
-                "Replace one unique occurrence of `old` with `new` in a file.",
-                _obj({"path": s, "old": s, "new": s}, ["path", "old", "new"]),
-                _edit,
-            ),
-            define_tool(
-                "bash",
-                "Run a shell command in the working directory (default timeout 30 s).",
-                _obj({"command": s, "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600}}, ["command"]),
-                _bash,
-            ),
-        ],
-    )
+    """``read``, ``write``, ``edit`` and ``bash``. ``bash`` runs any command as
+    the user: it is not confined to the env root."""
+    return define_extension("coding", tools=TOOL_SETS["coding"])
