@@ -152,6 +152,11 @@ class CallModel:
     attempt: int
     model: ModelRef
     cutoff: EntryId
+    #: The agent's tool filter: None offers every installed tool, else
+    #: exactly these names, in this order.
+    tools: tuple[str, ...] | None = None
+    #: The rendered system prompt (the agent's instructions section), if any.
+    system: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -166,6 +171,9 @@ class PrepareTool:
     assistant_entry_id: EntryId
     call_id: str
     name: str
+    #: The agent's tool filter: a name outside it does not resolve
+    #: ("Tool X is not available"); None = every installed tool.
+    tools: tuple[str, ...] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -181,6 +189,8 @@ class RunTool:
     call_id: str
     name: str
     arguments: dict[str, Json]
+    #: The conversation's working directory (the agent's ``cwd``).
+    cwd: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -235,6 +245,8 @@ class PollModel:
     #: The pinned cutoff of the original request (the poll request carries
     #: the same context, for providers that need it).
     cutoff: EntryId | None = None
+    tools: tuple[str, ...] | None = None
+    system: str | None = None
 
 
 @attrs.frozen(kw_only=True)

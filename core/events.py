@@ -389,6 +389,33 @@ class ToolFailed:
     message: str
 
 
+@attrs.frozen(kw_only=True)
+class ToolProcessStarted:
+    """A running tool body started an OS process group (``process``: pid,
+    pgid, host, start time) and asks that it be recorded in its ``execute``
+    checkpoint before the command runs, so a later open can find and kill a
+    process a dead harness left running. Answered with ``Respond``."""
+
+    TAG: ClassVar[str] = "tool_process_started"
+    now: int
+    ticket: int
+    task_id: TaskId
+    process: dict[str, Json]
+
+
+@attrs.frozen(kw_only=True)
+class InvocationFailed:
+    """Interpreting an effect of ``task_id`` failed in the shell itself (a
+    bug or a value that cannot be handled): the task faults with ``message``
+    and the run it was responsible for settles ``unanswered/faulted``. Other
+    conversations are not affected."""
+
+    TAG: ClassVar[str] = "invocation_failed"
+    now: int
+    task_id: TaskId
+    message: str
+
+
 Event: TypeAlias = (
     Opened
     | Resumed
@@ -416,6 +443,8 @@ Event: TypeAlias = (
     | ToolRejected
     | ToolFinished
     | ToolFailed
+    | ToolProcessStarted
+    | InvocationFailed
 )
 
 EVENT_TYPES: tuple[type, ...] = (
@@ -445,4 +474,6 @@ EVENT_TYPES: tuple[type, ...] = (
     ToolRejected,
     ToolFinished,
     ToolFailed,
+    ToolProcessStarted,
+    InvocationFailed,
 )

@@ -52,6 +52,7 @@ from .inbox import boundary
 from .lifecycle import task_to
 from .model import (
     TOOL,
+    AgentConfig,
     EntryId,
     Entry,
     EntryKind,
@@ -182,6 +183,7 @@ def on_timer_fired(tx: Tx, ev: TimerFired) -> None:
         tx.set_live(task.conversation_id, attrs.evolve(live, retry_at=None, retry_error=None))
         tx.put_task(task_to(task, "interrupt", checkpoint=initial_generation_checkpoint(int(cp["attempt"]) + 1)))
     elif task.phase == "poll" and int(cp["poll_at"]) == ev.until:
+        agent = tx.conv(task.conversation_id).agent
         tx.act(
             PollModel(
                 task_id=task.id,
@@ -190,6 +192,8 @@ def on_timer_fired(tx: Tx, ev: TimerFired) -> None:
                 model=pinned_model(cp),
                 handle=cp["handle"],
                 cutoff=EntryId(int(cp["cutoff"])),
+                tools=agent.tools,
+                system=system_prompt(agent),
             )
         )
 
@@ -200,8 +204,18 @@ def pinned_model(checkpoint: Mapping[str, Any]) -> ModelRef:
     return ModelRef(provider=m["provider"], model_id=m["model_id"])
 
 
+def system_prompt(agent: AgentConfig) -> str | None:
+    """The system prompt of a request: the agent's ``instructions`` as a
+    tagged section (``<instructions>\n...\n</instructions>``, reference
+    §3.15.2), or None when there are none."""
+    if not agent.instructions:
+        return None
+    return f"<instructions>\n{agent.instructions}\n</instructions>"
+
+
 def _call_model(tx: Tx, task: Task) -> None:
     cp = task.checkpoint
+    agent = tx.conv(task.conversation_id).agent
     tx.act(
         CallModel(
             task_id=task.id,
@@ -209,6 +223,8 @@ def _call_model(tx: Tx, task: Task) -> None:
             attempt=int(cp["attempt"]),
             model=pinned_model(cp),
             cutoff=EntryId(int(cp["cutoff"])),
+            tools=agent.tools,
+            system=system_prompt(agent),
         )
     )
 

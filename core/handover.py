@@ -23,6 +23,7 @@ from __future__ import annotations
 import attrs
 
 from .effects import Cancel, Tx
+from .events import InvocationFailed
 from .model import (
     GENERATION,
     ConversationId,
@@ -171,6 +172,17 @@ def fault(tx: Tx, task: Task, message: str) -> None:
         task = task_to(task, "reserve")
     cleanup(tx, task, reason="faulted", detail=message)
     finish_task(tx, task, Outcome(status=OutcomeStatus.FAULTED, error={"message": message}))
+
+
+def on_invocation_failed(tx: Tx, ev: InvocationFailed) -> None:
+    """The shell could not interpret an effect of this task (a bug, or a
+    value it cannot handle): the task faults; the run it was responsible for
+    settles ``unanswered/faulted``. A stale report (task gone) is ignored."""
+    task = tx.tasks.get(ev.task_id)
+    if task is None or task.outcome is not None:
+        return
+    tx.invocations = tx.invocations - {ev.task_id}
+    fault(tx, task, ev.message)
 
 
 def cleanup(tx: Tx, task: Task, *, reason: str, detail: str | None) -> None:

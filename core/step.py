@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import admission, cancellation, custom, generation, scheduling, tools
+from . import admission, handover, cancellation, custom, generation, scheduling, tools
 from .effects import Step, Tx
 from .events import (
     EVENT_TYPES,
@@ -43,6 +43,8 @@ from .events import (
     ToolFinished,
     ToolPrepared,
     ToolRejected,
+    ToolProcessStarted,
+    InvocationFailed,
 )
 from .model import CoreInvariantError
 from .state import State
@@ -74,6 +76,8 @@ HANDLERS: Mapping[type, Callable[[Tx, Any], None]] = {
     ToolRejected: tools.on_tool_rejected,
     ToolFinished: tools.on_tool_finished,
     ToolFailed: tools.on_tool_failed,
+    ToolProcessStarted: tools.on_tool_process_started,
+    InvocationFailed: handover.on_invocation_failed,
 }
 assert set(HANDLERS) == set(EVENT_TYPES), "every event type needs exactly one handler"
 

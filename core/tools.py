@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 import attrs
 
 from .effects import PrepareTool, RunTool, Tx
-from .events import ToolFailed, ToolFinished, ToolPrepared, ToolRejected
+from .events import ToolFailed, ToolFinished, ToolPrepared, ToolProcessStarted, ToolRejected
 from .handover import fault, finish_task
 from .lifecycle import task_to
 from .state import UsageTotals
@@ -60,6 +60,7 @@ PHASES: Mapping[tuple[str, str], str] = {
     ("call", "reserve"): "call",
     ("call", "prepared"): "execute",
     ("call", "rejected"): "-",
+    ("execute", "process_started"): "execute",
     ("execute", "finished"): "-",
     ("execute", "failed"): "-",
     ("execute", "reserve_rerun"): "execute",
@@ -89,6 +90,7 @@ def _prepare(tx: Tx, task: Task) -> None:
             assistant_entry_id=EntryId(int(task.input["assistant"])),
             call_id=str(task.input["call_id"]),
             name=str(task.input["name"]),
+            tools=tx.conv(task.conversation_id).agent.tools,
         )
     )
 
@@ -120,6 +122,7 @@ def _run(tx: Tx, task: Task) -> None:
             call_id=str(task.input["call_id"]),
             name=str(task.input["name"]),
             arguments=dict(task.checkpoint.get("arguments", {})),
+            cwd=tx.conv(task.conversation_id).agent.cwd,
         )
     )
 
@@ -146,6 +149,18 @@ def on_tool_prepared(tx: Tx, ev: ToolPrepared) -> None:
     tx.put_task(execute)
     _set_slot(tx, execute, status="running")
     _run(tx, execute)
+
+
+def on_tool_process_started(tx: Tx, ev: ToolProcessStarted) -> None:
+    """Row ``(execute, process_started)``: the body started an OS process
+    group; record it in the ``execute`` checkpoint (durable before the
+    command runs), so an open after a crash can kill what was left running."""
+    task = _expecting(tx, ev.task_id, "execute")
+    if task is None:
+        tx.respond(ev.ticket, error_kind="invalid", error=f"Task {ev.task_id} is not executing a tool")
+        return
+    tx.put_task(task_to(task, "checkpoint", checkpoint={**task.checkpoint, "process": dict(ev.process)}))
+    tx.respond(ev.ticket, task.id)
 
 
 def on_tool_rejected(tx: Tx, ev: ToolRejected) -> None:

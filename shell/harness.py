@@ -46,6 +46,7 @@ from pidurable.core.model import (
 )
 from pidurable.core.state import AGENT_DOC, USAGE_DOC, UsageDoc, UsageTotals
 
+from .edge import check_agent, check_choice, check_id, check_json_object, check_text
 from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound
 from .registry import Registry
 from .tasks import create_task
@@ -101,6 +102,7 @@ class SubmissionHandle:
     _rt: Runtime = attrs.field(repr=False, eq=False)
 
     async def record(self) -> Submission:
+        _live(self._rt)
         rec = self._rt.storage.submission(self.id)
         if rec is None:
             raise NotFound(f"Submission {self.id} does not exist")
@@ -108,6 +110,7 @@ class SubmissionHandle:
 
     async def wait(self) -> Submission:
         """The settled record (``done`` or ``unanswered``), once durable."""
+        _live(self._rt)
 
         return await self._rt.wait_record(  # type: ignore[no-any-return]
             self.id, lambda: self._rt.storage.submission(self.id), lambda rec: rec.settled
@@ -140,54 +143,62 @@ class Conversation:
     _rt: Runtime = attrs.field(repr=False, eq=False)
 
     async def submit(self, item: "Input | Write") -> SubmissionHandle:
-        """Durably accept ``item``; returns once accepted (not answered)."""
+        """Durably accept ``item``; returns once accepted (not answered).
+        Bad input raises ``InvalidInput`` and stores nothing."""
+        _live(self._rt)
         if isinstance(item, Write):
-            if not isinstance(item.content, str):
-                raise InvalidInput("Write content must be a string")
-            if not isinstance(item.kind, str) or not item.kind:
+            content = check_text(item.content, "Write content")
+            kind = check_id(item.kind, "Write kind")
+            if kind is None:
                 raise InvalidInput("Write kind must be a non-empty string")
-            w = item
+            data = check_json_object(item.data, "Write data")
+            request_id = check_id(item.request_id, "request_id")
             resp = await self._rt.request(
                 lambda ticket, now: WriteSubmitted(
                     now=now,
                     ticket=ticket,
                     conversation_id=self.id,
-                    content=w.content,
-                    kind=w.kind,
-                    data=w.data,
-                    request_id=w.request_id,
+                    content=content,
+                    kind=kind,
+                    data=data,
+                    request_id=request_id,
                 )
             )
             return SubmissionHandle(SubmissionId(_unwrap(resp, self.id)), self._rt)
         if not isinstance(item, Input):
             raise InvalidInput(f"submit() takes an Input or a Write, not {type(item).__name__}")
-        if not isinstance(item.content, str) or not item.content.strip():
-            raise InvalidInput("Input content must be a non-empty string")
+        content = check_text(item.content, "Input content", empty=False)
+        request_id = check_id(item.request_id, "request_id")
+        when_busy = check_choice(item.when_busy, "when_busy", WHEN_BUSY)
         resp = await self._rt.request(
             lambda ticket, now: InputSubmitted(
                 now=now,
                 ticket=ticket,
                 conversation_id=self.id,
-                content=item.content,
-                request_id=item.request_id,
-                when_busy=item.when_busy,
+                content=content,
+                request_id=request_id,
+                when_busy=when_busy,
             )
         )
         return SubmissionHandle(SubmissionId(_unwrap(resp, self.id)), self._rt)
 
     async def transcript(self) -> list[Entry]:
+        _live(self._rt)
         return self._rt.storage.entries(self.id)
 
     async def context(self) -> list[Message]:
         """The messages the next model request would see."""
+        _live(self._rt)
         return context_messages(self._rt.storage.entries(self.id))
 
     async def usage(self) -> UsageDoc:
         """This conversation's ``pi.usage``."""
+        _live(self._rt)
         doc = self._rt.storage.document(self.id, USAGE_DOC)
         return doc if doc is not None else UsageDoc()
 
     async def agent(self) -> AgentConfig:
+        _live(self._rt)
         doc = self._rt.storage.document(self.id, AGENT_DOC)
         return doc if doc is not None else AgentConfig()
 
@@ -195,9 +206,10 @@ class Conversation:
         """Replace the given ``AgentConfig`` fields (others stay)."""
         current = await self.agent()
         try:
-            agent = attrs.evolve(current, **changes)
+            agent = check_agent(attrs.evolve(current, **changes))
         except TypeError as e:
             raise InvalidInput(f"configure(): {e}") from None
+        assert agent is not None
         resp = await self._rt.request(
             lambda ticket, now: AgentConfigured(now=now, ticket=ticket, conversation_id=self.id, agent=agent)
         )
@@ -212,16 +224,21 @@ class Conversation:
 
     async def idle(self) -> bool:
         """No live non-background task is reached from this conversation."""
+        _live(self._rt)
         return self._idle_now()
 
     async def wait_idle(self) -> None:
         """Return once no live non-background task is reached from here."""
+        _live(self._rt)
         await self._rt.wait_committed(lambda: True if self._idle_now() else None)
 
     async def abort(self, background: bool = False) -> None:
         """Abort the conversation's task tree (``background=True`` also its
         background tasks), withdraw its queued inputs (writes stay), and return
         once it is idle. A no-op on an idle conversation."""
+        _live(self._rt)
+        if not isinstance(background, bool):
+            raise InvalidInput("background must be a bool")
         resp = await self._rt.request(
             lambda ticket, now: ConversationAbortRequested(
                 now=now, ticket=ticket, conversation_id=self.id, background=background
@@ -240,6 +257,7 @@ class Conversation:
         await self._rt.wait_committed(done)
 
     async def owned_by(self) -> int | None:
+        _live(self._rt)
         conv = self._rt.storage.conversation(self.id)
         return None if conv is None else conv.owner_task_id
 
@@ -326,25 +344,33 @@ class Harness:
 
     # --- scheduling -------------------------------------------------------------
     async def resume(self) -> None:
+        """Start scheduling (after ``Harness.open(..., resume=False)``)."""
+        _live(self._rt)
         self._rt.send(Resumed(now=self._rt.clock()))
 
     # --- conversations ------------------------------------------------------------
     async def root(self, agent: AgentConfig | None = None) -> Conversation:
         """The root conversation (id 1), created on first call with ``agent``."""
+        _live(self._rt)
+        agent = check_agent(agent)
         resp = await self._rt.request(lambda ticket, now: RootRequested(now=now, ticket=ticket, agent=agent))
         return Conversation(ConversationId(_unwrap(resp)), self._rt)
 
     async def conversation(self, conversation_id: int) -> Conversation | None:
+        _live(self._rt)
+        _check_id_number(conversation_id, "conversation_id")
         if self._rt.storage.conversation(ConversationId(conversation_id)) is None:
             return None
         return Conversation(ConversationId(conversation_id), self._rt)
 
     async def conversations(self) -> list[Conversation]:
+        _live(self._rt)
         return [Conversation(c.id, self._rt) for c in self._rt.storage.conversations()]
 
     # --- settings -------------------------------------------------------------------
     async def update_settings(self, settings: Settings) -> None:
         """Replace the host settings (queue modes); read at the next decision."""
+        _live(self._rt)
         _check_settings(settings)
         self._rt.send(SettingsChanged(now=self._rt.clock(), settings=settings))
 
@@ -352,25 +378,36 @@ class Harness:
     async def abort_submission(self, submission_id: int, conversation_id: int | None = None) -> str:
         """``aborted`` (was queued: now ``unanswered/aborted``),
         ``already_placed``, ``settled`` or ``not_found``."""
+        _live(self._rt)
+        _check_id_number(submission_id, "submission_id")
         return await abort_submission(self._rt, submission_id, conversation_id)
 
     async def submission(self, submission_id: int) -> SubmissionHandle | None:
+        _live(self._rt)
+        _check_id_number(submission_id, "submission_id")
         if self._rt.storage.submission(SubmissionId(submission_id)) is None:
             return None
         return SubmissionHandle(SubmissionId(submission_id), self._rt)
 
     async def entry(self, entry_id: int) -> Entry | None:
+        _live(self._rt)
+        _check_id_number(entry_id, "entry_id")
         return self._rt.storage.entry(entry_id)
 
     async def task(self, task_id: int) -> Task | None:
+        _live(self._rt)
+        _check_id_number(task_id, "task_id")
         return self._rt.storage.task(TaskId(task_id))
 
     async def tasks(self, conversation_id: int | None = None, live_only: bool = False) -> list[Task]:
+        _live(self._rt)
         cid = None if conversation_id is None else ConversationId(conversation_id)
         return self._rt.storage.tasks(cid, live_only=live_only)
 
     async def wait_for_task(self, task_id: int) -> Task:
         """The terminal record of the task, once durable."""
+        _live(self._rt)
+        _check_id_number(task_id, "task_id")
         if self._rt.storage.task(TaskId(task_id)) is None:
             raise NotFound(f"Task {task_id} does not exist")
 
@@ -381,6 +418,7 @@ class Harness:
     async def wait_idle(self) -> None:
         """Return once no ownerless conversation reaches a live
         non-background task (so: every run has ended)."""
+        _live(self._rt)
 
         def idle() -> bool | None:
             st = self._rt.state
@@ -400,6 +438,8 @@ class Harness:
         """Mark a task for abort: ``marked`` or ``terminal``. Its abort runs
         once its owned work is gone; ``wait_for_task`` waits for the end.
         An unknown id raises ``NotFound``."""
+        _live(self._rt)
+        _check_id_number(task_id, "task_id")
         resp = await self._rt.request(
             lambda ticket, now: TaskAbortRequested(now=now, ticket=ticket, task_id=TaskId(task_id))
         )
@@ -421,6 +461,10 @@ class Harness:
 
         ``ownership``: None / ``"ownerless"`` / ``{"kind": "ownerless"}``, or
         ``{"kind": "task", "task_id": N}`` (same as ``owner_task_id=N``)."""
+        _live(self._rt)
+        agent = check_agent(agent)
+        if owner_task_id is not None:
+            _check_id_number(owner_task_id, "owner_task_id")
         if ownership is not None:
             if ownership == "ownerless" or (isinstance(ownership, dict) and ownership.get("kind") == "ownerless"):
                 pass
@@ -452,11 +496,14 @@ class Harness:
     ) -> int:
         """Create a custom task (its definition must be installed); returns
         its id once durable. It runs when scheduling is on."""
+        _live(self._rt)
+        check_text(kind, "kind", empty=False)
         return await create_task(self._rt, kind, input or {}, conversation_id, background=background)
 
     async def usage(self) -> UsageDoc:
         """Token usage summed over every conversation's ``pi.usage``: per
         ``provider:model`` and per tool (tools that report usage)."""
+        _live(self._rt)
         models: dict[str, UsageTotals] = {}
         tools: dict[str, UsageTotals] = {}
         for conv in self._rt.storage.conversations():
@@ -476,9 +523,11 @@ class Harness:
     async def inspect(self) -> list[TaskInspection]:
         """Every live task's derived state: ``running``, ``waiting`` (on live
         ids), ``ready``, ``completing``, or ``blocked`` with a reason."""
+        _live(self._rt)
         return list(inspect_tasks(self._rt.state))
 
     async def conversations_owned_by(self, task_id: int) -> list[Conversation]:
+        _live(self._rt)
         return [
             Conversation(c.id, self._rt)
             for c in self._rt.storage.conversations()
@@ -489,6 +538,21 @@ class Harness:
     def runtime(self) -> Runtime:
         """The reducer and its state (for tests, benchmarks and tools)."""
         return self._rt
+
+
+#: ``Input.when_busy`` values.
+WHEN_BUSY = ("follow_up", "steer", "reject")
+
+
+def _live(rt: Runtime) -> None:
+    """Every API call after close raises ``HarnessClosed``."""
+    if rt.closed:
+        raise HarnessClosed("Harness is closed; open a new one on the store")
+
+
+def _check_id_number(value: Any, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{what} must be an int, not {type(value).__name__}")
 
 
 def _check_settings(settings: Any) -> None:

@@ -50,6 +50,20 @@ class ToolCallContext:
     call_id: str
     harness: Any
     idempotency_key: str
+    #: The conversation's working directory (its agent's ``cwd``): tools run
+    #: there, inside the env's root. None means the env's root.
+    cwd: str | None = None
+    _record: Callable[[int], Awaitable[None]] | None = attrs.field(default=None, repr=False, alias="record")
+
+    async def record_process(self, pid: int) -> None:
+        """Durably record the OS process group ``pid`` leads in this call's
+        checkpoint; returns once the commit is durable. Call it after
+        starting a process but before letting its command run (see
+        ``LocalEnv.run``): if the harness dies, the next open kills what was
+        left running."""
+        if self._record is None:
+            raise RuntimeError("this tool call cannot record processes (no harness)")
+        await self._record(pid)
 
 
 Execute = Callable[[ToolCallContext, dict[str, Any]], Awaitable["ToolResult | str"]]

@@ -22,6 +22,7 @@ Host waits (``SubmissionHandle.wait``...) re-read storage after each commit.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -52,6 +53,8 @@ from pidurable.core.effects import (
 from pidurable.core.events import (
     Event,
     InputSubmitted,
+    InvocationFailed,
+    ToolProcessStarted,
     MigrationFinished,
     ModelDeferred,
     ModelFailed,
@@ -68,10 +71,12 @@ from pidurable.core.events import (
     ToolPrepared,
     ToolRejected,
 )
+from pidurable.core.context import Message
 from pidurable.core.model import TaskId, ToolCall
 from pidurable.core.state import State
 
 from .context_cache import ContextCache
+from .edge import clean_event, reply_problem, tool_result
 from .providers.base import ModelDeferredReply, ModelError, ModelRequest, ToolSpec
 from .errors import InvalidInput
 from .registry import Progress, Registry, ToolCallContext, ToolResult
@@ -82,6 +87,8 @@ from .storage.base import Storage
 
 #: At most this many ready events are stepped before their effects run.
 MAX_BATCH = 64
+
+log = logging.getLogger("pidurable")
 
 
 class Hooks:
@@ -156,8 +163,10 @@ class Runtime:
 
     # --- feeding events ---------------------------------------------------
     def send(self, event: Event) -> None:
+        """Queue an event for the reducer. Outside values in the results of
+        effects are made strict JSON / valid UTF-8 here (``edge.py``)."""
         if not self.closed:
-            self._send.send_nowait(event)
+            self._send.send_nowait(clean_event(event))
 
     async def request(self, make: Callable[[int, int], Event]) -> Respond:
         """Send a host event carrying a fresh ticket; wait for its Respond."""
@@ -278,7 +287,19 @@ class Runtime:
             self._wake()
         for effect in acts:
             self._before(effect)
-            INTERPRETERS[type(effect)](self, effect)
+            try:
+                INTERPRETERS[type(effect)](self, effect)
+            except Exception as e:  # one effect failing never stops the harness
+                self._invocation_failed(effect, e)
+
+    def _invocation_failed(self, effect: Any, error: Exception) -> None:
+        """Interpreting ``effect`` raised: report it, and fault its task (the
+        run it serves settles ``unanswered/faulted``); other work goes on."""
+        task_id = getattr(effect, "task_id", None)
+        log.error("interpreting %s for task %s failed", type(effect).__name__, task_id, exc_info=error)
+        if task_id is not None:
+            message = f"Internal error while running {type(effect).__name__}: {type(error).__name__}: {error}"
+            self.send(InvocationFailed(now=self.clock(), task_id=task_id, message=message))
 
     def _wake(self) -> None:
         """Wake every waiter (after a commit, or an invocation leaving)."""
@@ -352,6 +373,8 @@ class Runtime:
             try:
                 with scope:
                     await fn(effect)
+            except Exception as e:  # a bug in one invocation faults its task only
+                self._invocation_failed(effect if not isinstance(effect, tuple) else effect[0], e)
             finally:
                 if self.inflight.get(task_id) is scope:
                     del self.inflight[task_id]
@@ -387,8 +410,8 @@ class Runtime:
         async def best_effort() -> None:
             try:
                 await cancel(effect.handle)
-            except Exception:  # best effort: the abort already settled durably
-                pass
+            except Exception as e:  # best effort: the abort already settled durably
+                log.warning("cancelling deferred response %r failed: %s", effect.handle, e)
 
         self.nursery.start_soon(best_effort)
 
@@ -403,19 +426,29 @@ class Runtime:
         self._spawn(effect.task_id, self._do_migrate, effect)
 
     # --- long effects (children of the nursery) --------------------------------
+    def _offered(self, allowed: tuple[str, ...] | None) -> list[Any]:
+        """The tools a request offers: every installed one, or exactly the
+        agent's filter, in its order (names not installed are skipped)."""
+        installed = self.registry.tools()
+        if allowed is None:
+            return list(installed.values())
+        return [installed[name] for name in allowed if name in installed]
+
     def _build_request(self, effect: CallModel | PollModel, cutoff: int | None) -> ModelRequest:
         messages: tuple[Any, ...] = ()
         turn = 0
         if cutoff is not None:
             found, turn = self.context.view(effect.conversation_id, cutoff)
             messages = tuple(found)
+        if effect.system is not None:
+            messages = (Message(role="system", text=effect.system), *messages)
         return ModelRequest(
             turn=turn,
             model=effect.model,
             messages=messages,
             tools=tuple(
                 ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
-                for t in self.registry.tools().values()
+                for t in self._offered(effect.tools)
             ),
             conversation_id=effect.conversation_id,
             task_id=effect.task_id,
@@ -497,6 +530,11 @@ class Runtime:
         except Exception as e:  # a provider bug must not strand the run
             self.send(ModelFailed(**{**base, "now": self.clock()}, message=f"{type(e).__name__}: {e}"))
             return
+        problem = reply_problem(reply)
+        if problem is not None:
+            log.warning("task %s: %s", effect.task_id, problem)
+            self._fail_request(effect, problem)
+            return
         if isinstance(reply, ModelDeferredReply):
             self.send(
                 ModelDeferred(**{**base, "now": self.clock()}, handle=reply.handle, poll_after_ms=reply.poll_after_ms)
@@ -509,11 +547,13 @@ class Runtime:
                 tool_calls=reply.tool_calls,
                 stop_reason=reply.stop_reason,
                 usage=reply.usage,
-                prepared=self._prepare_calls(reply.tool_calls),
+                prepared=self._prepare_calls(reply.tool_calls, effect.tools),
             )
         )
 
-    def _prepare_calls(self, calls: tuple[ToolCall, ...]) -> tuple[PreparedCall | None, ...]:
+    def _prepare_calls(
+        self, calls: tuple[ToolCall, ...], allowed: tuple[str, ...] | None
+    ) -> tuple[PreparedCall | None, ...]:
         """Resolve and validate the calls now, so their tool tasks can be born
         at ``execute`` in the round's own commit. Not when before-tool hooks
         are installed (they run in the ``call`` phase); a call that does not
@@ -523,7 +563,7 @@ class Runtime:
             return ()
         out: list[PreparedCall | None] = []
         for call in calls:
-            tool = self.registry.tool(call.name)
+            tool = self._tool(call.name, allowed)
             if tool is None or tool.validate(call.arguments) is not None:
                 out.append(None)
             else:
@@ -535,6 +575,12 @@ class Runtime:
             await trio.sleep(remaining)
         self.send(TimerFired(now=self.clock(), task_id=effect.task_id, until=effect.until))
 
+    def _tool(self, name: Any, allowed: tuple[str, ...] | None) -> Any:
+        """The installed tool ``name`` if the agent's filter offers it."""
+        if not isinstance(name, str) or (allowed is not None and name not in allowed):
+            return None
+        return self.registry.tool(name)
+
     def _resolve_call(self, effect: PrepareTool) -> tuple[Any, Any] | None:
         """The call and its tool, or None after sending the rejection."""
         entry = self.context.entry(effect.assistant_entry_id) or self.storage.entry(effect.assistant_entry_id)
@@ -542,7 +588,7 @@ class Runtime:
         if call is None:
             self._reject(effect, "invalid_call", f"Tool call {effect.call_id} not found in entry {effect.assistant_entry_id}")
             return None
-        tool = self.registry.tool(call.name)
+        tool = self._tool(call.name, effect.tools)
         if tool is None:
             self._reject(effect, "tool_unavailable", f"Tool {call.name} is not available")
             return None
@@ -596,7 +642,8 @@ class Runtime:
         for hook in hooks:
             try:
                 replaced = await hook(ctx, list(messages))
-            except Exception:
+            except Exception as e:  # reported; the request goes on unchanged by it
+                log.warning("before_request hook %r raised (task %s): %s", hook, request.task_id, e, exc_info=e)
                 continue
             if replaced is not None:
                 messages = list(replaced)
@@ -611,13 +658,24 @@ class Runtime:
         for hook in hooks:
             try:
                 replaced = await hook(hctx, call, result)
-            except Exception:  # an observer failing does not fail the call
+            except Exception as e:  # an observer failing does not fail the call: reported
+                log.warning("after_tool hook %r raised (task %s): %s", hook, effect.task_id, e, exc_info=e)
                 continue
-            if isinstance(replaced, str):
-                replaced = ToolResult(text=replaced)
-            if isinstance(replaced, ToolResult):
-                result = replaced
+            if replaced is not None:
+                result = tool_result(effect.name, replaced, ToolResult)
         return result
+
+    async def record_process(self, task_id: TaskId, pid: int) -> None:
+        """``ToolCallContext.record_process``: commit the process group into
+        the tool's checkpoint and wait until it is durable."""
+        from .env import describe_process
+
+        process = describe_process(pid)
+        resp = await self.request(
+            lambda ticket, now: ToolProcessStarted(now=now, ticket=ticket, task_id=task_id, process=process)
+        )
+        if resp.error_kind is not None:
+            raise RuntimeError(resp.error or "the process could not be recorded")
 
     async def _do_run_phase(self, job: tuple[RunPhase, Any]) -> None:
         effect, task = job
@@ -681,6 +739,9 @@ class Runtime:
                 ToolFailed(now=self.clock(), task_id=effect.task_id, message=f"Tool {effect.name} is not installed")
             )
             return
+        async def record(pid: int) -> None:
+            await self.record_process(effect.task_id, pid)
+
         ctx = ToolCallContext(
             env=self.env,
             task_id=effect.task_id,
@@ -688,25 +749,15 @@ class Runtime:
             call_id=effect.call_id,
             harness=self.harness,
             idempotency_key=f"{self.store_id}:tool:{effect.task_id}",
+            cwd=effect.cwd,
+            record=record,
         )
         try:
-            result = await tool.execute(ctx, dict(effect.arguments))
-        except Exception as e:  # a raising tool is an error result, not a crash
+            result = tool_result(effect.name, await tool.execute(ctx, dict(effect.arguments)), ToolResult)
+            result = await self._after_tool(effect, ctx, result)
+        except Exception as e:  # a raising tool (or a result that is not one) is an error result
             message = str(e) or type(e).__name__
             self.send(ToolFailed(now=self.clock(), task_id=effect.task_id, message=message))
-            return
-        if isinstance(result, str):
-            result = ToolResult(text=result)
-        if isinstance(result, ToolResult):
-            result = await self._after_tool(effect, ctx, result)
-        if not isinstance(result, ToolResult):
-            self.send(
-                ToolFailed(
-                    now=self.clock(),
-                    task_id=effect.task_id,
-                    message=f"Tool {effect.name} returned {type(result).__name__}, not str or ToolResult",
-                )
-            )
             return
         self.send(
             ToolFinished(

@@ -18,21 +18,14 @@ import trio
 from pidurable.core.events import MemoRequested, TaskCommitted, TaskCreated
 from pidurable.core.model import ConversationId, Outcome, OutcomeStatus, TaskId
 
+from .edge import check_json, check_text
 from .errors import InvalidInput
-from .storage import codec
 
 _MISSING: Any = object()
 
 
 class TaskCommitError(Exception):
     """``runtime.commit`` was refused (the phase then faults with this text)."""
-
-
-def check_json(value: Any, what: str) -> None:
-    try:
-        codec.dumps(value)
-    except (TypeError, ValueError) as e:
-        raise InvalidInput(f"{what} must be strict JSON: {e}") from None
 
 
 def _outcome(value: Any) -> Outcome:
@@ -50,9 +43,10 @@ def _outcome(value: Any) -> Outcome:
 async def memo(rt: Any, task_id: int, name: str, candidate: Any = _MISSING) -> Any:
     """Read the memo ``name`` of a task, or set it if absent (first writer
     wins, survives restarts, dropped when the task ends)."""
-    if not isinstance(name, str) or not name:
-        raise InvalidInput("a memo name must be a non-empty string")
-    write = candidate is not _MISSING
+    check_text(name, "a memo name", empty=False)
+    # ``memo(name)`` and ``memo(name, None)`` only read (API.md): storing None
+    # would make the memo unusable for the later real value.
+    write = candidate is not _MISSING and candidate is not None
     if write:
         check_json(candidate, f"memo {name!r}")
     resp = await rt.request(

@@ -1,0 +1,373 @@
+"""The trust boundary: every value that enters from outside is checked here.
+
+Theory of operation
+-------------------
+Three kinds of values reach the harness from outside, and each is checked
+once, at the edge, before it can reach the pure core or the codec:
+
+- **Host input** (``conv.submit``, ``configure``, ``create_conversation``,
+  memos, custom-task checkpoints): checked by the ``check_*`` functions. Bad
+  input raises :class:`InvalidInput`; nothing is stored and the harness keeps
+  working. Host input is never silently altered.
+- **Results of the shell's own effects** that carry outside data (provider
+  replies and partials, tool output, hook results, migrations): cleaned by
+  :func:`clean_event` as the event enters the reducer. Text is made valid
+  UTF-8 (a lone surrogate becomes U+FFFD); a value that is not strict JSON
+  (NaN, Infinity, an object) cannot be repaired, so the event is replaced by
+  the failure it amounts to (``REFUSALS``): a provider reply becomes a
+  non-retryable ``ModelFailed`` (the run settles ``unanswered/model_error``
+  with the reason), hook-rewritten arguments a rejected call, a migration a
+  failed migration.
+- **Tool results**: :func:`tool_result` turns whatever ``execute`` returned
+  into a checked ``ToolResult`` or raises :class:`EdgeError` (the call then
+  gets an error result).
+
+Why at the edge: a value the codec cannot encode would fail the commit that
+holds it; the harness would stop, and every reopen would re-send the same
+request (or re-run the same safe tool) and stop again. After this module,
+every event the core sees encodes. ``tests/shell/test_poison.py`` shows it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from pidurable.core.events import (
+    Event,
+    InvocationFailed,
+    MigrationFinished,
+    ModelDeferred,
+    ModelFailed,
+    ModelResponded,
+    ModelStreamed,
+    PhaseReturned,
+    ToolFailed,
+    ToolFinished,
+    ToolPrepared,
+    ToolProcessStarted,
+    ToolRejected,
+)
+from pidurable.core.model import AgentConfig, ModelRef, ToolCall, Usage
+
+from .errors import InvalidInput
+
+log = logging.getLogger("pidurable")
+
+#: Host-given ids (request ids, kinds) longer than this are refused.
+MAX_ID_LENGTH = 512
+
+
+class EdgeError(ValueError):
+    """A value from outside cannot be made strict JSON (readable message)."""
+
+
+# --- text and JSON ---------------------------------------------------------------
+
+
+def clean_text(text: str) -> str:
+    """``text`` as valid UTF-8: each lone surrogate becomes U+FFFD (a split
+    surrogate pair is joined). Returns ``text`` itself when it is valid."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def has_surrogates(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+        return False
+    except UnicodeEncodeError:
+        return True
+
+
+def clean_json(value: Any, where: str) -> Any:
+    """``value`` as a strict-JSON value with valid-UTF-8 strings (tuples
+    become lists). Raises :class:`EdgeError` naming ``where`` for NaN,
+    Infinity, a non-string key or any non-JSON object. A value that is
+    already clean is returned itself (no copy)."""
+    if value is None or value is True or value is False:
+        return value
+    t = type(value)
+    if t is str:
+        return clean_text(value)
+    if t is int:
+        return value
+    if t is float:
+        if not math.isfinite(value):
+            raise EdgeError(f"{where}: {value!r} is not a JSON number (NaN and Infinity are not allowed)")
+        return value
+    if t is dict:
+        out = None
+        for i, (k, v) in enumerate(value.items()):
+            if type(k) is not str:
+                raise EdgeError(f"{where}: object key {k!r} is not a string")
+            ck, cv = clean_text(k), clean_json(v, f"{where}.{k}")
+            if out is None and (ck is not k or cv is not v):
+                out = dict(list(value.items())[:i])
+            if out is not None:
+                out[ck] = cv
+        return value if out is None else out
+    if t is list or t is tuple:
+        items = [clean_json(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        if t is list and all(a is b for a, b in zip(items, value)):
+            return value
+        return items
+    if isinstance(value, enum.Enum) and isinstance(value, (str, int)):
+        return value  # a vocabulary member (StrEnum): already a JSON string
+    if isinstance(value, str):  # a str subclass: store a plain str
+        return clean_text(str(value))
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    raise EdgeError(f"{where}: a {type(value).__name__} is not a JSON value")
+
+
+def clean_usage(usage: Any, where: str) -> Usage | None:
+    """A provider's or tool's token counts, or None (with a warning) when
+    they are not non-negative integers: bad usage never fails a reply."""
+    if usage is None:
+        return None
+    if isinstance(usage, Usage):
+        counts = []
+        for name in ("input_tokens", "output_tokens"):
+            n = getattr(usage, name)
+            if isinstance(n, float) and math.isfinite(n) and n.is_integer():
+                n = int(n)
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                log.warning("%s: usage %s=%r is not a token count; usage dropped", where, name, n)
+                return None
+            counts.append(n)
+        return Usage(input_tokens=counts[0], output_tokens=counts[1])
+    log.warning("%s: usage %r is not a Usage; usage dropped", where, usage)
+    return None
+
+
+# --- events from the shell's interpreters ------------------------------------------
+
+
+def _clean_fields(obj: Any, where: str) -> Any:
+    """An attrs record with every str/JSON field cleaned (nested records
+    too); raises EdgeError for a value that cannot be JSON."""
+    changes: dict[str, Any] = {}
+    for f in attrs.fields(type(obj)):
+        v = getattr(obj, f.name)
+        if isinstance(v, Usage) or f.name == "usage":
+            new: Any = clean_usage(v, where)
+        elif attrs.has(type(v)):
+            new = _clean_fields(v, where)
+        elif type(v) is tuple and any(x is None or attrs.has(type(x)) for x in v):
+            new = tuple(_clean_fields(x, where) if x is not None else None for x in v)
+            if all(a is b for a, b in zip(new, v)):
+                new = v
+        else:
+            new = clean_json(v, f"{where} {f.name}")
+            if type(v) is tuple:
+                new = tuple(new)
+                if all(a is b for a, b in zip(new, v)):
+                    new = v
+        if new is not v:
+            changes[f.name] = new
+    return attrs.evolve(obj, **changes) if changes else obj
+
+
+def _refuse_reply(ev: Any, error: EdgeError) -> Event:
+    return ModelFailed(
+        now=ev.now,
+        task_id=ev.task_id,
+        attempt=ev.attempt,
+        message=f"The provider's reply cannot be stored: {error}",
+        retryable=False,
+    )
+
+
+def _refuse_arguments(ev: Any, error: EdgeError) -> Event:
+    return ToolRejected(now=ev.now, task_id=ev.task_id, code="invalid_arguments", message=f"Invalid arguments: {error}")
+
+
+def _refuse_migration(ev: Any, error: EdgeError) -> Event:
+    return MigrationFinished(now=ev.now, task_id=ev.task_id, version=ev.version, error=f"migrate() returned {error}")
+
+
+def _refuse_tool(ev: Any, error: EdgeError) -> Event:
+    return ToolFailed(now=ev.now, task_id=ev.task_id, message=f"The tool's result cannot be stored: {error}")
+
+
+def _refuse_process(ev: Any, error: EdgeError) -> Event:
+    return attrs.evolve(ev, process={"error": str(error)})
+
+
+#: Every event an interpreter produces from outside data, and what it becomes
+#: when that data cannot be made JSON. Events not listed come from the host
+#: (checked by the ``check_*`` functions before they are sent) or carry only
+#: values the shell itself made.
+REFUSALS: Mapping[type, Callable[[Any, EdgeError], Event]] = {
+    ModelResponded: _refuse_reply,
+    ModelDeferred: _refuse_reply,
+    ModelStreamed: _refuse_reply,
+    ModelFailed: _refuse_reply,
+    ToolPrepared: _refuse_arguments,
+    ToolRejected: _refuse_arguments,
+    ToolFinished: _refuse_tool,
+    ToolFailed: _refuse_tool,
+    MigrationFinished: _refuse_migration,
+    PhaseReturned: lambda ev, e: attrs.evolve(ev, error=str(e), ran={}),
+    InvocationFailed: lambda ev, e: attrs.evolve(ev, message=str(e)),
+    ToolProcessStarted: _refuse_process,
+}
+
+
+def clean_event(event: Event) -> Event:
+    """The event with its outside values made valid UTF-8 / strict JSON, or
+    the failure it amounts to (``REFUSALS``). Other events pass unchanged."""
+    refuse = REFUSALS.get(type(event))
+    if refuse is None:
+        return event
+    try:
+        return _clean_fields(event, type(event).TAG)  # type: ignore[attr-defined,no-any-return]
+    except EdgeError as e:
+        log.warning("refused a value from outside (%s): %s", type(event).TAG, e)  # type: ignore[attr-defined]
+        return _clean_fields(refuse(event, e), "refusal")  # type: ignore[no-any-return]
+
+
+def reply_problem(reply: Any) -> str | None:
+    """Why a provider's answer is not a well-formed reply, or None. (Its
+    values are cleaned later, by :func:`clean_event`.)"""
+    from .providers.base import ModelDeferredReply, ModelReply
+
+    if isinstance(reply, ModelDeferredReply):
+        return None
+    if not isinstance(reply, ModelReply):
+        return f"The provider returned {type(reply).__name__}, not a ModelReply"
+    if not isinstance(reply.text, str):
+        return f"The provider's reply text is a {type(reply.text).__name__}, not str"
+    if not isinstance(reply.stop_reason, str):
+        return "The provider's stop reason is not a string"
+    if not isinstance(reply.tool_calls, tuple):
+        return "The provider's tool calls are not a tuple"
+    for call in reply.tool_calls:
+        if not isinstance(call, ToolCall) or not isinstance(call.id, str) or not isinstance(call.name, str):
+            return f"The provider returned a malformed tool call: {call!r:.200}"
+        if not isinstance(call.arguments, dict):
+            return f"The provider returned non-object arguments for tool {call.name!r}"
+    return None
+
+
+def tool_result(name: str, result: Any, result_type: type) -> Any:
+    """Whatever ``execute`` (or an ``after_tool`` hook) returned, as a
+    checked ``result_type`` (``ToolResult``) with valid text; raises
+    EdgeError for anything else."""
+    if isinstance(result, str):
+        return result_type(text=clean_text(str(result)))
+    if not isinstance(result, result_type):
+        raise EdgeError(f"Tool {name} returned {type(result).__name__}, not str or ToolResult")
+    text = getattr(result, "text")
+    if not isinstance(text, str):
+        raise EdgeError(f"Tool {name} returned a ToolResult whose text is a {type(text).__name__}, not str")
+    is_error = getattr(result, "is_error")
+    if not isinstance(is_error, bool):
+        raise EdgeError(f"Tool {name} returned a ToolResult whose is_error is not a bool")
+    return attrs.evolve(result, text=clean_text(str(text)), usage=clean_usage(result.usage, f"tool {name}"))
+
+
+# --- host input ----------------------------------------------------------------------
+
+
+def check_text(value: Any, what: str, *, empty: bool = True) -> str:
+    """A host string: a str, valid UTF-8 (no lone surrogates)."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be a string, not {type(value).__name__}")
+    if has_surrogates(value):
+        raise InvalidInput(f"{what} is not valid UTF-8 text (it contains a lone surrogate)")
+    if not empty and not value.strip():
+        raise InvalidInput(f"{what} must be a non-empty string")
+    return str(value)
+
+
+def check_id(value: Any, what: str) -> str | None:
+    """An optional host id (``request_id``): None, or a short non-empty string."""
+    if value is None:
+        return None
+    text = check_text(value, what, empty=False)
+    if len(text) > MAX_ID_LENGTH:
+        raise InvalidInput(f"{what} is longer than {MAX_ID_LENGTH} characters")
+    return text
+
+
+def check_choice(value: Any, what: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise InvalidInput(f"{what} must be one of {', '.join(choices)}, not {value!r}")
+    return str(value)
+
+
+def check_json(value: Any, what: str) -> Any:
+    """A host JSON value: strict JSON with valid strings (never altered)."""
+    try:
+        cleaned = clean_json(value, what)
+    except EdgeError as e:
+        raise InvalidInput(f"{what} must be strict JSON: {e}") from None
+    if cleaned != value or _has_bad_text(value):
+        raise InvalidInput(f"{what} contains text that is not valid UTF-8 (a lone surrogate)")
+    return value
+
+
+def _has_bad_text(value: Any) -> bool:
+    if isinstance(value, str):
+        return has_surrogates(value)
+    if isinstance(value, dict):
+        return any(has_surrogates(k) or _has_bad_text(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_has_bad_text(v) for v in value)
+    return False
+
+
+def check_json_object(value: Any, what: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{what} must be a JSON object (dict) or None, not {type(value).__name__}")
+    check_json(value, what)
+    return value
+
+
+def check_agent(agent: Any, what: str = "agent") -> AgentConfig | None:
+    """An ``AgentConfig`` from the host, checked field by field (a list of
+    tool names becomes a tuple)."""
+    if agent is None:
+        return None
+    if not isinstance(agent, AgentConfig):
+        raise InvalidInput(f"{what} must be a pidurable.shell.AgentConfig, not {type(agent).__name__}")
+    model = agent.model
+    if model is not None:
+        if not isinstance(model, ModelRef):
+            raise InvalidInput(f"{what}.model must be a ModelRef(provider, model_id), not {type(model).__name__}")
+        check_text(model.provider, f"{what}.model.provider", empty=False)
+        check_text(model.model_id, f"{what}.model.model_id", empty=False)
+    if agent.cwd is not None:
+        check_text(agent.cwd, f"{what}.cwd", empty=False)
+    if agent.instructions is not None:
+        check_text(agent.instructions, f"{what}.instructions")
+    tools = agent.tools
+    if tools is not None:
+        if isinstance(tools, str) or not isinstance(tools, (list, tuple)):
+            raise InvalidInput(f"{what}.tools must be None (every tool) or a list of tool names")
+        for name in tools:
+            check_text(name, f"{what}.tools entry", empty=False)
+        if len(set(tools)) != len(tools):
+            raise InvalidInput(f"{what}.tools names a tool twice")
+        if type(tools) is not tuple:
+            agent = attrs.evolve(agent, tools=tuple(tools))
+    check_choice(agent.tool_execution, f"{what}.tool_execution", ("parallel", "sequential"))
+    return agent
