@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from pidurable.core.model import AgentConfig
 
+from .edge import check_agent
 from .harness import Input
 from .registry import ToolCallContext, ToolDefinition, ToolResult, define_tool
 
@@ -25,12 +28,24 @@ def define_subagent_tool(
     replay: str = "safe",
 ) -> ToolDefinition:
     """A tool with one string argument ``prompt``. ``agent`` configures the
-    child (default: a copy of the caller's conversation's agent settings)."""
+    child - its tool filter, instructions, model and cwd - (default: a copy
+    of the caller's conversation's agent settings); a ``model`` or ``cwd``
+    left None in ``agent`` is taken from the caller's conversation."""
+    checked = check_agent(agent, f"define_subagent_tool({name!r}) agent") if agent is not None else None
 
     async def execute(call: ToolCallContext, args: dict[str, Any]) -> ToolResult:
         harness = call.harness
         owned = await harness.conversations_owned_by(call.task_id)
-        child = owned[0] if owned else await harness.create_conversation(owner_task_id=call.task_id, agent=agent)
+        if owned:
+            child = owned[0]
+        else:
+            child_agent = checked
+            if child_agent is not None and (child_agent.model is None or child_agent.cwd is None):
+                caller = await (await harness.conversation(call.conversation_id)).agent()
+                child_agent = attrs.evolve(
+                    child_agent, model=child_agent.model or caller.model, cwd=child_agent.cwd or caller.cwd
+                )
+            child = await harness.create_conversation(owner_task_id=call.task_id, agent=child_agent)
         sub = await child.submit(Input(args["prompt"], request_id=f"subagent:{call.task_id}"))
         record = await sub.wait()
         if record.status != "done" or record.answer_entry_id is None:
