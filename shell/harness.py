@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import logging
+
 import attrs
 import trio
 
@@ -35,6 +37,7 @@ from pidurable.core.events import (
     WriteSubmitted,
 )
 from pidurable.core.model import (
+    TOOL,
     AgentConfig,
     ConversationId,
     Entry,
@@ -46,12 +49,15 @@ from pidurable.core.model import (
 )
 from pidurable.core.state import AGENT_DOC, USAGE_DOC, UsageDoc, UsageTotals
 
+from .env import kill_recorded_process
 from .edge import check_agent, check_choice, check_id, check_json_object, check_text
 from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound
 from .registry import Registry
 from .tasks import create_task
 from .runtime import Hooks, Runtime
 from .storage.base import Storage
+
+log = logging.getLogger("pidurable")
 
 # Records returned to hosts are the core's frozen attrs records.
 EntryRecord = Entry
@@ -290,6 +296,7 @@ class Harness:
         settings = settings if settings is not None else Settings()
         _check_settings(settings)
         loaded = storage.load()
+        _kill_leftover_processes(loaded.tasks)
         rt = Runtime(
             storage=storage,
             models=models,
@@ -561,6 +568,16 @@ def _check_settings(settings: Any) -> None:
     problem = check_settings(settings)
     if problem is not None:
         raise InvalidInput(problem)
+
+
+def _kill_leftover_processes(tasks: Any) -> None:
+    """A tool command a dead harness left running (its process group is
+    recorded in the tool's ``execute`` checkpoint before the command starts)
+    is killed before recovery decides about the call."""
+    for task in tasks:
+        process = task.checkpoint.get("process") if task.kind == TOOL else None
+        if isinstance(process, dict) and kill_recorded_process(process):
+            log.warning("killed the process group a dead harness left running for tool task %s", task.id)
 
 
 def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
