@@ -451,3 +451,54 @@ DEFERRED = Scenario(
 )
 
 ALL = ALL + (STREAMING, RETRY, DEFERRED)
+
+
+# --- issue 7: poison values from outside, the agent's tool filter -----------------
+
+POISON_TEXT = "bad \ud800 text \udcff end"
+
+
+def _check_poison(storage: Any) -> None:
+    entries = storage.entries(1)
+    for e in entries:
+        assert "\ufffd" not in e.text or "\ud800" not in e.text
+        e.text.encode("utf-8")  # valid UTF-8 everywhere
+    assert any(e.kind == "tool_result" and "\ufffd" in e.text for e in entries)
+    subs = sorted(storage.submissions(1), key=lambda s: s.id)
+    assert [(s.status, s.reason) for s in subs] == [("done", None), ("unanswered", "model_error")]
+    assert "nan" in (subs[1].detail or "").lower()
+
+
+POISON = Scenario(
+    name="poison",
+    script=(
+        reply(text=POISON_TEXT, tool_calls=[tool_call("leak", q="x")]),
+        reply(text="streamed " + POISON_TEXT, stream=3, delay=0.03),
+        reply(tool_calls=[tool_call("leak", q=float("nan"))]),
+    ),
+    tools=lambda w: [counting_tool(w, "leak", replay="safe", body=lambda world, args: "leak " + POISON_TEXT)],
+    inputs=("go", "again"),
+    settings=Settings(partial_interval_ms=5),
+    final_check=_check_poison,
+)
+
+
+def _check_filter(storage: Any) -> None:
+    results = {e.tool_name: e for e in storage.entries(1) if e.kind == "tool_result"}
+    assert results["write"].text == "Tool write is not available" and results["write"].is_error
+    assert results["read"].text == "read ok [('path', 'a')]"
+
+
+TOOL_FILTER = Scenario(
+    name="tool_filter",
+    script=(
+        reply(tool_calls=[tool_call("write", path="a"), tool_call("read", path="a")]),
+        reply(text="Only read was offered."),
+    ),
+    tools=lambda w: [counting_tool(w, "read", replay="safe"), counting_tool(w, "write", replay="unsafe")],
+    agent=AgentConfig(model=ModelRef("scripted", "test"), tools=("read",)),
+    unsafe=("write",),
+    final_check=_check_filter,
+)
+
+ALL = ALL + (POISON, TOOL_FILTER)

@@ -36,6 +36,7 @@ checked; after a life that ended with everything settled, all of them
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import shutil
@@ -98,9 +99,11 @@ STATS: Counter[str] = Counter()
 
 
 def _pool_call(rng: random.Random) -> Any:
-    kind = rng.choice(("safe", "safe", "unsafe", "unsafe", "raises", "unknown", "invalid"))
+    kind = rng.choice(("safe", "safe", "unsafe", "unsafe", "raises", "unknown", "invalid", "poison"))
     if kind == "safe":
         return tool_call("tally", n=rng.randint(1, 9))
+    if kind == "poison":  # a value the edge must refuse (the reply settles model_error)
+        return tool_call("tally", n=rng.choice((math.nan, math.inf, -math.inf)))
     if kind == "unsafe":
         return tool_call("launch", target=rng.choice(("api", "web")))
     if kind == "raises":
@@ -124,6 +127,11 @@ def model_reply(seed: int, request: Any) -> Any:
     rng = random.Random(f"{seed}|{request.turn}|{last_user}")
     roll = rng.random()
     text = f"answer t{request.turn} to {last_user!r}"
+    spice = rng.random()
+    if spice < 0.1:
+        text += " with a lone \ud800 surrogate"  # stored as U+FFFD
+    elif spice < 0.13:
+        text += " huge " + "x" * 100_000
     if roll < 0.2 or rounds >= MAX_ROUNDS:
         return reply(text=text)
     if roll < 0.64:
@@ -160,7 +168,12 @@ def _tools(world: World) -> list[Any]:
     async def tally(ctx: Any, args: dict[str, Any]) -> ToolResult:
         world.runs[("tally", ctx.task_id)] += 1
         await trio.sleep(0.002)
-        return ToolResult(text=f"tally {args['n']}")
+        n = args["n"]
+        if n == 7:  # output with lone surrogates (stored as U+FFFD)
+            return ToolResult(text=f"tally {n} \udcff\ud800")
+        if n == 8:  # a huge output
+            return ToolResult(text=f"tally {n} " + "y" * 200_000)
+        return ToolResult(text=f"tally {n}")
 
     async def launch(ctx: Any, args: dict[str, Any]) -> ToolResult:
         world.runs[("launch", ctx.task_id)] += 1
