@@ -444,3 +444,19 @@ def test_repeated_or_empty_call_ids_are_made_unique() -> None:
     ids = [c.id for c in entry.tool_calls]
     assert len(set(ids)) == 3 and ids[0] == "dup"
     assert sorted(s.call_id for s in s1.state.conversations[1].live.tools) == sorted(ids)
+
+
+def test_call_model_carries_the_instructions_section_and_the_tool_filter() -> None:
+    """Issue 7: the agent's instructions become the tagged system section of
+    every request, and its tool filter travels with the request."""
+    from pidurable.core.events import AgentConfigured
+    from pidurable.core.model import AgentConfig
+
+    state = opened_state()
+    agent = AgentConfig(model=MODEL, instructions="Be brief.", tools=("read", "edit"))
+    state = step(state, AgentConfigured(now=5, ticket=1, conversation_id=ConversationId(ROOT), agent=agent)).state
+    call = only(effects_of(step(state, submit("go")), CallModel))
+    assert call.system == "<instructions>\nBe brief.\n</instructions>"
+    assert call.tools == ("read", "edit")
+    plain = only(effects_of(step(opened_state(), submit("go")), CallModel))
+    assert plain.system is None and plain.tools is None

@@ -9,6 +9,7 @@ from pidurable.core.effects import CallModel, Commit, PrepareTool, RunTool
 from pidurable.core.events import Resumed, ToolFailed, ToolFinished, ToolRejected
 from pidurable.core.model import (
     TOOL,
+    AgentConfig,
     ConversationId,
     EntryKind,
     OutcomeStatus,
@@ -18,6 +19,7 @@ from pidurable.core.model import (
 from pidurable.core.tools import interrupted_message
 
 from .helpers import (
+    MODEL,
     ROOT,
     Store,
     calls,
@@ -30,7 +32,9 @@ from .helpers import (
     prepared,
     put_entries,
     put_live,
+    put_subs,
     put_tasks,
+    respond,
     run_events,
     submit,
     the_commit,
@@ -302,3 +306,67 @@ def test_a_prepared_call_is_born_at_execute_in_the_round_commit() -> None:
     assert born["b"].checkpoint == {"phase": "call"}
     slots = {s.call_id: s.status for s in s1.state.conversations[1].live.tools}
     assert slots["a"] == "running"
+
+
+# --- issue 7: process records, the agent's tool filter, failed invocations --------
+
+
+def test_process_started_is_recorded_in_the_execute_checkpoint_before_the_reply() -> None:
+    """Row (execute, process_started): the process group is committed into the
+    ``execute`` checkpoint, then the tool is answered (Respond after Commit)."""
+    from pidurable.core.effects import Respond
+    from pidurable.core.events import ToolProcessStarted
+
+    state, _, (tid,) = in_round("bash")
+    running = step(state, prepared(tid, replay="unsafe", command="sleep 1")).state
+    process = {"pid": 42, "pgid": 42, "host": "h", "start": 7}
+    st = step(running, ToolProcessStarted(now=35, ticket=3, task_id=tid, process=process))
+    assert kinds(st) == [Commit, Respond]
+    task = only(put_tasks(st).values())
+    assert task.status is TaskStatus.RUNNING and task.phase == "execute"
+    assert task.checkpoint["process"] == process and task.checkpoint["arguments"] == {"command": "sleep 1"}
+    assert respond(st).error_kind is None
+
+
+def test_process_started_for_a_task_not_executing_is_refused() -> None:
+    """A process report for a task at ``call`` (or gone) writes nothing and answers an error."""
+    from pidurable.core.effects import Respond
+    from pidurable.core.events import ToolProcessStarted
+
+    state, _, (tid,) = in_round("bash")
+    st = step(state, ToolProcessStarted(now=35, ticket=3, task_id=tid, process={"pid": 1}))
+    assert kinds(st) == [Respond] and respond(st).error_kind == "invalid"
+
+
+def test_the_agent_tool_filter_travels_with_prepare_and_the_cwd_with_run() -> None:
+    """PrepareTool carries the agent's tool filter (the shell resolves only
+    those names) and RunTool the conversation's cwd."""
+    from pidurable.core.events import AgentConfigured
+
+    state = opened_state()
+    agent = AgentConfig(model=MODEL, tools=("read",), cwd="sub")
+    state = step(state, AgentConfigured(now=5, ticket=1, conversation_id=ConversationId(ROOT), agent=agent)).state
+    first = step(state, submit("go"))
+    round_ = step(first.state, calls(generation(first.state).id, "write"))
+    prepare = only(effects_of(round_, PrepareTool))
+    assert prepare.tools == ("read",)
+    tid = prepare.task_id
+    run = only(effects_of(step(round_.state, prepared(tid, path="a")), RunTool))
+    assert run.cwd == "sub"
+
+
+def test_invocation_failed_faults_the_generation_and_its_run() -> None:
+    """InvocationFailed (the shell could not interpret an effect): the task
+    ends faulted and its inputs unanswered/faulted with the message."""
+    from pidurable.core.events import InvocationFailed
+
+    state = opened_state()
+    first = step(state, submit("go"))
+    gen = generation(first.state)
+    st = step(first.state, InvocationFailed(now=20, task_id=gen.id, message="Internal error: boom"))
+    task = put_tasks(st)[gen.id]
+    assert task.status is TaskStatus.TERMINAL and task.outcome is not None
+    assert task.outcome.status.value == "faulted"
+    sub = only(put_subs(st).values())
+    assert (sub.status.value, sub.reason, sub.detail) == ("unanswered", "faulted", "Internal error: boom")
+    assert kinds(step(st.state, InvocationFailed(now=30, task_id=gen.id, message="late"))) == []
