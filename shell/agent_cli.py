@@ -3,33 +3,46 @@ providers, from a terminal.
 
 Keys and base URLs come from ``OPENAI_API_KEY``/``OPENAI_BASE_URL`` and
 ``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL`` (or ``--api-key``/``--base-url``)
-and are never written to the store. Ctrl-C aborts the running work cleanly
-(tools get "was aborted" results, the input ends ``unanswered/aborted``);
-``pidurable resume`` continues whatever a crash left unfinished.
+and are never written to the store. The model gets the read-only tools unless
+``--tools coding`` is given (``bash`` runs any command as the user). Ctrl-C
+aborts the running work cleanly (tools get "was aborted" results, the input
+ends ``unanswered/aborted``); ``pidurable resume`` continues whatever a crash
+left unfinished, in the conversation's stored working directory, and says
+what recovery did with each call that was in flight.
 """
 
 from __future__ import annotations
 
 import argparse
 import signal
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 import sys
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+import attrs
 import trio
 
-from pidurable.core.model import AgentConfig, ModelRef
-from pidurable.core.state import LIVE_DOC
+from pidurable.core.model import GENERATION, TOOL, AgentConfig, ModelRef, OutcomeStatus, Submission, Task
+from pidurable.core.state import AGENT_DOC, LIVE_DOC
+from pidurable.core.tools import interrupted_message
 
 from .env import LocalEnv
+from .errors import InvalidInput
 from .harness import Conversation, Harness, Input
 from .journal import replay
 from .providers.models import Models
 from .registry import Registry
 from .storage import open_sqlite_storage
-from .tools.coding import coding_tools
+from .storage.base import Storage
+from .tools.coding import TOOL_SETS, coding_tools, read_tools
+
+#: The tool sets ``--tools`` chooses from; the default is read-only.
+TOOL_CHOICES = ("read", "coding", "none")
+
+#: The providers ``Models.from_env`` knows, and the variable holding each key.
+PROVIDER_KEYS: Mapping[str, str] = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 
 
 class Problem(Exception):
@@ -43,27 +56,41 @@ def parse_model(text: str) -> ModelRef:
     return ModelRef(provider, model_id)
 
 
-def _models(args: argparse.Namespace, ref: ModelRef | None) -> Models:
+def _models(args: argparse.Namespace, ref: ModelRef | None, env: Mapping[str, str] | None = None) -> Models:
+    """The providers configured from ``env`` (default: the process
+    environment) and the flags; ``ref``, if given, must resolve."""
     overrides: dict[str, str] = {}
     if ref is not None and getattr(args, "api_key", None):
         overrides[f"{ref.provider}_api_key"] = args.api_key
     if ref is not None and getattr(args, "base_url", None):
         overrides[f"{ref.provider}_base_url"] = args.base_url
-    models = Models.from_env(**overrides)
+    models = Models.from_env(env, **overrides)
     if ref is not None and models.resolve(ref) is None:
-        known = ", ".join(sorted(models.providers)) or "none"
+        configured = ", ".join(sorted(models.providers)) or "none"
+        if ref.provider not in PROVIDER_KEYS:
+            known = ", ".join(sorted(PROVIDER_KEYS))
+            raise Problem(f"unknown provider {ref.provider!r} in {ref} (known: {known}); configured: {configured}")
         raise Problem(
-            f"no {ref.provider} provider is configured (set {ref.provider.upper()}_API_KEY, "
-            f"or pass --api-key); configured: {known}"
+            f"no {ref.provider} provider is configured for {ref} (set {PROVIDER_KEYS[ref.provider]}, "
+            f"or pass --api-key); configured: {configured}"
         )
     return models
 
 
 def _registry(args: argparse.Namespace) -> Registry:
     registry = Registry()
-    if getattr(args, "tools", None) == "coding":
+    if args.tools == "coding":
         registry.install(coding_tools())
+    elif args.tools == "read":
+        registry.install(read_tools())
     return registry
+
+
+def _announce_tools(args: argparse.Namespace) -> None:
+    """Say which tools the model has (on stderr: stdout is the conversation)."""
+    names = ", ".join(t.name for t in TOOL_SETS[args.tools]) or "none"
+    hint = "" if args.tools == "coding" else " (--tools coding adds write, edit and bash, which runs any command as you)"
+    print(f"tools: {names}{hint}", file=sys.stderr)
 
 
 def _db(args: argparse.Namespace, *, must_exist: bool) -> Path:
@@ -75,33 +102,47 @@ def _db(args: argparse.Namespace, *, must_exist: bool) -> Path:
 
 class Printer:
     """Prints a conversation's progress from committed state: the streamed
-    partial, tool calls as they start, results, the final answer."""
+    partial, tool calls as they start, results, the final answer.
 
-    def __init__(self, harness: Harness, conv: Conversation, out: TextIO) -> None:
+    ``shown`` is the streamed text of the current answer already printed. It
+    is kept until the assistant entry arrives (the commit that stores the
+    answer also clears the partial), so the answer is never printed twice.
+    """
+
+    def __init__(self, harness: Harness, conv: Conversation, out: TextIO, *, after: int | None = None) -> None:
         self.harness, self.conv, self.out = harness, conv, out
-        self.seen = max((e.id for e in harness.runtime.storage.entries(conv.id)), default=0)
-        self.partial = ""
+        if after is None:
+            after = max((e.id for e in harness.runtime.storage.entries(conv.id)), default=0)
+        self.seen = after
+        self.shown = ""
 
     def update(self) -> None:
         storage = self.harness.runtime.storage
         live = storage.document(self.conv.id, LIVE_DOC)
         partial = (live.partial or "") if live is not None else ""
-        if partial.startswith(self.partial) and len(partial) > len(self.partial):
-            self.out.write(partial[len(self.partial) :])
-            self.out.flush()
-        self.partial = partial
+        if partial and not partial.startswith(self.shown):
+            self.out.write("\n")  # a new stream (a retry): start it on its own line
+            self.shown = ""
+        if len(partial) > len(self.shown):
+            self.out.write(partial[len(self.shown) :])
+            self.shown = partial
         for e in storage.entries(self.conv.id, after=self.seen):  # only what is new
             self.seen = e.id
             if e.kind == "assistant":
+                shown, self.shown = self.shown, ""
+                if shown and not e.text.startswith(shown):
+                    self.out.write("\n")  # what was streamed is not this entry
+                    shown = ""
+                if shown and e.stop_reason in ("error", "aborted"):
+                    self.out.write("\n")  # end the line the partial left open
                 if e.stop_reason == "error":
-                    self.out.write(f"\n[model error] {e.text}\n")
+                    self.out.write(f"[model error] {e.text}\n")
                 elif e.stop_reason != "aborted":
-                    shown = self.partial if self.partial and e.text.startswith(self.partial) else ""
-                    self.out.write(e.text[len(shown) :] + ("\n" if e.text else ""))
+                    rest = e.text[len(shown) :]
+                    self.out.write(rest + ("\n" if e.text else ""))
                     for c in e.tool_calls:
                         args = ", ".join(f"{k}={v!r}" for k, v in c.arguments.items())
                         self.out.write(f"  -> {c.name}({args[:200]})\n")
-                self.partial = ""
             elif e.kind == "tool_result":
                 mark = "error" if e.is_error else "ok"
                 first = e.text.strip().splitlines()[0] if e.text.strip() else ""
@@ -126,7 +167,10 @@ async def _session(args: argparse.Namespace) -> AsyncIterator[tuple[Harness, Con
     ref = parse_model(args.model)
     models = _models(args, ref)
     cwd = Path(args.cwd or ".").resolve()
+    if not cwd.is_dir():
+        raise Problem(f"--cwd {args.cwd} is not a directory")
     storage = open_sqlite_storage(_db(args, must_exist=False))
+    _announce_tools(args)
     async with Harness.open(storage, models=models, registry=_registry(args), env=LocalEnv(cwd)) as harness:
         conv = await harness.root(agent=AgentConfig(model=ref, cwd=str(cwd)))
         await conv.configure(model=ref, cwd=str(cwd))
@@ -142,7 +186,8 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 async def _until_settled(harness: Harness, conv: Conversation, sub: Any, printer: Printer) -> int:
-    """Follow one submission; Ctrl-C aborts the conversation cleanly."""
+    """Follow one submission; Ctrl-C aborts the conversation cleanly.
+    0 if it ends done, else 1 (the reason printed on stderr)."""
     rt = harness.runtime
     async with trio.open_nursery() as nursery:
 
@@ -163,32 +208,133 @@ async def _until_settled(harness: Harness, conv: Conversation, sub: Any, printer
     return 1
 
 
+# --- resume ---------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class AtOpen:
+    """What the store held before recovery: the live tasks, the finished tool
+    calls of a live round (their results are kept), the unsettled
+    submissions, and the last entry of each conversation."""
+
+    live: tuple[Task, ...]
+    kept: tuple[Task, ...]
+    pending: tuple[Submission, ...]
+    last_entry: Mapping[int, int]
+
+    @classmethod
+    def read(cls, storage: Storage) -> "AtOpen":
+        live = tuple(storage.tasks(live_only=True))
+        waited = sorted({i for t in live if t.kind == GENERATION and t.phase == "tools" for i in t.on})
+        kept = tuple(
+            t for i in waited if (t := storage.task(i)) is not None and not t.live and t.kind == TOOL  # type: ignore[arg-type]
+        )
+        pending = tuple(s for s in storage.submissions() if not s.settled)
+        last = {c.id: max((e.id for e in storage.entries(c.id)), default=0) for c in storage.conversations()}
+        return cls(live=live, kept=kept, pending=pending, last_entry=last)
+
+
+def recovery_report(at_open: AtOpen, storage: Storage, registry: Registry) -> list[str]:
+    """What recovery did with each task that was live at open (read from
+    the store after the resumed work settled), in task order."""
+    lines: list[str] = []
+    for t in at_open.kept:
+        lines.append(f"{t.input.get('name')} (task #{t.id}): kept - its stored result was reused, not run again")
+    for t in at_open.live:
+        after = storage.task(t.id)
+        ended = "still live" if after is None or after.live else (after.outcome.status.value if after.outcome else "ended")
+        if t.kind == TOOL:
+            name = str(t.input.get("name"))
+            tool = registry.tool(name)
+            installed = f"installed replay={tool.replay}" if tool is not None else "not installed now"
+            stored = t.checkpoint.get("replay", "?")
+            if t.phase != "execute":
+                lines.append(f"{name} (task #{t.id}): had not started; prepared and run now -> {ended}")
+            elif after is not None and after.outcome is not None and (after.outcome.error or {}).get("message") == interrupted_message(name):
+                lines.append(
+                    f"{name} (task #{t.id}): reported interrupted, NOT run again (stored replay={stored}, {installed})"
+                )
+            else:
+                lines.append(f"{name} (task #{t.id}): re-run (stored replay={stored}, {installed}) -> {ended}")
+        elif t.kind == GENERATION:
+            m = t.checkpoint.get("model") or {}
+            model = f"{m.get('provider')}:{m.get('model_id')}" if m else "?"
+            attempt = t.checkpoint.get("attempt", "?")
+            what = {
+                "prepare": "model request prepared and sent",
+                "request": f"model request re-sent as pinned ({model}, attempt {attempt})",
+                "retry": f"retry backoff resumed ({model}, attempt {attempt})",
+                "poll": f"deferred model reply polled again ({model})",
+            }.get(t.phase or "")
+            if what is not None:
+                lines.append(f"generation (task #{t.id}): {what} -> {ended}")
+        else:
+            lines.append(f"{t.kind} (task #{t.id}): resumed at phase {t.phase} -> {ended}")
+    return lines
+
+
+def _resume_cwd(args: argparse.Namespace, agent: AgentConfig | None) -> Path:
+    """``--cwd``, else the root conversation's stored cwd, else ``.``."""
+    if args.cwd:
+        cwd = Path(args.cwd).resolve()
+        if not cwd.is_dir():
+            raise Problem(f"--cwd {args.cwd} is not a directory")
+        return cwd
+    if agent is not None and agent.cwd:
+        cwd = Path(agent.cwd)
+        if not cwd.is_dir():
+            raise Problem(f"the conversation's working directory {agent.cwd} does not exist (pass --cwd DIR)")
+        return cwd.resolve()
+    return Path(".").resolve()
+
+
 async def _resume(args: argparse.Namespace) -> int:
     storage = open_sqlite_storage(_db(args, must_exist=True))
-    ref = parse_model(args.model) if args.model else None
-    models = _models(args, ref) if ref is not None else Models.from_env()
-    async with Harness.open(storage, models=models, registry=_registry(args), env=LocalEnv(Path(args.cwd or "."))) as harness:
-        pending = [s for s in storage.submissions() if not s.settled]
-        live = storage.tasks(live_only=True)
-        if not pending and not live:
+    try:
+        at_open = AtOpen.read(storage)
+        agent: AgentConfig | None = storage.document(1, AGENT_DOC)  # type: ignore[arg-type]
+        cwd = _resume_cwd(args, agent)
+        ref = parse_model(args.model) if args.model else (agent.model if agent is not None else None)
+        work = bool(at_open.pending or at_open.live)
+        models = _models(args, ref if work else None)
+    except BaseException:
+        storage.close()
+        raise
+    registry = _registry(args)
+    async with Harness.open(storage, models=models, registry=registry, env=LocalEnv(cwd), resume=False) as harness:
+        if not work:
             print("nothing to resume: every submission is settled")
             return 0
-        print(f"resuming {len(live)} live task(s) and {len(pending)} unsettled submission(s)")
-        convs = {s.conversation_id for s in pending}
-        for cid in sorted(convs or {1}):
+        _announce_tools(args)
+        print(f"resuming {len(at_open.live)} live task(s) and {len(at_open.pending)} unsettled submission(s) in {cwd}")
+        root = await harness.conversation(1)
+        if root is not None and (args.cwd or args.model):
+            changes: dict[str, Any] = {"cwd": str(cwd)} if args.cwd else {}
+            if args.model:
+                changes["model"] = ref
+            await root.configure(**changes)
+        followed = []
+        for cid in sorted({s.conversation_id for s in at_open.pending}):
             conv = await harness.conversation(cid)
-            if conv is None:
-                continue
-            printer = Printer(harness, conv, sys.stdout)
-            for s in pending:
-                if s.conversation_id == cid:
+            if conv is not None:
+                followed.append((conv, Printer(harness, conv, sys.stdout, after=at_open.last_entry.get(cid, 0))))
+        await harness.resume()
+        failed = 0
+        for conv, printer in followed:
+            for s in at_open.pending:
+                if s.conversation_id == conv.id:
                     handle = await harness.submission(s.id)
-                    await _until_settled(harness, conv, handle, printer)
+                    if handle is not None and await _until_settled(harness, conv, handle, printer) != 0:
+                        failed += 1 if s.type == "input" else 0
         await harness.wait_idle()
-        for s in pending:
+        print("what recovery did:")
+        for line in recovery_report(at_open, storage, registry) or ["nothing was in flight"]:
+            print(f"  {line}")
+        for s in at_open.pending:
             r = storage.submission(s.id)
-            print(f"submission #{s.id}: {r.status}" + (f" ({r.reason})" if r.reason else ""))
-    return 0
+            if r is not None:
+                print(f"submission #{s.id}: {r.status}" + (f" ({r.reason})" if r.reason else ""))
+    return 1 if failed else 0
 
 
 async def _chat(args: argparse.Namespace) -> int:
@@ -262,7 +408,9 @@ def run_command(args: argparse.Namespace) -> int:
             return trio.run(_chat, args)
         if args.command == "replay":
             return _replay(args)
-    except Problem as e:
+    except (Problem, InvalidInput) as e:
+        if getattr(args, "debug", False):
+            raise
         print(f"pidurable: error: {e}", file=sys.stderr)
         return 2
     raise AssertionError(args.command)
@@ -271,25 +419,61 @@ def run_command(args: argparse.Namespace) -> int:
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     model = argparse.ArgumentParser(add_help=False)
     model.add_argument("--db", metavar="FILE", required=True, help="the SQLite store")
-    model.add_argument("--tools", choices=["coding", "none"], default="coding", help="tools to offer (default coding)")
-    model.add_argument("--cwd", metavar="DIR", help="working directory of the tools (default .)")
+    model.add_argument(
+        "--tools",
+        choices=TOOL_CHOICES,
+        default="read",
+        help="tools the model gets: read (default: read files under --cwd), coding (adds write, edit "
+        "and bash; bash runs any command as you, NOT confined to --cwd), none",
+    )
     model.add_argument("--base-url", metavar="URL", help="provider base URL (default from the environment)")
     model.add_argument("--api-key", metavar="KEY", help="provider API key (default from the environment)")
+    keys = "Keys and base URLs come from OPENAI_API_KEY/OPENAI_BASE_URL and ANTHROPIC_API_KEY/ANTHROPIC_BASE_URL (or the flags) and are never stored."
 
-    p = sub.add_parser("run", parents=[common, model], help="run one prompt against a real model, durably")
+    p = sub.add_parser(
+        "run",
+        parents=[common, model],
+        help="run one prompt against a real model, durably",
+        description="Send PROMPT to a real model in the store's root conversation, stream the answer and "
+        "show tool calls. Ctrl-C aborts cleanly; after a crash `pidurable resume` continues. " + keys,
+    )
     p.add_argument("prompt", metavar="PROMPT")
     p.add_argument("--model", required=True, metavar="PROVIDER:MODEL", help="e.g. openai:gpt-4o-mini")
+    p.add_argument("--cwd", metavar="DIR", help="the working directory of the tools (default .)")
     p.set_defaults(func=run_command)
 
-    p = sub.add_parser("resume", parents=[common, model], help="continue unfinished work after a crash or Ctrl-C")
-    p.add_argument("--model", metavar="PROVIDER:MODEL", help="a model to configure for it (default: as stored)")
+    p = sub.add_parser(
+        "resume",
+        parents=[common, model],
+        help="continue unfinished work after a crash or Ctrl-C",
+        description="Reopen the store (never creating one), run recovery and finish every unsettled "
+        "submission, in the conversation's stored working directory; then say what recovery did with each "
+        "call that was in flight (kept, re-run, reported interrupted, model request re-sent). Exits 1 if an "
+        "input ends unanswered. " + keys,
+    )
+    p.add_argument("--model", metavar="PROVIDER:MODEL", help="configure this model from now on (default: as stored)")
+    p.add_argument("--cwd", metavar="DIR", help="use this working directory instead of the stored one")
     p.set_defaults(func=run_command)
 
-    p = sub.add_parser("chat", parents=[common, model], help="an interactive, durable chat loop")
-    p.add_argument("--model", required=True, metavar="PROVIDER:MODEL")
+    p = sub.add_parser(
+        "chat",
+        parents=[common, model],
+        help="an interactive, durable chat loop",
+        description="Read lines from stdin: a line typed while the agent works is queued as a follow-up; "
+        "/steer TEXT joins the running work, /abort stops it, /quit leaves (end of input waits for the "
+        "queued work). " + keys,
+    )
+    p.add_argument("--model", required=True, metavar="PROVIDER:MODEL", help="e.g. openai:gpt-4o-mini")
+    p.add_argument("--cwd", metavar="DIR", help="the working directory of the tools (default .)")
     p.set_defaults(func=run_command)
 
-    p = sub.add_parser("replay", parents=[common], help="re-run the journal through the pure core and compare")
+    p = sub.add_parser(
+        "replay",
+        parents=[common],
+        help="re-run the journal through the pure core and compare",
+        description="Re-run the store's journal through the pure core from an empty state and compare each "
+        "produced commit with the stored one, byte for byte. Read-only; exits 1 if any commit differs.",
+    )
     p.add_argument("--db", metavar="FILE", required=True, help="the SQLite store")
     p.add_argument("-v", "--verbose", action="store_true", help="show every commit's writes")
     p.set_defaults(func=run_command)

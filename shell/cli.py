@@ -315,13 +315,28 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # --- entry point --------------------------------------------------------------------
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pidurable")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        import pidurable
+
+        return pidurable.__version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     parser = argparse.ArgumentParser(
-        prog="pidurable", description="Durable LLM agents: demo, run/resume/chat against real models, inspect, replay.", parents=[common]
+        prog="pidurable",
+        description="Durable LLM agents: demo, run/resume/chat against real models, inspect, replay.",
+        epilog="`pidurable COMMAND --help` describes each command.",
+        parents=[common],
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"pidurable {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     p = sub.add_parser(
         "demo",

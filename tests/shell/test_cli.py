@@ -191,3 +191,70 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     assert "Traceback" in res.stderr
     res = run_cli("inspect", "--db", "nope.sqlite", "--debug", cwd=tmp_path)
     assert "Traceback" in res.stderr
+
+
+# --- issue 7: version, help, provider errors, no store created ------------------------
+
+COMMANDS = ["demo", "inspect", "run", "resume", "chat", "replay"]
+
+
+def test_issue7_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """`pidurable --version` prints the package version and exits 0."""
+    import pidurable
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"pidurable {pidurable.__version__}"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_issue7_every_command_has_a_description(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`pidurable X --help` prints a description paragraph between the usage and the options."""
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    usage, _, rest = out.partition("\n\n")
+    assert usage.startswith(f"usage: pidurable {command}")
+    description = rest.split("\n\n")[0]
+    assert not re.match(r"(options|positional arguments):", description), out
+    assert len(description.split()) >= 8, out
+
+
+def test_issue7_top_level_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """`pidurable --help` lists each command with a one-line help."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for command in COMMANDS:
+        assert re.search(rf"^\s+{command}\s+\S.{{10,}}", out, flags=re.M), (command, out)
+
+
+def test_issue7_unknown_provider_names_the_configured_ones() -> None:
+    """The provider error names what is configured ("none" when nothing is),
+    tells an unknown provider from one without a key, and names the key."""
+    import argparse
+
+    from pidurable.core.model import ModelRef
+    from pidurable.shell.agent_cli import Problem, _models
+
+    args = argparse.Namespace(api_key=None, base_url=None)
+    with pytest.raises(Problem, match=r"no anthropic provider is configured for anthropic:claude \(set ANTHROPIC_API_KEY.*configured: none$"):
+        _models(args, ModelRef("anthropic", "claude"), env={})
+    with pytest.raises(Problem, match=r"set ANTHROPIC_API_KEY.*configured: openai$"):
+        _models(args, ModelRef("anthropic", "claude"), env={"OPENAI_API_KEY": "k"})
+    with pytest.raises(Problem, match=r"unknown provider 'olama' in olama:x \(known: anthropic, openai\); configured: anthropic, openai$"):
+        _models(args, ModelRef("olama", "x"), env={"OPENAI_API_KEY": "k", "ANTHROPIC_API_KEY": "k"})
+    # --api-key configures the asked-for provider
+    flagged = argparse.Namespace(api_key="k", base_url="http://127.0.0.1:9")
+    assert _models(flagged, ModelRef("anthropic", "claude"), env={}).providers.keys() == {"anthropic"}
+
+
+@pytest.mark.parametrize("command", ["resume", "replay", "inspect"])
+def test_issue7_reading_commands_never_create_a_store(command: str, tmp_path: Path) -> None:
+    """resume, replay and inspect on a missing store: exit 2, one line, and no file (or lock) is created."""
+    res = run_cli(command, "--db", "nope.sqlite", cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert "does not exist" in res.stderr and "Traceback" not in res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
