@@ -289,7 +289,7 @@ def _resume_cwd(args: argparse.Namespace, agent: AgentConfig | None) -> Path:
 
 
 async def _resume(args: argparse.Namespace) -> int:
-    storage = open_sqlite_storage(_db(args, must_exist=True))
+    storage = open_sqlite_storage(_db(args, must_exist=True), create=False)  # never makes a store
     try:
         at_open = AtOpen.read(storage)
         agent: AgentConfig | None = storage.document(1, AGENT_DOC)  # type: ignore[arg-type]

@@ -258,3 +258,13 @@ def test_issue7_reading_commands_never_create_a_store(command: str, tmp_path: Pa
     assert res.returncode == 2, res.stderr
     assert "does not exist" in res.stderr and "Traceback" not in res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_issue7_resume_leaves_an_empty_file_alone(tmp_path: Path) -> None:
+    """resume on an empty file (which opening for writing would turn into a
+    store) refuses it in one line, exit 2, and leaves the file empty."""
+    (tmp_path / "empty.sqlite").write_bytes(b"")
+    res = run_cli("resume", "--db", "empty.sqlite", cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("pidurable: error: ") and res.stderr.count("\n") == 1
+    assert (tmp_path / "empty.sqlite").read_bytes() == b""
