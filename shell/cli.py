@@ -13,29 +13,31 @@ Commands
     too (a consistent snapshot, read in one read transaction).
 
 Errors are one readable line on stderr and a non-zero exit status (2 for a
-missing store or bad usage, 1 otherwise); ``--debug`` shows the traceback.
+missing store, a file that is not a pidurable store, or bad usage; 1 otherwise,
+e.g. a locked or damaged store); ``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
 import sys
 from collections.abc import Iterable, Sequence
-from pathlib import Path
-from typing import Any
-
-import sqlite_utils
 
 from pidurable.core.model import Task, TaskStatus
 from pidurable.core.state import INBOX_DOC, LIVE_DOC
 
-from .storage.base import SCHEMA_VERSION, StorageError
-from .storage.sqlite import SqliteStorage
+from .storage.base import NotAStore, StorageError, StoreMissing
+from .storage.readonly import ReadOnlySqlite, lock_holder, open_readonly
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+
+
+def storage_exit_status(e: StorageError) -> int:
+    """A missing store or a file that is not one is a bad argument (2); any
+    other storage failure (locked, damaged, disk full...) is 1."""
+    return EXIT_USAGE if isinstance(e, (StoreMissing, NotAStore)) else EXIT_FAILURE
 
 
 class CliError(Exception):
@@ -47,128 +49,8 @@ class CliError(Exception):
 
 
 # --- read-only access to a SQLite store ----------------------------------------
-
-
-class ReadOnlySqlite(SqliteStorage):
-    """A SQLite store opened read-only (``mode=ro``), without its lock.
-
-    It reuses :class:`SqliteStorage`'s read methods. It never migrates, never
-    writes, never checkpoints; ``snapshot()`` wraps reads in one read
-    transaction so a live writer cannot change what is seen half-way.
-    """
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:  # noqa: D107 - no super().__init__: no lock
-        self.path = Path(path)
-        self.name = str(self.path)
-        self._synchronous = "NORMAL"
-        self._lock_fd = None
-        self._fenced = True  # close() must not checkpoint: we never write
-        self._conn = None
-        self._db = None
-        if not self.path.exists():
-            raise CliError(f"Store {self.path} does not exist", EXIT_USAGE)
-        if not self.path.is_file():
-            raise CliError(f"Store {self.path} is not a file", EXIT_USAGE)
-        uri = self.path.resolve().as_uri() + "?mode=ro"
-        try:
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as e:
-            raise CliError(f"Cannot read store {self.path}: {e}") from None
-        try:
-            conn.execute("PRAGMA busy_timeout=5000")
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        except sqlite3.Error as e:
-            conn.close()
-            raise CliError(f"Cannot read store {self.path}: {e}") from None
-        self._conn = conn
-        self._db = sqlite_utils.Database(conn)
-        needed = {"schema", "meta", "conversations", "entries", "tasks", "submissions", "documents", "journal"}
-        if not needed <= tables:
-            self.close()
-            raise CliError(f"{self.path} is not a pidurable store (missing tables: {', '.join(sorted(needed - tables))})")
-        version = self.schema_version
-        if version > SCHEMA_VERSION:
-            self.close()
-            raise CliError(
-                f"Store {self.path} has schema version {version}; this pidurable reads versions up to "
-                f"{SCHEMA_VERSION}. Upgrade pidurable."
-            )
-
-    def begin(self) -> None:
-        self.db.execute("BEGIN")
-
-    def end(self) -> None:
-        try:
-            self.db.execute("COMMIT")
-        except sqlite3.Error:
-            pass
-
-    def store_id(self) -> str | None:
-        row = self.db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
-        return None if row is None else str(row[0])
-
-    def commits(self) -> int:
-        (n,) = self.db.execute("SELECT count(*) FROM journal").fetchone()
-        return int(n)
-
-    def entry_count(self, conversation_id: int) -> int:
-        (n,) = self.db.execute("SELECT count(*) FROM entries WHERE conversation_id = ?", [conversation_id]).fetchone()
-        return int(n)
-
-    def commit(self, *args: Any, **kwargs: Any) -> None:  # pragma: no cover - guard
-        raise StorageError(f"Store {self.path} is open read-only")
-
-    def commit_many(self, *args: Any, **kwargs: Any) -> None:  # pragma: no cover - guard
-        raise StorageError(f"Store {self.path} is open read-only")
-
-
-def open_readonly(path: str | os.PathLike[str]) -> ReadOnlySqlite:
-    return ReadOnlySqlite(path)
-
-
-def lock_holder(path: str | os.PathLike[str]) -> int | None:
-    """The pid holding the store's ``<file>.lock`` flock, if one is alive.
-
-    Looked up without touching the lock: ``/proc/locks`` (Linux) lists flock
-    holders by inode; elsewhere the pid written in the lock file is checked
-    for liveness (a hint only).
-    """
-    lock = Path(str(path) + ".lock")
-    try:
-        st = lock.stat()
-    except OSError:
-        return None
-    try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        lines = None
-    if lines is not None:
-        for line in lines:
-            parts = line.split()
-            if "->" in parts or len(parts) < 6 or parts[1] != "FLOCK":
-                continue
-            try:
-                ino = int(parts[5].rsplit(":", 1)[1])
-                pid = int(parts[4])
-            except (ValueError, IndexError):
-                continue
-            if ino == st.st_ino:
-                return pid
-        return None
-    try:
-        pid = int(lock.read_text().strip() or "0")
-    except (OSError, ValueError):
-        return None
-    if pid <= 0:
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        return pid
-    return pid
+# ReadOnlySqlite, open_readonly and lock_holder live in storage/readonly.py; they
+# are imported above and stay importable from here (demo, agent_cli).
 
 
 # --- formatting shared by inspect and demo ----------------------------------------
@@ -239,7 +121,7 @@ def task_tree(tasks: Iterable[Task], indent: str = "  ") -> list[str]:
 def cmd_inspect(args: argparse.Namespace) -> int:
     store = open_readonly(args.db)
     try:
-        holder = lock_holder(args.db)
+        holder = lock_holder(store.file)
         store.begin()
         try:
             lines = _inspect_lines(store, show_all=args.all, holder=holder)
@@ -394,6 +276,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"pidurable: error: {e}", file=sys.stderr)
         return e.status
+    except StorageError as e:
+        if debug:
+            raise
+        print(f"pidurable: error: {e}", file=sys.stderr)
+        return storage_exit_status(e)
     except Exception as e:  # noqa: BLE001 - the CLI's promise: one line, no traceback
         if debug:
             raise

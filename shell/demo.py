@@ -61,6 +61,7 @@ from .harness import Harness, Input
 from .providers.base import ModelRequest
 from .providers.scripted import ScriptedModels, ScriptedReply, reply, tool_call
 from .registry import Extension, Registry, ToolCallContext, ToolResult, define_extension, define_tool
+from .storage.base import StorageError
 from .storage.sqlite import open_sqlite_storage
 from .tools.coding import coding_tools
 
@@ -445,7 +446,7 @@ class _Demo:
     def _poll_snapshot(self) -> Snapshot | None:
         try:
             return read_snapshot(self.db, "vienna")
-        except CliError:
+        except (CliError, StorageError):
             return None  # the child has not created the store yet
         except Exception as e:  # noqa: BLE001 - a store being created may be briefly unreadable
             if "locked" in str(e) or "no such table" in str(e):

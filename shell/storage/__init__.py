@@ -1,17 +1,30 @@
 """Storage adapters: memory and SQLite (JSONL comes later), one protocol."""
 
-from .base import SCHEMA_VERSION, Loaded, Storage, StorageError, StoreFenced, StoreLocked
+from .base import (
+    SCHEMA_VERSION,
+    DamagedRecord,
+    Loaded,
+    NotAStore,
+    Storage,
+    StorageError,
+    StoreFenced,
+    StoreLocked,
+    StoreMissing,
+)
 from .memory import MemoryStorage
 from .sqlite import SqliteStorage, open_sqlite_storage
 
 __all__ = [
     "SCHEMA_VERSION",
+    "DamagedRecord",
     "Loaded",
     "MemoryStorage",
+    "NotAStore",
     "SqliteStorage",
     "Storage",
     "StorageError",
     "StoreFenced",
     "StoreLocked",
+    "StoreMissing",
     "open_sqlite_storage",
 ]

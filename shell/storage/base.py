@@ -19,10 +19,13 @@ same way in both); the conformance suite in ``tests/shell`` runs against all.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import attrs
+import cattrs
+from cattrs.errors import BaseValidationError
 
 from pidurable.core.effects import (
     PutAgent,
@@ -64,11 +67,26 @@ SCHEMA_VERSION = 1
 
 
 class StorageError(Exception):
-    """A storage could not be opened or used (a readable message says why)."""
+    """A storage could not be opened or used (a readable message names the
+    file and the operation). Every storage failure is one: a raw
+    ``sqlite3``/``OSError``/decoding error never reaches the host."""
 
 
 class StoreLocked(StorageError):
     """Another live process (or another open harness) holds the store."""
+
+
+class StoreMissing(StorageError):
+    """The store does not exist (or is an empty file) and was not to be created."""
+
+
+class NotAStore(StorageError):
+    """The file is not a pidurable store (not SQLite, or SQLite without
+    pidurable's tables). It was left as it was."""
+
+
+class DamagedRecord(StorageError):
+    """A stored record cannot be decoded (invalid JSON or a wrong shape)."""
 
 
 class StoreFenced(StorageError):
@@ -247,16 +265,61 @@ DOC_TYPES: dict[str, Any] = {
 }
 
 
-def decode_doc(kind: str, value: str) -> Any:
-    return codec.from_json(value, DOC_TYPES[kind])
+# --- decoding stored rows ------------------------------------------------------
+
+T = TypeVar("T")
+
+#: What the converter raises on text that is not JSON or not the record's shape.
+_DECODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError, BaseValidationError)
 
 
-def conv_state(conversation: Conversation, docs: dict[str, str]) -> ConvState:
+def decode_record(store: str, table: str, key: Any, text: str | bytes, cl: type[T]) -> T:
+    """Decode one stored record; a damaged one raises :class:`DamagedRecord`
+    naming the store, the table and the row. A record whose own id differs
+    from its row's id is damaged too."""
+    try:
+        record = codec.from_json(text, cl)
+    except _DECODE_ERRORS as e:
+        raise DamagedRecord(f"Store {store}: damaged record in {table} {_key(key)}: {_why(e)}") from e
+    rid = getattr(record, "id", key)
+    if isinstance(key, int) and rid != key:
+        raise DamagedRecord(f"Store {store}: damaged record in {table} {_key(key)}: it says id {rid!r}")
+    return record
+
+
+def decode_doc(kind: str, value: str | bytes, store: str = "", conversation_id: Any = None) -> Any:
+    if kind not in DOC_TYPES:
+        raise DamagedRecord(f"Store {store}: damaged record in documents {_key((conversation_id, kind))}: unknown kind")
+    return decode_record(store, "documents", (conversation_id, kind), value, DOC_TYPES[kind])
+
+
+def _key(key: Any) -> str:
+    if isinstance(key, tuple):
+        return "(" + ", ".join(f"{k!r}" if isinstance(k, str) else str(k) for k in key) + ")"
+    return f"id {key}"
+
+
+def _why(e: BaseException) -> str:
+    if isinstance(e, BaseValidationError):
+        text = "; ".join(cattrs.transform_error(e))
+    elif isinstance(e, json.JSONDecodeError):
+        text = f"invalid JSON ({e})"
+    else:
+        text = f"{type(e).__name__}: {e}"
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
+def conv_state(conversation: Conversation, docs: dict[str, str], store: str = "") -> ConvState:
     """Assemble a conversation's live documents (absent ones are initial)."""
+    cid = conversation.id
+
+    def doc(kind: str, default: Any) -> Any:
+        return decode_doc(kind, docs[kind], store, cid) if kind in docs else default
+
     return ConvState(
         conversation=conversation,
-        agent=decode_doc(AGENT_DOC, docs[AGENT_DOC]) if AGENT_DOC in docs else AgentConfig(),
-        live=decode_doc(LIVE_DOC, docs[LIVE_DOC]) if LIVE_DOC in docs else Live(),
-        inbox=decode_doc(INBOX_DOC, docs[INBOX_DOC]) if INBOX_DOC in docs else (),
-        usage=decode_doc(USAGE_DOC, docs[USAGE_DOC]) if USAGE_DOC in docs else UsageDoc(),
+        agent=doc(AGENT_DOC, AgentConfig()),
+        live=doc(LIVE_DOC, Live()),
+        inbox=doc(INBOX_DOC, ()),
+        usage=doc(USAGE_DOC, UsageDoc()),
     )

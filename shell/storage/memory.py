@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from pidurable.core.effects import Write
 from pidurable.core.events import Event
@@ -25,7 +25,6 @@ from pidurable.core.model import (
     TaskId,
 )
 
-from . import codec
 from .base import (
     REWINDABLE_DOCS,
     JournalRow,
@@ -35,8 +34,11 @@ from .base import (
     StoreLocked,
     conv_state,
     decode_doc,
+    decode_record,
     encode_commit,
 )
+
+T = TypeVar("T")
 
 _TABLES = ("conversations", "entries", "submissions", "tasks", "documents")
 
@@ -63,16 +65,16 @@ class MemoryStorage:
         for row in self._tables["documents"].values():
             docs.setdefault(row["conversation_id"], {})[row["kind"]] = row["value"]
         convs = tuple(
-            conv_state(codec.from_json(r["record"], Conversation), docs.get(r["id"], {}))
+            conv_state(self._decode("conversations", r, Conversation), docs.get(r["id"], {}), self.name)
             for _, r in sorted(self._tables["conversations"].items())
         )
         tasks = tuple(
-            codec.from_json(r["record"], Task)
+            self._decode("tasks", r, Task)
             for _, r in sorted(self._tables["tasks"].items())
             if r["status"] != "terminal"
         )
         subs = tuple(
-            codec.from_json(r["record"], Submission)
+            self._decode("submissions", r, Submission)
             for _, r in sorted(self._tables["submissions"].items())
             if r["status"] in ("queued", "placed")
         )
@@ -126,12 +128,15 @@ class MemoryStorage:
             self.commits += 1
 
     # reads -----------------------------------------------------------------
+    def _decode(self, table: str, row: dict[str, Any], cl: type[T]) -> T:
+        return decode_record(self.name, table, row["id"], row["record"], cl)
+
     def entries(
         self, conversation_id: ConversationId, upto: int | None = None, after: int | None = None
     ) -> list[Entry]:
         t = self._tables["entries"]
         return [
-            codec.from_json(r["record"], Entry)
+            self._decode("entries", r, Entry)
             for k, r in sorted(t.items())
             if r["conversation_id"] == conversation_id
             and (upto is None or k[0] <= upto)
@@ -140,32 +145,32 @@ class MemoryStorage:
 
     def entry(self, entry_id: int) -> Entry | None:
         r = self._tables["entries"].get((entry_id,))
-        return None if r is None else codec.from_json(r["record"], Entry)
+        return None if r is None else self._decode("entries", r, Entry)
 
     def submission(self, submission_id: SubmissionId) -> Submission | None:
         r = self._tables["submissions"].get((submission_id,))
-        return None if r is None else codec.from_json(r["record"], Submission)
+        return None if r is None else self._decode("submissions", r, Submission)
 
     def submission_by_request(self, conversation_id: ConversationId, request_id: str) -> Submission | None:
         for r in self._tables["submissions"].values():
             if r["conversation_id"] == conversation_id and r["request_id"] == request_id:
-                return codec.from_json(r["record"], Submission)
+                return self._decode("submissions", r, Submission)
         return None
 
     def submissions(self, conversation_id: ConversationId | None = None) -> list[Submission]:
         return [
-            codec.from_json(r["record"], Submission)
+            self._decode("submissions", r, Submission)
             for _, r in sorted(self._tables["submissions"].items())
             if conversation_id is None or r["conversation_id"] == conversation_id
         ]
 
     def task(self, task_id: TaskId) -> Task | None:
         r = self._tables["tasks"].get((task_id,))
-        return None if r is None else codec.from_json(r["record"], Task)
+        return None if r is None else self._decode("tasks", r, Task)
 
     def tasks(self, conversation_id: ConversationId | None = None, live_only: bool = False) -> list[Task]:
         return [
-            codec.from_json(r["record"], Task)
+            self._decode("tasks", r, Task)
             for _, r in sorted(self._tables["tasks"].items())
             if (conversation_id is None or r["conversation_id"] == conversation_id)
             and (not live_only or r["status"] != "terminal")
@@ -173,14 +178,14 @@ class MemoryStorage:
 
     def conversation(self, conversation_id: ConversationId) -> Conversation | None:
         r = self._tables["conversations"].get((conversation_id,))
-        return None if r is None else codec.from_json(r["record"], Conversation)
+        return None if r is None else self._decode("conversations", r, Conversation)
 
     def conversations(self) -> list[Conversation]:
-        return [codec.from_json(r["record"], Conversation) for _, r in sorted(self._tables["conversations"].items())]
+        return [self._decode("conversations", r, Conversation) for _, r in sorted(self._tables["conversations"].items())]
 
     def document(self, conversation_id: ConversationId, kind: str) -> Any:
         r = self._tables["documents"].get((conversation_id, kind))
-        return None if r is None else decode_doc(kind, r["value"])
+        return None if r is None else decode_doc(kind, r["value"], self.name, conversation_id)
 
     def journal(self) -> list[JournalRow]:
         return list(self._journal)

@@ -3,7 +3,7 @@
 Layout (schema version 1)::
 
     schema(version)                               the layout version, one row
-    meta(key PK, value)                           store_id
+    meta(key PK, value)                           store_id, canonical_path
     conversations(id PK, owner_task_id, record)
     entries(id PK, conversation_id, seq, record)  idx (conversation_id, id)
     tasks(id PK, conversation_id, kind, status, owner, record)
@@ -19,10 +19,42 @@ indexes. A commit is ``db.atomic()`` (BEGIN ... COMMIT) around plain
 ``INSERT OR REPLACE`` statements; ``with db.conn:`` is not used because it is
 not atomic around sqlite-utils writes.
 
-Ownership: an exclusive ``flock`` on ``<file>.lock`` held while the store is
-open. A second opener (process or harness) gets :class:`StoreLocked` naming the
-file; the OS drops the lock when its owner dies, so a crashed owner's lock is
-reclaimed by the next open.
+Opening checks before it writes anything, in this order:
+
+1. The name is resolved (``os.path.realpath``): through a symlink SQLite opens
+   the target, so the ``-wal``/``-shm`` files always have one name.
+2. Ownership (see :mod:`.owner`): an exclusive ``flock`` on a descriptor of
+   the file itself, so every name of the file (hard link, symlink) meets the
+   same lock; a second opener, in this process or another, gets
+   :class:`StoreLocked` naming the owner's pid, host and start time.
+3. What the file is, read under the lock: missing or 0 bytes is a new store
+   (or :class:`StoreMissing` with ``create=False``); no ``SQLite format 3``
+   header is :class:`NotAStore`; a SQLite file is read through a separate
+   read-only connection and must have the ``schema`` and ``meta`` tables with
+   a store_id (else :class:`NotAStore` listing its tables) and an integer
+   version this code reads. A refused file is left as it was.
+4. Hard links: ``meta.canonical_path`` is the real path the store was created
+   at. If that path still names the same inode, SQLite opens it by that name
+   (so every link shares one ``-wal``); otherwise the opened path becomes the
+   canonical one (the store was moved or copied). A new store checkpoints its
+   creation, so the layout and the canonical path are in the main file where
+   an opener by another name finds them.
+5. Only then the read-write connection, WAL, migrations and the owner file.
+
+Failures: every SQLite error (open, migrate, load, reads, commit) raises
+:class:`StorageError` naming the file and the operation; a record that does
+not decode raises :class:`DamagedRecord` naming its table and row. ``close()``
+always releases the lock. A checkpoint that fails at close is logged as a
+warning on the ``pidurable`` logger, not raised: the commits are safe in the
+``-wal`` file and the next open reads them, and hosts close in ``finally``
+blocks, where raising would hide the error that made them close.
+
+Read-only mode (``read_only=True``, used by ``pidurable inspect``/``replay``
+through :class:`~.readonly.ReadOnlySqlite`): the same checks, but no lock, no
+owner file, no migration and no write. SQLite opens the file with ``mode=ro``;
+on read-only media (the directory cannot be written, so SQLite cannot create
+the ``-shm`` a WAL store needs) it opens it ``immutable=1`` if no ``-wal``
+with content exists, and refuses with an explanation otherwise.
 
 Migrations: ``MIGRATIONS[v]`` upgrades a store from version ``v - 1`` to ``v``
 inside one transaction; a store newer than this code is refused.
@@ -30,11 +62,12 @@ inside one transaction; a store newer than this code is refused.
 
 from __future__ import annotations
 
-import fcntl
+import logging
 import os
 import sqlite3
-import uuid
-from collections.abc import Callable, Sequence
+import stat
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,157 +85,274 @@ from pidurable.core.model import (
     TaskId,
 )
 
-from . import codec
+from . import codec, owner
 from .base import (
     REWINDABLE_DOCS,
     SCHEMA_VERSION,
+    DamagedRecord,
     JournalRow,
     Loaded,
+    NotAStore,
     StorageError,
     StoreFenced,
     StoreLocked,
+    StoreMissing,
     conv_state,
     decode_doc,
+    decode_record,
     encode_commit,
 )
+from .sqlite_layout import UPSERT, MIGRATIONS, SQLITE_MAGIC, Found, inspect_store
 
+log = logging.getLogger("pidurable")
 
-def _migrate_v1(db: sqlite_utils.Database) -> None:
-    db.executescript(
-        """
-        CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-        CREATE TABLE conversations (
-            id INTEGER PRIMARY KEY, owner_task_id INTEGER, record TEXT NOT NULL);
-        CREATE TABLE entries (
-            id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL,
-            seq INTEGER NOT NULL, record TEXT NOT NULL);
-        CREATE INDEX entries_by_conversation ON entries (conversation_id, id);
-        CREATE TABLE tasks (
-            id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL, kind TEXT NOT NULL,
-            status TEXT NOT NULL CHECK (status IN
-                ('pending','running','waiting','completing','terminal')),
-            owner INTEGER, record TEXT NOT NULL);
-        CREATE INDEX tasks_live ON tasks (status, id) WHERE status != 'terminal';
-        CREATE INDEX tasks_by_conversation ON tasks (conversation_id, id);
-        CREATE TABLE submissions (
-            id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL, request_id TEXT,
-            status TEXT NOT NULL CHECK (status IN ('queued','placed','done','unanswered')),
-            record TEXT NOT NULL);
-        CREATE INDEX submissions_by_request ON submissions (conversation_id, request_id);
-        CREATE INDEX submissions_unsettled ON submissions (status, id)
-            WHERE status IN ('queued','placed');
-        CREATE TABLE documents (
-            conversation_id INTEGER NOT NULL, kind TEXT NOT NULL, seq INTEGER NOT NULL,
-            value TEXT NOT NULL, PRIMARY KEY (conversation_id, kind));
-        CREATE TABLE document_revisions (
-            conversation_id INTEGER NOT NULL, kind TEXT NOT NULL, seq INTEGER NOT NULL,
-            value TEXT NOT NULL, PRIMARY KEY (conversation_id, kind, seq));
-        CREATE TABLE journal (
-            seq INTEGER PRIMARY KEY, format INTEGER NOT NULL,
-            events TEXT NOT NULL, writes TEXT NOT NULL);
-        """
-    )
-    db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('store_id', ?)", [str(uuid.uuid4())])
-
-
-MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {1: _migrate_v1}
-assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
-
-_UPSERT = {
-    "conversations": "INSERT OR REPLACE INTO conversations (id, owner_task_id, record) VALUES (:id, :owner_task_id, :record)",
-    "entries": "INSERT INTO entries (id, conversation_id, seq, record) VALUES (:id, :conversation_id, :seq, :record)",
-    "tasks": "INSERT OR REPLACE INTO tasks (id, conversation_id, kind, status, owner, record) "
-    "VALUES (:id, :conversation_id, :kind, :status, :owner, :record)",
-    "submissions": "INSERT OR REPLACE INTO submissions (id, conversation_id, request_id, status, record) "
-    "VALUES (:id, :conversation_id, :request_id, :status, :record)",
-    "documents": "INSERT OR REPLACE INTO documents (conversation_id, kind, seq, value) "
-    "VALUES (:conversation_id, :kind, :seq, :value)",
-}
+def _wal_has_content(file: Path) -> bool:
+    try:
+        return os.path.getsize(f"{file}-wal") > 0
+    except FileNotFoundError:
+        return False
 
 
 class SqliteStorage:
-    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> None:
+    """A store in one SQLite file (see the module comment for how it opens)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "NORMAL",
+        create: bool = True,
+        read_only: bool = False,
+    ) -> None:
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
         self.path = Path(path)
         self.name = str(self.path)
-        parent = self.path.parent
-        if not parent.is_dir():
-            raise StorageError(f"Cannot open store {self.path}: directory {parent} does not exist")
+        self.read_only = read_only
+        #: The file SQLite opens: the real path, or a hard-linked store's canonical name.
+        self.file = Path(os.path.realpath(self.path))
         self._synchronous = synchronous
-        self._lock_fd: int | None = None
+        self._fenced = False
+        self._fd: int | None = None  # a descriptor of the file; flocked unless read-only
+        self._inode: owner.Inode = (0, 0)
+        self._locked = False
+        self._owner_written = False
         self._conn: sqlite3.Connection | None = None
         self._db: sqlite_utils.Database | None = None
-        self._fenced = False
-        self._acquire_lock()
         try:
-            self._connect()
+            self._open(create=create and not read_only)
         except BaseException:
-            self._release_lock()
+            self._abandon()
             raise
 
-    # ownership ---------------------------------------------------------------
-    def _acquire_lock(self) -> None:
-        lock_path = str(self.path) + ".lock"
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise StoreLocked(
-                f"Store {self.path} is in use by another process or harness "
-                f"(lock {lock_path} is held); close it there first"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self._lock_fd = fd
+    def __enter__(self) -> SqliteStorage:
+        return self
 
-    def _release_lock(self) -> None:
-        if self._lock_fd is not None:
-            try:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            finally:
-                os.close(self._lock_fd)
-                self._lock_fd = None
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
-    def _connect(self) -> None:
+    # opening -----------------------------------------------------------------
+    def _open(self, *, create: bool) -> None:
+        if not self.path.parent.is_dir():
+            raise StorageError(f"Cannot open store {self.path}: directory {self.path.parent} does not exist")
+        self._open_fd(create)
+        if not self.read_only:
+            self._lock()
         try:
-            conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+            size = os.fstat(self._descriptor()).st_size
+            head = os.pread(self._descriptor(), 100, 0) if size else b""
+        except OSError as e:
+            raise StorageError(f"Cannot read store {self.path}: {e.strerror or e}") from e
+        found: Found | None = None
+        if size == 0:
+            if not create:
+                raise StoreMissing(f"Store {self.path} does not exist (the file is empty)")
+            if _wal_has_content(self.file):
+                raise StorageError(
+                    f"Cannot create store {self.path}: the file is empty but {self.file}-wal holds data "
+                    "(a store deleted without its -wal file?); move the -wal file away first"
+                )
+        elif len(head) < 100 or not head.startswith(SQLITE_MAGIC):
+            raise NotAStore(f"{self.path} is not a SQLite database; it was left untouched")
+        else:
+            probe, found = self._probe(self.file)
+            canonical = self._canonical(found)
+            if self.read_only and canonical == self.file:
+                self._attach(probe)
+                return
+            self._close_connection(probe)
+            self.file = canonical
+        if self.read_only:
+            self._attach(self._connect(self._ro_uri(self.file), uri=True))
+            return
+        self._attach(self._connect(str(self.file), uri=False))
+        self._prepare()
+        self._migrate(found)
+        self._owner_written = owner.write_owner(self.file)
+
+    def _descriptor(self) -> int:
+        assert self._fd is not None
+        return self._fd
+
+    def _open_fd(self, create: bool) -> None:
+        flags = os.O_RDONLY | os.O_CLOEXEC
+        try:
+            st = os.stat(self.file)
+        except FileNotFoundError:
+            if not create:
+                raise StoreMissing(f"Store {self.path} does not exist") from None
+            flags |= os.O_CREAT
+        except OSError as e:
+            raise StorageError(f"Cannot open store {self.path}: {e.strerror or e}") from e
+        else:
+            self._inode = owner.inode_of(st)
+            if not stat.S_ISREG(st.st_mode):
+                raise NotAStore(f"{self.path} is not a regular file")
+            if not self.read_only and owner.owned_here(self._inode):
+                # no second descriptor: closing it would drop SQLite's locks (see owner.py)
+                raise StoreLocked(self._locked_message())
+        try:
+            self._fd = os.open(self.file, flags, 0o644)
+            st = os.fstat(self._fd)
+        except OSError as e:
+            what = "create" if flags & os.O_CREAT else "open"
+            raise StorageError(f"Cannot {what} store {self.path}: {e.strerror or e}") from e
+        self._inode = owner.inode_of(st)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotAStore(f"{self.path} is not a regular file")
+
+    def _lock(self) -> None:
+        try:
+            taken = owner.try_lock(self._inode, self._descriptor())
+        except OSError as e:
+            raise StorageError(f"Cannot lock store {self.path}: {e.strerror or e}") from e
+        if not taken:
+            raise StoreLocked(self._locked_message())
+        self._locked = True
+
+    def _locked_message(self) -> str:
+        names = f"{self.path}" if str(self.path) == str(self.file) else f"{self.path} (= {self.file})"
+        return f"Store {names} is in use by {self._holder()}; close it there first"
+
+    def _holder(self) -> str:
+        """Who holds the store: this process, or the owner file (checked
+        against /proc/locks where it can be), or /proc/locks alone."""
+        if owner.owned_here(self._inode):
+            return owner.me().describe()
+        try:
+            pid = owner.flock_holder(self._inode)
+        except OSError as e:
+            log.debug("/proc/locks unreadable (%s); trusting the owner file", e)
+            pid = None
+        for file in self._owner_files():
+            found = owner.read_owner(file)
+            if found is not None and (pid is None or found.pid == pid):
+                return found.describe()
+        if pid is not None:
+            return f"pid {pid} on this host"
+        return "another process (its owner file is missing)"
+
+    def _owner_files(self) -> Iterator[Path]:
+        yield self.file
+        try:
+            probe, found = self._probe(self.file)
+        except StorageError as e:  # only a hint for the message
+            log.debug("cannot read %s for its canonical path: %s", self.path, e)
+            return
+        self._close_connection(probe)
+        if found.canonical is not None and found.canonical != str(self.file):
+            yield Path(found.canonical)
+
+    def _ro_uri(self, file: Path) -> str:
+        uri = file.as_uri()
+        if not self.read_only:
+            # Under our lock no owner writes: a file without WAL content is read
+            # whole as immutable, so the check creates no -wal/-shm next to a
+            # file that may not be ours.
+            return uri + ("?mode=ro" if _wal_has_content(file) else "?immutable=1")
+        if os.access(file.parent, os.W_OK) or os.path.exists(f"{file}-shm"):
+            return uri + "?mode=ro"
+        if _wal_has_content(file):
+            raise StorageError(
+                f"Cannot read store {self.path}: its directory is read-only and {file}-wal holds commits "
+                f"not yet in the main file; SQLite needs {file}-shm to read them. Copy the store with "
+                "its -wal file to a writable directory, or open it once where it can be written."
+            )
+        return uri + "?immutable=1"  # read-only media and nothing in a -wal: the file is the whole store
+
+    def _connect(self, target: str, *, uri: bool) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(target, uri=uri, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as e:
             raise StorageError(f"Cannot open store {self.path}: {e}") from e
-        self._conn = conn
+        owner.connection_opened(self._inode)
+        return conn
+
+    def _probe(self, file: Path) -> tuple[sqlite3.Connection, Found]:
+        conn = self._connect(self._ro_uri(file), uri=True)
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self._synchronous}")
             conn.execute("PRAGMA busy_timeout=5000")
-        except sqlite3.DatabaseError as e:
-            conn.close()
-            raise StorageError(f"Cannot open store {self.path}: {e}") from e
-        self._db = sqlite_utils.Database(conn)
-        try:
-            self._migrate()
+            return conn, inspect_store(conn, str(self.path))
+        except sqlite3.Error as e:
+            self._close_connection(conn)
+            raise StorageError(f"Cannot read store {self.path}: {e}") from e
         except BaseException:
-            conn.close()
-            self._conn = self._db = None
+            self._close_connection(conn)
             raise
 
-    def _migrate(self) -> None:
+    def _canonical(self, found: Found) -> Path:
+        """The stored canonical path if it names this very file (a hard link
+        was opened), else the opened file's real path."""
+        if found.canonical is None or found.canonical == str(self.file):
+            return self.file
+        try:
+            same = owner.inode_of(os.stat(found.canonical)) == self._inode
+        except OSError as e:
+            log.debug("store %s: canonical path %s is gone (%s)", self.path, found.canonical, e)
+            return self.file
+        return Path(found.canonical) if same else self.file
+
+    def _attach(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._db = sqlite_utils.Database(conn)
+
+    def _prepare(self) -> None:
+        with self._failing("open"):
+            (mode,) = self.db.execute("PRAGMA journal_mode=WAL").fetchone()
+            if str(mode).lower() != "wal":
+                raise StorageError(f"Store {self.path}: open failed (journal mode is {mode}, not wal)")
+            self.db.execute(f"PRAGMA synchronous={self._synchronous}")
+            self.db.execute("PRAGMA busy_timeout=5000")
+
+    def _migrate(self, found: Found | None) -> None:
+        """Create (``found`` is None) or upgrade the layout in one transaction,
+        and record the canonical path where it changed."""
         db = self.db
-        with db.atomic():
-            db.execute("CREATE TABLE IF NOT EXISTS schema (version INTEGER NOT NULL)")
-            row = db.execute("SELECT version FROM schema").fetchone()
-            version = 0 if row is None else int(row[0])
-            if version > SCHEMA_VERSION:
-                raise StorageError(
-                    f"Store {self.path} has schema version {version}; this pidurable reads "
-                    f"versions up to {SCHEMA_VERSION}. Upgrade pidurable."
-                )
-            for v in range(version + 1, SCHEMA_VERSION + 1):
-                MIGRATIONS[v](db)
-            if row is None:
-                db.execute("INSERT INTO schema (version) VALUES (?)", [SCHEMA_VERSION])
-            elif version != SCHEMA_VERSION:
-                db.execute("UPDATE schema SET version = ?", [SCHEMA_VERSION])
+        version = 0 if found is None else found.version
+        with self._failing("create" if found is None else "migrate"):
+            with db.atomic():
+                if found is None:
+                    db.execute("CREATE TABLE schema (version INTEGER NOT NULL)")
+                for v in range(version + 1, SCHEMA_VERSION + 1):
+                    MIGRATIONS[v](db)
+                if found is None:
+                    db.execute("INSERT INTO schema (version) VALUES (?)", [SCHEMA_VERSION])
+                elif version != SCHEMA_VERSION:
+                    db.execute("UPDATE schema SET version = ?", [SCHEMA_VERSION])
+                if found is None or found.canonical != str(self.file):
+                    db.execute(
+                        "INSERT OR REPLACE INTO meta (key, value) VALUES ('canonical_path', ?)", [str(self.file)]
+                    )
+            if found is None:
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    @contextmanager
+    def _failing(self, op: str) -> Iterator[None]:
+        """SQLite errors inside become StorageError naming the file and ``op``."""
+        try:
+            yield
+        except sqlite3.Error as e:
+            raise StorageError(f"Store {self.path}: {op} failed ({e})") from e
 
     @property
     def db(self) -> sqlite_utils.Database:
@@ -210,44 +360,50 @@ class SqliteStorage:
             raise StorageError(f"Store {self.path} is closed")
         return self._db
 
+    def _rows(self, op: str, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._failing(op):
+            return self.db.execute(sql, list(params)).fetchall()
+
     @property
     def schema_version(self) -> int:
-        return int(self.db.execute("SELECT version FROM schema").fetchone()[0])
+        return int(self._rows("reading the schema version", "SELECT version FROM schema")[0][0])
 
     # lifecycle -----------------------------------------------------------------
     def load(self) -> Loaded:
-        db = self.db
+        name = self.name
         docs: dict[int, dict[str, str]] = {}
-        for cid, kind, value in db.execute("SELECT conversation_id, kind, value FROM documents"):
+        for cid, kind, value in self._rows("load", "SELECT conversation_id, kind, value FROM documents"):
             docs.setdefault(cid, {})[kind] = value
         convs = tuple(
-            conv_state(codec.from_json(rec, Conversation), docs.get(cid, {}))
-            for cid, rec in db.execute("SELECT id, record FROM conversations ORDER BY id")
+            conv_state(decode_record(name, "conversations", cid, rec, Conversation), docs.get(cid, {}), name)
+            for cid, rec in self._rows("load", "SELECT id, record FROM conversations ORDER BY id")
         )
         tasks = tuple(
-            codec.from_json(rec, Task)
-            for (rec,) in db.execute("SELECT record FROM tasks WHERE status != 'terminal' ORDER BY id")
+            decode_record(name, "tasks", tid, rec, Task)
+            for tid, rec in self._rows("load", "SELECT id, record FROM tasks WHERE status != 'terminal' ORDER BY id")
         )
         subs = tuple(
-            codec.from_json(rec, Submission)
-            for (rec,) in db.execute(
-                "SELECT record FROM submissions WHERE status IN ('queued','placed') ORDER BY id"
+            decode_record(name, "submissions", sid, rec, Submission)
+            for sid, rec in self._rows(
+                "load", "SELECT id, record FROM submissions WHERE status IN ('queued','placed') ORDER BY id"
             )
         )
-        max_id = 1
-        for table in ("conversations", "entries", "tasks", "submissions"):
-            (m,) = db.execute(f"SELECT max(id) FROM {table}").fetchone()
-            if m is not None:
-                max_id = max(max_id, int(m))
-        (seq,) = db.execute("SELECT max(seq) FROM journal").fetchone()
-        (store_id,) = db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+        ((max_id,),) = self._rows(
+            "load",
+            "SELECT max(m) FROM (SELECT max(id) AS m FROM conversations UNION ALL SELECT max(id) FROM entries "
+            "UNION ALL SELECT max(id) FROM tasks UNION ALL SELECT max(id) FROM submissions)",
+        )
+        ((seq,),) = self._rows("load", "SELECT max(seq) FROM journal")
+        ids = self._rows("load", "SELECT value FROM meta WHERE key = 'store_id'")
+        if not ids:
+            raise DamagedRecord(f"Store {name}: damaged record in meta: no store_id")
         return Loaded(
-            next_id=max_id + 1,
+            next_id=max(1, int(max_id or 0)) + 1,
             next_seq=(int(seq) + 1) if seq is not None else 1,
             conversations=convs,
             tasks=tasks,
             submissions=subs,
-            store_id=store_id,
+            store_id=str(ids[0][0]),
         )
 
     def fence(self) -> None:
@@ -255,17 +411,68 @@ class SqliteStorage:
         self._fenced = True
 
     def close(self) -> None:
-        """Release the store. A fenced store is dropped without a checkpoint,
-        as a killed process would leave it."""
-        if self._conn is not None:
-            try:
-                if not self._fenced:
-                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            finally:
-                self._conn.close()
-                self._conn = None
-                self._db = None
-        self._release_lock()
+        """Release the store; the lock is released on every path. A fenced
+        store is dropped without a checkpoint, as a killed process would
+        leave it; a failing checkpoint is logged (see the module comment)."""
+        conn, self._conn, self._db = self._conn, None, None
+        try:
+            if conn is not None:
+                try:
+                    if not (self._fenced or self.read_only):
+                        self._checkpoint(conn)
+                finally:
+                    self._close_connection(conn)
+        finally:
+            self._release()
+
+    def _checkpoint(self, conn: sqlite3.Connection) -> None:
+        try:
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.Error as e:
+            log.warning(
+                "Store %s: checkpoint at close failed (%s); its commits stay in %s-wal and the next open reads them",
+                self.path,
+                e,
+                self.file,
+            )
+            return
+        if busy:
+            log.info("Store %s: checkpoint at close was blocked by a reader; the -wal file stays", self.path)
+
+    def _close_connection(self, conn: sqlite3.Connection) -> None:
+        try:
+            conn.close()
+        except sqlite3.Error as e:
+            log.warning("Store %s: closing the SQLite connection failed (%s)", self.path, e)
+        finally:
+            owner.connection_closed(self._inode)
+
+    def _abandon(self) -> None:
+        """Undo a failed open: no checkpoint, no write."""
+        conn, self._conn, self._db = self._conn, None, None
+        try:
+            if conn is not None:
+                self._close_connection(conn)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            if self._owner_written:
+                self._owner_written = False
+                owner.remove_owner(self.file)
+        finally:
+            if self._locked:
+                self._locked = False
+                try:
+                    owner.unlock(self._inode, fd)
+                except OSError as e:
+                    log.warning("Store %s: unlocking failed (%s)", self.path, e)
+            else:
+                owner.release_fd(self._inode, fd)
 
     # writes ------------------------------------------------------------------
     def commit(self, seq: int, writes: Sequence[Write], events: Sequence[Event]) -> None:
@@ -275,10 +482,13 @@ class SqliteStorage:
         """Several commits in ONE transaction, all or nothing."""
         if self._fenced:
             raise StoreFenced(f"store {self.path} is fenced")
+        if self.read_only:
+            raise StorageError(f"Store {self.path} is open read-only")
         encoded = [(seq, *encode_commit(seq, writes, events)) for seq, writes, events in batch]
-        conn = self.db.conn
+        db = self.db
+        conn = db.conn
         try:
-            with self.db.atomic():
+            with db.atomic():
                 for seq, rows, ev_text, wr_text in encoded:
                     self._write_one(conn, seq, rows, ev_text, wr_text)
         except sqlite3.IntegrityError as e:
@@ -293,7 +503,7 @@ class SqliteStorage:
     @staticmethod
     def _write_one(conn: sqlite3.Connection, seq: int, rows: list[Any], ev_text: str, wr_text: str) -> None:
         for row in rows:
-            conn.execute(_UPSERT[row.table], row.columns)
+            conn.execute(UPSERT[row.table], row.columns)
             if row.table == "documents" and row.columns["kind"] in REWINDABLE_DOCS:
                 conn.execute(
                     "INSERT OR REPLACE INTO document_revisions (conversation_id, kind, seq, value) "
@@ -306,44 +516,44 @@ class SqliteStorage:
         )
 
     # reads -------------------------------------------------------------------
-    def _one(self, sql: str, params: Sequence[Any], cl: type) -> Any:
-        row = self.db.execute(sql, list(params)).fetchone()
-        return None if row is None else codec.from_json(row[0], cl)
+    def _records(self, table: str, cl: type[Any], where: str = "", params: Sequence[Any] = ()) -> list[Any]:
+        """Decoded records of ``table`` (``where`` filters), by id."""
+        sql = f"SELECT id, record FROM {table}" + (f" WHERE {where}" if where else "") + " ORDER BY id"
+        return [decode_record(self.name, table, i, rec, cl) for i, rec in self._rows(f"reading {table}", sql, params)]
+
+    def _one(self, table: str, cl: type[Any], where: str, params: Sequence[Any]) -> Any:
+        found = self._records(table, cl, where, params)
+        return found[0] if found else None
 
     def entries(
         self, conversation_id: ConversationId, upto: int | None = None, after: int | None = None
     ) -> list[Entry]:
         """A conversation's entries, oldest first; ``after < id <= upto``."""
-        cur = self.db.execute(
-            "SELECT record FROM entries WHERE conversation_id = ? AND id > ? AND id <= ? ORDER BY id",
+        return self._records(
+            "entries",
+            Entry,
+            "conversation_id = ? AND id > ? AND id <= ?",
             [conversation_id, -1 if after is None else after, (1 << 62) if upto is None else upto],
         )
-        return [codec.from_json(rec, Entry) for (rec,) in cur]
 
     def entry(self, entry_id: int) -> Entry | None:
-        return self._one("SELECT record FROM entries WHERE id = ?", [entry_id], Entry)  # type: ignore[no-any-return]
+        return self._one("entries", Entry, "id = ?", [entry_id])  # type: ignore[no-any-return]
 
     def submission(self, submission_id: SubmissionId) -> Submission | None:
-        return self._one("SELECT record FROM submissions WHERE id = ?", [submission_id], Submission)  # type: ignore[no-any-return]
+        return self._one("submissions", Submission, "id = ?", [submission_id])  # type: ignore[no-any-return]
 
     def submission_by_request(self, conversation_id: ConversationId, request_id: str) -> Submission | None:
         return self._one(  # type: ignore[no-any-return]
-            "SELECT record FROM submissions WHERE conversation_id = ? AND request_id = ?",
-            [conversation_id, request_id],
-            Submission,
+            "submissions", Submission, "conversation_id = ? AND request_id = ?", [conversation_id, request_id]
         )
 
     def submissions(self, conversation_id: ConversationId | None = None) -> list[Submission]:
         if conversation_id is None:
-            cur = self.db.execute("SELECT record FROM submissions ORDER BY id")
-        else:
-            cur = self.db.execute(
-                "SELECT record FROM submissions WHERE conversation_id = ? ORDER BY id", [conversation_id]
-            )
-        return [codec.from_json(rec, Submission) for (rec,) in cur]
+            return self._records("submissions", Submission)
+        return self._records("submissions", Submission, "conversation_id = ?", [conversation_id])
 
     def task(self, task_id: TaskId) -> Task | None:
-        return self._one("SELECT record FROM tasks WHERE id = ?", [task_id], Task)  # type: ignore[no-any-return]
+        return self._one("tasks", Task, "id = ?", [task_id])  # type: ignore[no-any-return]
 
     def tasks(self, conversation_id: ConversationId | None = None, live_only: bool = False) -> list[Task]:
         where, params = [], []
@@ -352,34 +562,34 @@ class SqliteStorage:
             params.append(conversation_id)
         if live_only:
             where.append("status != 'terminal'")
-        sql = "SELECT record FROM tasks" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
-        return [codec.from_json(rec, Task) for (rec,) in self.db.execute(sql, params)]
+        return self._records("tasks", Task, " AND ".join(where), params)
 
     def conversation(self, conversation_id: ConversationId) -> Conversation | None:
-        return self._one(  # type: ignore[no-any-return]
-            "SELECT record FROM conversations WHERE id = ?", [conversation_id], Conversation
-        )
+        return self._one("conversations", Conversation, "id = ?", [conversation_id])  # type: ignore[no-any-return]
 
     def conversations(self) -> list[Conversation]:
-        return [
-            codec.from_json(rec, Conversation)
-            for (rec,) in self.db.execute("SELECT record FROM conversations ORDER BY id")
-        ]
+        return self._records("conversations", Conversation)
 
     def document(self, conversation_id: ConversationId, kind: str) -> Any:
-        row = self.db.execute(
-            "SELECT value FROM documents WHERE conversation_id = ? AND kind = ?", [conversation_id, kind]
-        ).fetchone()
-        return None if row is None else decode_doc(kind, row[0])
+        rows = self._rows(
+            "reading documents",
+            "SELECT value FROM documents WHERE conversation_id = ? AND kind = ?",
+            [conversation_id, kind],
+        )
+        return None if not rows else decode_doc(kind, rows[0][0], self.name, conversation_id)
 
     def journal(self) -> list[JournalRow]:
         return [
             JournalRow(seq=seq, events=ev, writes=wr)
-            for seq, ev, wr in self.db.execute("SELECT seq, events, writes FROM journal ORDER BY seq")
+            for seq, ev, wr in self._rows("reading the journal", "SELECT seq, events, writes FROM journal ORDER BY seq")
         ]
 
 
-def open_sqlite_storage(path: str | os.PathLike[str], synchronous: str = "NORMAL") -> SqliteStorage:
-    """Open (creating if needed) a SQLite store; raises ``StoreLocked`` if
-    another live process or harness holds it."""
-    return SqliteStorage(path, synchronous=synchronous)
+def open_sqlite_storage(
+    path: str | os.PathLike[str], synchronous: str = "NORMAL", *, create: bool = True
+) -> SqliteStorage:
+    """Open a SQLite store, creating it if ``path`` does not exist or is an
+    empty file (unless ``create=False``: then :class:`StoreMissing`). Raises
+    ``StoreLocked`` if another live process or harness holds it, and
+    ``NotAStore`` for a file that is not a pidurable store (left untouched)."""
+    return SqliteStorage(path, synchronous=synchronous, create=create)

@@ -152,16 +152,18 @@ def test_inspect_missing_file(tmp_path: Path) -> None:
 
 
 def test_inspect_not_a_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file that is not a pidurable store is a bad --db argument: one line, exit status 2."""
     (tmp_path / "junk.sqlite").write_text("not a database at all")
-    assert main(["inspect", "--db", str(tmp_path / "junk.sqlite")]) == 1
+    assert main(["inspect", "--db", str(tmp_path / "junk.sqlite")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pidurable: error: ") and err.count("\n") == 1
+    assert "is not a SQLite database" in err
     empty = tmp_path / "empty.sqlite"
     import sqlite3
 
     sqlite3.connect(empty).execute("CREATE TABLE t (x)").connection.close()
-    assert main(["inspect", "--db", str(empty)]) == 1
-    assert "is not a pidurable store" in capsys.readouterr().err
+    assert main(["inspect", "--db", str(empty)]) == 2
+    assert "is not a pidurable store (tables: t)" in capsys.readouterr().err
 
 
 def test_inspect_missing_file_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,120 @@
+"""The SQLite layout: its tables, the migrations that build them, the upsert
+statements, and the read-only check that an existing file has the layout.
+
+``inspect_store`` only reads: it runs on a read-only connection before the
+opener writes anything, so a file that is not a pidurable store is refused
+and left as it was (see :mod:`.sqlite`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Callable
+
+import attrs
+import sqlite_utils
+
+from .base import SCHEMA_VERSION, DamagedRecord, NotAStore, StorageError
+
+
+def _migrate_v1(db: sqlite_utils.Database) -> None:
+    db.executescript(
+        """
+        CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE conversations (
+            id INTEGER PRIMARY KEY, owner_task_id INTEGER, record TEXT NOT NULL);
+        CREATE TABLE entries (
+            id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL,
+            seq INTEGER NOT NULL, record TEXT NOT NULL);
+        CREATE INDEX entries_by_conversation ON entries (conversation_id, id);
+        CREATE TABLE tasks (
+            id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL, kind TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN
+                ('pending','running','waiting','completing','terminal')),
+            owner INTEGER, record TEXT NOT NULL);
+        CREATE INDEX tasks_live ON tasks (status, id) WHERE status != 'terminal';
+        CREATE INDEX tasks_by_conversation ON tasks (conversation_id, id);
+        CREATE TABLE submissions (
+            id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL, request_id TEXT,
+            status TEXT NOT NULL CHECK (status IN ('queued','placed','done','unanswered')),
+            record TEXT NOT NULL);
+        CREATE INDEX submissions_by_request ON submissions (conversation_id, request_id);
+        CREATE INDEX submissions_unsettled ON submissions (status, id)
+            WHERE status IN ('queued','placed');
+        CREATE TABLE documents (
+            conversation_id INTEGER NOT NULL, kind TEXT NOT NULL, seq INTEGER NOT NULL,
+            value TEXT NOT NULL, PRIMARY KEY (conversation_id, kind));
+        CREATE TABLE document_revisions (
+            conversation_id INTEGER NOT NULL, kind TEXT NOT NULL, seq INTEGER NOT NULL,
+            value TEXT NOT NULL, PRIMARY KEY (conversation_id, kind, seq));
+        CREATE TABLE journal (
+            seq INTEGER PRIMARY KEY, format INTEGER NOT NULL,
+            events TEXT NOT NULL, writes TEXT NOT NULL);
+        """
+    )
+    db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('store_id', ?)", [str(uuid.uuid4())])
+
+
+MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {1: _migrate_v1}
+assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
+
+UPSERT = {
+    "conversations": "INSERT OR REPLACE INTO conversations (id, owner_task_id, record) VALUES (:id, :owner_task_id, :record)",
+    "entries": "INSERT INTO entries (id, conversation_id, seq, record) VALUES (:id, :conversation_id, :seq, :record)",
+    "tasks": "INSERT OR REPLACE INTO tasks (id, conversation_id, kind, status, owner, record) "
+    "VALUES (:id, :conversation_id, :kind, :status, :owner, :record)",
+    "submissions": "INSERT OR REPLACE INTO submissions (id, conversation_id, request_id, status, record) "
+    "VALUES (:id, :conversation_id, :request_id, :status, :record)",
+    "documents": "INSERT OR REPLACE INTO documents (conversation_id, kind, seq, value) "
+    "VALUES (:conversation_id, :kind, :seq, :value)",
+}
+
+
+#: The first 16 bytes of every SQLite database file.
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+#: The tables of the layout at SCHEMA_VERSION.
+TABLES = frozenset(
+    {"schema", "meta", "conversations", "entries", "tasks", "submissions", "documents", "document_revisions", "journal"}
+)
+
+
+@attrs.frozen(kw_only=True)
+class Found:
+    """What the read-only check found in an existing store file."""
+
+    version: int
+    store_id: str
+    canonical: str | None
+
+
+def inspect_store(conn: sqlite3.Connection, name: str) -> Found:
+    """Check that ``conn`` (read-only) is a pidurable store; only reads."""
+    tables = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+    if not {"schema", "meta"} <= set(tables):
+        listed = ", ".join(tables) if tables else "none"
+        raise NotAStore(f"{name} is a SQLite database but is not a pidurable store (tables: {listed}); it was left untouched")
+    try:
+        meta = {str(k): v for k, v in conn.execute("SELECT key, value FROM meta")}
+        rows = conn.execute("SELECT version FROM schema").fetchall()
+    except sqlite3.OperationalError as e:  # a meta or schema table of another shape
+        raise NotAStore(f"{name} is a SQLite database but is not a pidurable store ({e}); it was left untouched") from e
+    store_id = meta.get("store_id")
+    if not isinstance(store_id, str) or not store_id:
+        raise NotAStore(f"{name} is a SQLite database but is not a pidurable store (no store_id in its meta table)")
+    if len(rows) != 1:
+        raise DamagedRecord(f"Store {name}: damaged record in schema: {len(rows)} version rows, one expected")
+    (version,) = rows[0]
+    if type(version) is not int or version < 1:
+        raise DamagedRecord(f"Store {name}: damaged record in schema (version {version!r}): not a version number")
+    if version > SCHEMA_VERSION:
+        raise StorageError(
+            f"Store {name} has schema version {version}; this pidurable reads "
+            f"versions up to {SCHEMA_VERSION}. Upgrade pidurable."
+        )
+    missing = TABLES - set(tables)
+    if version == SCHEMA_VERSION and missing:
+        raise StorageError(f"Store {name} is damaged: tables {', '.join(sorted(missing))} are missing")
+    canonical = meta.get("canonical_path")
+    return Found(version=version, store_id=store_id, canonical=canonical if isinstance(canonical, str) else None)
