@@ -24,7 +24,7 @@ from typing import Any, TextIO
 import attrs
 import trio
 
-from pidurable.core.model import GENERATION, TOOL, AgentConfig, ModelRef, OutcomeStatus, Submission, Task
+from pidurable.core.model import GENERATION, TOOL, AgentConfig, ConversationId, ModelRef, Submission, Task
 from pidurable.core.state import AGENT_DOC, LIVE_DOC
 from pidurable.core.tools import interrupted_message
 
@@ -227,7 +227,7 @@ class AtOpen:
         live = tuple(storage.tasks(live_only=True))
         waited = sorted({i for t in live if t.kind == GENERATION and t.phase == "tools" for i in t.on})
         kept = tuple(
-            t for i in waited if (t := storage.task(i)) is not None and not t.live and t.kind == TOOL  # type: ignore[arg-type]
+            t for i in waited if (t := storage.task(i)) is not None and not t.live and t.kind == TOOL
         )
         pending = tuple(s for s in storage.submissions() if not s.settled)
         last = {c.id: max((e.id for e in storage.entries(c.id)), default=0) for c in storage.conversations()}
@@ -292,7 +292,7 @@ async def _resume(args: argparse.Namespace) -> int:
     storage = open_sqlite_storage(_db(args, must_exist=True), create=False)  # never makes a store
     try:
         at_open = AtOpen.read(storage)
-        agent: AgentConfig | None = storage.document(1, AGENT_DOC)  # type: ignore[arg-type]
+        agent: AgentConfig | None = storage.document(ConversationId(1), AGENT_DOC)
         cwd = _resume_cwd(args, agent)
         ref = parse_model(args.model) if args.model else (agent.model if agent is not None else None)
         work = bool(at_open.pending or at_open.live)

@@ -133,7 +133,7 @@ class LocalEnv:
                 async def drain() -> None:
                     assert proc.stdout is not None
                     async for chunk in proc.stdout:
-                        chunks.append(chunk)
+                        chunks.append(bytes(chunk))
                     drained.set()
 
                 nursery.start_soon(drain)
