@@ -36,6 +36,7 @@ from .providers.models import Models
 from .registry import Registry
 from .storage import open_sqlite_storage
 from .storage.base import Storage
+from .storage.readonly import open_readonly
 from .tools.coding import TOOL_SETS, coding_tools, read_tools
 
 #: The tool sets ``--tools`` chooses from; the default is read-only.
@@ -373,8 +374,6 @@ async def _chat(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from .cli import open_readonly
-
     store = open_readonly(_db(args, must_exist=True))
     bad = 0
     count = 0
