@@ -94,33 +94,44 @@ def has_surrogates(text: str) -> bool:
 
 def clean_json(value: Any, where: str) -> Any:
     """``value`` as a strict-JSON value with valid-UTF-8 strings (tuples
-    become lists). Raises :class:`EdgeError` naming ``where`` for NaN,
-    Infinity, a non-string key or any non-JSON object. A value that is
-    already clean is returned itself (no copy)."""
-    if value is None or value is True or value is False:
-        return value
+    become lists). Raises :class:`EdgeError` naming ``where`` (and the path
+    inside) for NaN, Infinity, a non-string key or any non-JSON object. A
+    value that is already clean is returned itself (no copy)."""
+    try:
+        return _clean(value)
+    except _Bad as bad:
+        raise EdgeError(f"{where}{_locate(value)}: {bad}") from None
+
+
+class _Bad(Exception):
+    """A value that cannot be made JSON (the path is found afterwards)."""
+
+
+def _clean(value: Any) -> Any:
+    # The hot path: no string formatting, no copies of clean values.
     t = type(value)
     if t is str:
-        return clean_text(value)
-    if t is int:
+        return value if value.isascii() else clean_text(value)
+    if value is None or t is int or t is bool:
         return value
     if t is float:
-        if not math.isfinite(value):
-            raise EdgeError(f"{where}: {value!r} is not a JSON number (NaN and Infinity are not allowed)")
-        return value
+        if value - value == 0.0:  # finite
+            return value
+        raise _Bad(f"{value!r} is not a JSON number (NaN and Infinity are not allowed)")
     if t is dict:
         out = None
         for i, (k, v) in enumerate(value.items()):
             if type(k) is not str:
-                raise EdgeError(f"{where}: object key {k!r} is not a string")
-            ck, cv = clean_text(k), clean_json(v, f"{where}.{k}")
+                raise _Bad(f"object key {k!r} is not a string")
+            ck = k if k.isascii() else clean_text(k)
+            cv = _clean(v)
             if out is None and (ck is not k or cv is not v):
                 out = dict(list(value.items())[:i])
             if out is not None:
                 out[ck] = cv
         return value if out is None else out
     if t is list or t is tuple:
-        items = [clean_json(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        items = [_clean(v) for v in value]
         if t is list and all(a is b for a, b in zip(items, value)):
             return value
         return items
@@ -132,7 +143,26 @@ def clean_json(value: Any, where: str) -> Any:
         return bool(value)
     if isinstance(value, int):
         return int(value)
-    raise EdgeError(f"{where}: a {type(value).__name__} is not a JSON value")
+    raise _Bad(f"a {type(value).__name__} is not a JSON value")
+
+
+def _locate(value: Any) -> str:
+    """The path (``.key[3]``) to the first value ``_clean`` refuses."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if type(k) is not str:
+                return ""
+            try:
+                _clean(v)
+            except _Bad:
+                return f".{k}{_locate(v)}"
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            try:
+                _clean(v)
+            except _Bad:
+                return f"[{i}]{_locate(v)}"
+    return ""
 
 
 def clean_usage(usage: Any, where: str) -> Usage | None:
@@ -158,28 +188,47 @@ def clean_usage(usage: Any, where: str) -> Usage | None:
 # --- events from the shell's interpreters ------------------------------------------
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in attrs.fields(cls))
+    return names
+
+
 def _clean_fields(obj: Any, where: str) -> Any:
     """An attrs record with every str/JSON field cleaned (nested records
     too); raises EdgeError for a value that cannot be JSON."""
-    changes: dict[str, Any] = {}
-    for f in attrs.fields(type(obj)):
-        v = getattr(obj, f.name)
-        if isinstance(v, Usage) or f.name == "usage":
-            new: Any = clean_usage(v, where)
-        elif attrs.has(type(v)):
+    changes: dict[str, Any] | None = None
+    for name in _fields(type(obj)):
+        v = getattr(obj, name)
+        t = type(v)
+        if t is str:
+            if v.isascii():
+                continue
+            new: Any = clean_text(v)
+        elif v is None or t is int or t is bool:
+            continue
+        elif name == "usage":
+            new = clean_usage(v, where)
+        elif attrs.has(t):
             new = _clean_fields(v, where)
-        elif type(v) is tuple and any(x is None or attrs.has(type(x)) for x in v):
+        elif t is tuple and any(x is None or attrs.has(type(x)) for x in v):
             new = tuple(_clean_fields(x, where) if x is not None else None for x in v)
             if all(a is b for a, b in zip(new, v)):
                 new = v
         else:
-            new = clean_json(v, f"{where} {f.name}")
-            if type(v) is tuple:
+            new = clean_json(v, f"{where} {name}")
+            if t is tuple:
                 new = tuple(new)
                 if all(a is b for a, b in zip(new, v)):
                     new = v
         if new is not v:
-            changes[f.name] = new
+            if changes is None:
+                changes = {}
+            changes[name] = new
     return attrs.evolve(obj, **changes) if changes else obj
 
 
