@@ -114,6 +114,8 @@ class LocalEnv:
         on timeout, on cancellation and after the main process exits.
         """
         workdir = self.workdir(cwd)
+        if not workdir.is_dir():
+            raise EnvError(f"Working directory {workdir} does not exist")
         proc = await trio.lowlevel.open_process(
             ["/bin/sh", "-c", HANDSHAKE, command],
             cwd=str(workdir),

@@ -97,6 +97,8 @@ async def test_a_command_runs_in_its_cwd_and_a_cwd_outside_is_refused(tmp_path: 
     with pytest.raises(EnvError):
         await env.run("touch escaped", cwd="../")
     assert not (tmp_path.parent / "escaped").exists()
+    with pytest.raises(EnvError, match="does not exist"):
+        await env.run("true", cwd="gone")
 
 
 # --- record before run ----------------------------------------------------------------
