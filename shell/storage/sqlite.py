@@ -264,12 +264,16 @@ class SqliteStorage:
             yield Path(found.canonical)
 
     def _ro_uri(self, file: Path) -> str:
+        """How a read-only connection opens ``file``. Without a -wal file no
+        connection has it open in WAL mode (SQLite deletes the -wal when the
+        last one closes), so the main file is the whole store: it is read
+        ``immutable=1``, which creates no -wal/-shm next to a file that may
+        not be ours. Under our lock an empty -wal means the same."""
         uri = file.as_uri()
         if not self.read_only:
-            # Under our lock no owner writes: a file without WAL content is read
-            # whole as immutable, so the check creates no -wal/-shm next to a
-            # file that may not be ours.
             return uri + ("?mode=ro" if _wal_has_content(file) else "?immutable=1")
+        if not os.path.exists(f"{file}-wal"):
+            return uri + "?immutable=1"
         if os.access(file.parent, os.W_OK) or os.path.exists(f"{file}-shm"):
             return uri + "?mode=ro"
         if _wal_has_content(file):
@@ -317,12 +321,17 @@ class SqliteStorage:
         self._db = sqlite_utils.Database(conn)
 
     def _prepare(self) -> None:
-        with self._failing("open"):
+        try:
             (mode,) = self.db.execute("PRAGMA journal_mode=WAL").fetchone()
-            if str(mode).lower() != "wal":
-                raise StorageError(f"Store {self.path}: open failed (journal mode is {mode}, not wal)")
             self.db.execute(f"PRAGMA synchronous={self._synchronous}")
             self.db.execute("PRAGMA busy_timeout=5000")
+        except sqlite3.Error as e:
+            hint = ""
+            if not (os.access(self.file, os.W_OK) and os.access(self.file.parent, os.W_OK)):
+                hint = "; the file or its directory is read-only (read it with pidurable inspect or replay)"
+            raise StorageError(f"Store {self.path}: open failed ({e}){hint}") from e
+        if str(mode).lower() != "wal":
+            raise StorageError(f"Store {self.path}: open failed (journal mode is {mode}, not wal)")
 
     def _migrate(self, found: Found | None) -> None:
         """Create (``found`` is None) or upgrade the layout in one transaction,
