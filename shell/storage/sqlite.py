@@ -1,23 +1,9 @@
 """SQLite storage via sqlite-utils: one transaction per commit, WAL by default.
 
-Layout (schema version 1)::
-
-    schema(version)                               the layout version, one row
-    meta(key PK, value)                           store_id, canonical_path
-    conversations(id PK, owner_task_id, record)
-    entries(id PK, conversation_id, seq, record)  idx (conversation_id, id)
-    tasks(id PK, conversation_id, kind, status, owner, record)
-                                                  partial idx on live status
-    submissions(id PK, conversation_id, request_id, status, record)
-                                                  idx (conversation_id, request_id)
-    documents(conversation_id, kind, seq, value)  PK (conversation_id, kind)
-    document_revisions(conversation_id, kind, seq, value)   rewindable docs
-    journal(seq PK, format, events, writes)       the events behind each commit
-
-Every record is stored whole as JSON in ``record``; the other columns are
-indexes. A commit is ``db.atomic()`` (BEGIN ... COMMIT) around plain
-``INSERT OR REPLACE`` statements; ``with db.conn:`` is not used because it is
-not atomic around sqlite-utils writes.
+The layout, its migrations and the check that a file has it are in
+:mod:`.sqlite_layout`. A commit is ``db.atomic()`` (BEGIN ... COMMIT) around
+plain ``INSERT OR REPLACE`` statements; ``with db.conn:`` is not used because
+it is not atomic around sqlite-utils writes.
 
 Opening checks before it writes anything, in this order:
 
@@ -51,13 +37,13 @@ blocks, where raising would hide the error that made them close.
 
 Read-only mode (``read_only=True``, used by ``pidurable inspect``/``replay``
 through :class:`~.readonly.ReadOnlySqlite`): the same checks, but no lock, no
-owner file, no migration and no write. SQLite opens the file with ``mode=ro``;
-on read-only media (the directory cannot be written, so SQLite cannot create
-the ``-shm`` a WAL store needs) it opens it ``immutable=1`` if no ``-wal``
-with content exists, and refuses with an explanation otherwise.
-
-Migrations: ``MIGRATIONS[v]`` upgrades a store from version ``v - 1`` to ``v``
-inside one transaction; a store newer than this code is refused.
+owner file, no migration and no write. Without a ``-wal`` file no connection
+has the store open (SQLite removes it when the last one closes), so the main
+file is read ``immutable=1`` and nothing is created next to it. With a
+``-wal`` file SQLite opens the store ``mode=ro`` and reads the live store
+consistently; on read-only media (the directory cannot be written, so SQLite
+cannot create the ``-shm`` it then needs) an empty ``-wal`` is read
+``immutable=1`` and a ``-wal`` holding commits is refused with an explanation.
 """
 
 from __future__ import annotations
@@ -102,15 +88,19 @@ from .base import (
     decode_record,
     encode_commit,
 )
-from .sqlite_layout import UPSERT, MIGRATIONS, SQLITE_MAGIC, Found, inspect_store
+from .sqlite_layout import MIGRATIONS, SQLITE_MAGIC, UPSERT, Found, inspect_store
 
 log = logging.getLogger("pidurable")
+
 
 def _wal_has_content(file: Path) -> bool:
     try:
         return os.path.getsize(f"{file}-wal") > 0
     except FileNotFoundError:
         return False
+    except OSError as e:  # cannot tell: assume it has, so SQLite itself looks
+        log.debug("cannot stat %s-wal (%s)", file, e)
+        return True
 
 
 class SqliteStorage:
@@ -154,7 +144,10 @@ class SqliteStorage:
     # opening -----------------------------------------------------------------
     def _open(self, *, create: bool) -> None:
         if not self.path.parent.is_dir():
-            raise StorageError(f"Cannot open store {self.path}: directory {self.path.parent} does not exist")
+            where = f"directory {self.path.parent} does not exist"
+            if not create:
+                raise StoreMissing(f"Store {self.path} does not exist ({where})")
+            raise StorageError(f"Cannot open store {self.path}: {where}")
         self._open_fd(create)
         if not self.read_only:
             self._lock()

@@ -1,6 +1,24 @@
 """The SQLite layout: its tables, the migrations that build them, the upsert
 statements, and the read-only check that an existing file has the layout.
 
+Layout (schema version 1)::
+
+    schema(version)                               the layout version, one row
+    meta(key PK, value)                           store_id, canonical_path
+    conversations(id PK, owner_task_id, record)
+    entries(id PK, conversation_id, seq, record)  idx (conversation_id, id)
+    tasks(id PK, conversation_id, kind, status, owner, record)
+                                                  partial idx on live status
+    submissions(id PK, conversation_id, request_id, status, record)
+                                                  idx (conversation_id, request_id)
+    documents(conversation_id, kind, seq, value)  PK (conversation_id, kind)
+    document_revisions(conversation_id, kind, seq, value)   rewindable docs
+    journal(seq PK, format, events, writes)       the events behind each commit
+
+Every record is stored whole as JSON in ``record``; the other columns are
+indexes. ``MIGRATIONS[v]`` upgrades a store from version ``v - 1`` to ``v``
+inside one transaction; a store newer than this code is refused.
+
 ``inspect_store`` only reads: it runs on a read-only connection before the
 opener writes anything, so a file that is not a pidurable store is refused
 and left as it was (see :mod:`.sqlite`).

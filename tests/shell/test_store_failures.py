@@ -449,6 +449,9 @@ def test_issue7_missing_or_empty_file_with_create_false(tmp_path: Path) -> None:
     missing = tmp_path / "missing.sqlite"
     with pytest.raises(StoreMissing, match=rf"^Store {missing} does not exist$"):
         open_sqlite_storage(missing, create=False)
+    nowhere = tmp_path / "no" / "dir" / "s.sqlite"
+    with pytest.raises(StoreMissing, match=rf"^Store {nowhere} does not exist \(directory {nowhere.parent} does not exist\)$"):
+        open_readonly(nowhere)
     empty = tmp_path / "empty.sqlite"
     empty.write_bytes(b"")
     with pytest.raises(StoreMissing, match=rf"^Store {empty} does not exist \(the file is empty\)$"):

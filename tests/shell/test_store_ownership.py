@@ -236,3 +236,45 @@ def test_issue7_read_only_view_does_not_take_the_lock(names: dict[str, Path]) ->
             open_sqlite_storage(names["symlink"])
     finally:
         owner.close()
+
+
+def test_issue7_owner_is_named_from_the_owner_file_without_proc_locks(
+    names: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where /proc/locks cannot be read, lock_holder trusts <file>.owner for a live pid on this host, and ignores one naming a dead pid."""
+    from pidurable.shell.storage import owner
+
+    def unreadable(inode: object) -> int | None:
+        raise PermissionError("/proc/locks")
+
+    monkeypatch.setattr(owner, "flock_holder", unreadable)
+    store = open_sqlite_storage(names["store"])
+    try:
+        assert lock_holder(names["store"]) == os.getpid()
+    finally:
+        store.close()
+    assert lock_holder(names["store"]) is None  # close removed the owner file
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = {"pid": int(dead.stdout), "host": socket.gethostname(), "started": 1.0}
+    Path(f"{names['store']}.owner").write_text(json.dumps(stale))
+    assert lock_holder(names["store"]) is None
+
+
+def test_read_only_store_runs_the_full_open_and_refuses_writes(names: dict[str, Path]) -> None:
+    """ReadOnlySqlite goes through SqliteStorage's own __init__ (read-only mode): it resolves the file, takes no lock, and refuses commits with StorageError."""
+    from pidurable.shell.storage import StorageError
+
+    with open_sqlite_storage(names["store"]) as store:
+        store.commit(1, [conv(1)], [])
+    names["symlink"].symlink_to(names["store"])
+    view = open_readonly(names["symlink"])
+    try:
+        assert view.read_only and view.file == names["store"].resolve()
+        assert lock_holder(names["store"]) is None
+        with pytest.raises(StorageError, match="is open read-only"):
+            view.commit(2, [conv(2)], [])
+        assert view.commits() == 1 and view.store_id() == view.load().store_id
+    finally:
+        view.close()
+    with open_sqlite_storage(names["store"]) as store:
+        assert [c.id for c in store.conversations()] == [1]
