@@ -291,12 +291,16 @@ class Harness:
         """Open the store, run recovery (running -> pending), and, if
         ``resume``, start scheduling. Leaving the block cancels in-flight
         invocations; their tasks stay as stored, for the next open."""
-        if not isinstance(registry, Registry):
-            raise TypeError("registry must be a pidurable.shell.Registry")
-        settings = settings if settings is not None else Settings()
-        _check_settings(settings)
-        loaded = storage.load()
-        _kill_leftover_processes(loaded.tasks)
+        try:  # the harness owns the storage from here: close it on every path
+            if not isinstance(registry, Registry):
+                raise InvalidInput("registry must be a pidurable.shell.Registry")
+            settings = settings if settings is not None else Settings()
+            _check_settings(settings)
+            loaded = storage.load()
+            _kill_leftover_processes(loaded.tasks)
+        except BaseException:
+            storage.close()
+            raise
         rt = Runtime(
             storage=storage,
             models=models,

@@ -219,3 +219,26 @@ async def test_custom_task_memo_none_reads_too(autojump_clock: trio.testing.Mock
         with trio.fail_after(WAIT):
             await h.wait_for_task(tid)
     assert seen == [None, 7]
+
+
+async def test_a_failed_open_releases_the_store(tmp_path: Any) -> None:
+    """Harness.open refusing its arguments or a damaged store closes the
+    storage it was given: the next open is not StoreLocked."""
+    import sqlite3
+
+    from pidurable.shell import StorageError, open_sqlite_storage
+
+    db = tmp_path / "s.sqlite"
+    with pytest.raises(InvalidInput):
+        async with Harness.open(open_sqlite_storage(db), models=None, registry="nope"):  # type: ignore[arg-type]
+            pass
+    async with Harness.open(open_sqlite_storage(db), models=ScriptedModels([]), registry=Registry()) as h:
+        await h.root(agent=AGENT)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE conversations SET record = '{broken'")
+    conn.commit()
+    conn.close()
+    for _ in range(2):  # the second attempt sees the same damage, not a held lock
+        with pytest.raises(StorageError, match="damaged record in conversations"):
+            async with Harness.open(open_sqlite_storage(db), models=ScriptedModels([]), registry=Registry()):
+                pass
