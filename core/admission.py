@@ -23,9 +23,9 @@ Invariants: ``AdmissionIsAtomic`` (all of 4/5 or nothing), ``RequestIdIsUnique``
 
 from __future__ import annotations
 
-from .effects import Tx
+from .effects import Refusal, Tx
 from .events import (
-    AgentConfigured,
+    AgentConfigurationRequested,
     InputSubmitted,
     RootRequested,
     SettingsChanged,
@@ -51,16 +51,14 @@ WHEN_BUSY = ("follow_up", "steer", "reject")
 def on_input_submitted(tx: Tx, ev: InputSubmitted) -> None:
     conv = tx.conversations.get(ev.conversation_id)
     if conv is None:
-        tx.respond(ev.ticket, error_kind="not_found", error=f"Conversation {ev.conversation_id} does not exist")
+        tx.refuse(ev.ticket, Refusal.NOT_FOUND, f"Conversation {ev.conversation_id} does not exist")
         return
     if not isinstance(ev.content, str) or not ev.content.strip():
-        tx.respond(ev.ticket, error_kind="invalid", error="Input content must be a non-empty string")
+        tx.refuse(ev.ticket, Refusal.INVALID, "Input content must be a non-empty string")
         return
     if ev.when_busy not in WHEN_BUSY:
-        tx.respond(
-            ev.ticket,
-            error_kind="invalid",
-            error=f"when_busy must be one of {', '.join(WHEN_BUSY)}, not {ev.when_busy!r}",
+        tx.refuse(
+            ev.ticket, Refusal.INVALID, f"when_busy must be one of {', '.join(WHEN_BUSY)}, not {ev.when_busy!r}",
         )
         return
 
@@ -68,7 +66,7 @@ def on_input_submitted(tx: Tx, ev: InputSubmitted) -> None:
         return
 
     if conv.busy and ev.when_busy == "reject":
-        tx.respond(ev.ticket, error_kind="busy", error=f"Conversation {conv.id} is busy")
+        tx.refuse(ev.ticket, Refusal.BUSY, f"Conversation {conv.id} is busy")
         return
 
     sid = SubmissionId(tx.alloc_id())
@@ -103,15 +101,13 @@ def on_root_requested(tx: Tx, ev: RootRequested) -> None:
     tx.respond(ev.ticket, ROOT_CONVERSATION_ID)
 
 
-def on_agent_configured(tx: Tx, ev: AgentConfigured) -> None:
+def on_agent_configured(tx: Tx, ev: AgentConfigurationRequested) -> None:
     if ev.conversation_id not in tx.conversations:
-        tx.respond(ev.ticket, error_kind="not_found", error=f"Conversation {ev.conversation_id} does not exist")
+        tx.refuse(ev.ticket, Refusal.NOT_FOUND, f"Conversation {ev.conversation_id} does not exist")
         return
     if ev.agent.tool_execution not in ("parallel", "sequential"):
-        tx.respond(
-            ev.ticket,
-            error_kind="invalid",
-            error=f"tool_execution must be 'parallel' or 'sequential', not {ev.agent.tool_execution!r}",
+        tx.refuse(
+            ev.ticket, Refusal.INVALID, f"tool_execution must be 'parallel' or 'sequential', not {ev.agent.tool_execution!r}",
         )
         return
     tx.set_agent(ev.conversation_id, ev.agent)
@@ -151,10 +147,8 @@ def _deduplicated(
     if existing is None:
         return False
     if existing.type != kind:
-        tx.respond(
-            ticket,
-            error_kind="invalid",
-            error=f"Request {request_id} already identifies a submission of type {existing.type}",
+        tx.refuse(
+            ticket, Refusal.INVALID, f"Request {request_id} already identifies a submission of type {existing.type}",
         )
     else:
         tx.respond(ticket, existing.id)
@@ -166,10 +160,10 @@ def on_write_submitted(tx: Tx, ev: WriteSubmitted) -> None:
     empty inbox (``done`` at once), else queued for the next boundary."""
     conv = tx.conversations.get(ev.conversation_id)
     if conv is None:
-        tx.respond(ev.ticket, error_kind="not_found", error=f"Conversation {ev.conversation_id} does not exist")
+        tx.refuse(ev.ticket, Refusal.NOT_FOUND, f"Conversation {ev.conversation_id} does not exist")
         return
     if not isinstance(ev.content, str) or not ev.kind:
-        tx.respond(ev.ticket, error_kind="invalid", error="A write needs a string content and a non-empty kind")
+        tx.refuse(ev.ticket, Refusal.INVALID, "A write needs a string content and a non-empty kind")
         return
     if _deduplicated(tx, ev.ticket, conv.id, ev.request_id, ev.existing, "write"):
         return

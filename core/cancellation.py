@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import attrs
 
-from .effects import Tx
-from .events import ConversationAbortRequested, ConversationCreated, TaskAbortRequested
+from .effects import Refusal, Tx
+from .events import ConversationAbortRequested, ConversationCreationRequested, TaskAbortRequested
 from .handover import cleanup, finish_task, mark
 from .inbox import withdraw_inputs
 from .lifecycle import task_to
@@ -52,7 +52,7 @@ from .state import ConvState
 
 def on_conversation_abort_requested(tx: Tx, ev: ConversationAbortRequested) -> None:
     if ev.conversation_id not in tx.conversations:
-        tx.respond(ev.ticket, error_kind="not_found", error=f"Conversation {ev.conversation_id} does not exist")
+        tx.refuse(ev.ticket, Refusal.NOT_FOUND, f"Conversation {ev.conversation_id} does not exist")
         return
     reached, convs = reached_from_conversation(
         tx.tasks, tx.conversations, ev.conversation_id, background=ev.background
@@ -75,7 +75,7 @@ def on_task_abort_requested(tx: Tx, ev: TaskAbortRequested) -> None:
         if ev.known is not None:
             tx.respond(ev.ticket, ev.task_id, data="terminal")
         else:
-            tx.respond(ev.ticket, error_kind="not_found", error=f"Task {ev.task_id} does not exist")
+            tx.refuse(ev.ticket, Refusal.NOT_FOUND, f"Task {ev.task_id} does not exist")
         return
     marked = mark(tx, task)
     tx.respond(ev.ticket, ev.task_id, data="marked")
@@ -83,7 +83,7 @@ def on_task_abort_requested(tx: Tx, ev: TaskAbortRequested) -> None:
         return  # its outcome is held; the mark cascades into its owned work
 
 
-def on_conversation_created(tx: Tx, ev: ConversationCreated) -> None:
+def on_conversation_created(tx: Tx, ev: ConversationCreationRequested) -> None:
     """A new conversation, ownerless or owned by a live task. A task-owned one
     starts with a copy of the owner's conversation's agent settings."""
     agent = ev.agent
@@ -97,7 +97,7 @@ def on_conversation_created(tx: Tx, ev: ConversationCreated) -> None:
         elif owner.abort_requested:
             problem = "is abort-marked"
         if problem is not None:
-            tx.respond(ev.ticket, error_kind="invalid", error=f"Owner task {ev.owner_task_id} {problem}")
+            tx.refuse(ev.ticket, Refusal.INVALID, f"Owner task {ev.owner_task_id} {problem}")
             return
         assert owner is not None
         if agent is None:

@@ -7,7 +7,7 @@ phases, version, abort, migrate)``); the core knows only its
 :class:`~pidurable.core.model.TaskInfo` (version, phase names, whether it has
 an abort handler or a migration). Its phases are host code: the core asks the
 shell to run one (``RunPhase``) and the phase reports *durable progress*
-through ``runtime.commit`` (a ``TaskCommitted`` event, answered after its
+through ``runtime.commit`` (a ``TaskCommitRequested`` event, answered after its
 commit). When the phase returns (``PhaseReturned``) the step rules decide:
 
 1. the task is no longer running (it committed waiting/terminal, or was
@@ -41,8 +41,8 @@ from __future__ import annotations
 import attrs
 
 from .cancellation import no_cycle
-from .effects import MigrateTask, RunPhase, Tx
-from .events import MemoRequested, MigrationFinished, PhaseReturned, TaskCommitted, TaskCreated
+from .effects import MigrateTask, Refusal, RunPhase, Tx
+from .events import MemoRequested, MigrationFinished, PhaseReturned, TaskCommitRequested, TaskCreationRequested
 from .handover import fault, finish_task
 from .lifecycle import task_to
 from .model import (
@@ -122,10 +122,10 @@ def on_abort(tx: Tx, task: Task) -> None:
     _start(tx, running, "abort")
 
 
-def on_task_created(tx: Tx, ev: TaskCreated) -> None:
+def on_task_created(tx: Tx, ev: TaskCreationRequested) -> None:
     problem = _creation_problem(tx, ev)
     if problem is not None:
-        tx.respond(ev.ticket, error_kind="invalid", error=problem)
+        tx.refuse(ev.ticket, Refusal.INVALID, problem)
         return
     task = Task(
         id=TaskId(tx.alloc_id()),
@@ -141,7 +141,7 @@ def on_task_created(tx: Tx, ev: TaskCreated) -> None:
     tx.respond(ev.ticket, task.id)
 
 
-def _creation_problem(tx: Tx, ev: TaskCreated) -> str | None:
+def _creation_problem(tx: Tx, ev: TaskCreationRequested) -> str | None:
     if ev.kind in BUILT_IN:
         return f"{ev.kind} tasks are created by the harness, not by hosts"
     if ev.conversation_id not in tx.conversations:
@@ -163,12 +163,12 @@ def _creation_problem(tx: Tx, ev: TaskCreated) -> str | None:
     return None
 
 
-def on_task_committed(tx: Tx, ev: TaskCommitted) -> None:
+def on_task_committed(tx: Tx, ev: TaskCommitRequested) -> None:
     """``runtime.commit``: accepted only from the task's own live invocation."""
     task = tx.tasks.get(ev.task_id)
     problem = _commit_problem(tx, task, ev)
     if problem is not None:
-        tx.respond(ev.ticket, error_kind="invalid", error=problem)
+        tx.refuse(ev.ticket, Refusal.INVALID, problem)
         return
     assert task is not None
     if ev.status == "running":
@@ -183,7 +183,7 @@ def on_task_committed(tx: Tx, ev: TaskCommitted) -> None:
     tx.respond(ev.ticket, task.id)
 
 
-def _commit_problem(tx: Tx, task: Task | None, ev: TaskCommitted) -> str | None:
+def _commit_problem(tx: Tx, task: Task | None, ev: TaskCommitRequested) -> str | None:
     if task is None:
         return f"Task {ev.task_id} is terminal"
     if ev.task_id not in tx.invocations or task.status is not TaskStatus.RUNNING:
@@ -255,7 +255,7 @@ def on_phase_returned(tx: Tx, ev: PhaseReturned) -> None:
 def on_memo_requested(tx: Tx, ev: MemoRequested) -> None:
     task = tx.tasks.get(ev.task_id)
     if task is None or task.outcome is not None:
-        tx.respond(ev.ticket, error_kind="invalid", error=f"Task {ev.task_id} is terminal: its memos are gone")
+        tx.refuse(ev.ticket, Refusal.INVALID, f"Task {ev.task_id} is terminal: its memos are gone")
         return
     memos = task.memos or {}
     if ev.name in memos or not ev.write:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, TypeAlias
 
+import enum
+
 import attrs
 
 from .model import (
@@ -198,7 +200,7 @@ class RunPhase:
     """Run host code of a custom task: ``phases[phase]`` (mode ``run``) or its
     abort handler (mode ``abort``), with the checkpoint it runs from.
     Answers ``PhaseReturned`` once the handler returns or raises; meanwhile
-    the handler reports durable progress through ``TaskCommitted`` events."""
+    the handler reports durable progress through ``TaskCommitRequested`` events."""
 
     TAG: ClassVar[str] = "run_phase"
     task_id: TaskId
@@ -268,22 +270,47 @@ class Cancel:
     task_id: TaskId
 
 
+class Refusal(enum.StrEnum):
+    """Why the core refused a host request (the host sees an exception)."""
+
+    #: Bad input (``InvalidInput``).
+    INVALID = "invalid"
+    #: ``when_busy="reject"`` on a busy conversation (``ConversationBusy``).
+    BUSY = "busy"
+    #: The request names something that does not exist (``NotFound``).
+    NOT_FOUND = "not_found"
+
+
+@attrs.frozen(kw_only=True)
+class Accepted:
+    """The request was taken: ``value`` is the id the call returns; ``data``
+    a JSON value some calls return (a memo's value, an abort's result word)."""
+
+    TAG: ClassVar[str] = "accepted"
+    value: int | None = None
+    data: Json = None
+
+
+@attrs.frozen(kw_only=True)
+class Refused:
+    """The request was refused; nothing was written."""
+
+    TAG: ClassVar[str] = "refused"
+    kind: Refusal
+    message: str
+
+
+Reply: TypeAlias = Accepted | Refused
+
+
 @attrs.frozen(kw_only=True)
 class Respond:
-    """Answer the host call that carried ``ticket``.
-
-    ``value`` is the id the call returns; ``error_kind`` (with ``error``)
-    names a refusal: ``invalid`` (bad input), ``busy`` (ConversationBusy),
-    ``not_found``.
-    """
+    """Answer the host call that carried ``ticket`` (after the commit that
+    made its effect durable, if any)."""
 
     TAG: ClassVar[str] = "respond"
     ticket: int
-    value: int | None = None
-    error_kind: str | None = None
-    error: str | None = None
-    #: A JSON value some calls return (a memo's value, an abort's result word).
-    data: Json = None
+    reply: Reply
 
 
 Effect: TypeAlias = (
@@ -460,16 +487,13 @@ class Tx:
     def act(self, effect: Effect) -> None:
         self._acts.append(effect)
 
-    def respond(
-        self,
-        ticket: int,
-        value: int | None = None,
-        *,
-        error_kind: str | None = None,
-        error: str | None = None,
-        data: Any = None,
-    ) -> None:
-        self._replies.append(Respond(ticket=ticket, value=value, error_kind=error_kind, error=error, data=data))
+    def respond(self, ticket: int, value: int | None = None, *, data: Any = None) -> None:
+        """Accept the host request ``ticket`` (answered after the commit)."""
+        self._replies.append(Respond(ticket=ticket, reply=Accepted(value=value, data=data)))
+
+    def refuse(self, ticket: int, kind: Refusal, message: str) -> None:
+        """Refuse the host request ``ticket``; the handler writes nothing."""
+        self._replies.append(Respond(ticket=ticket, reply=Refused(kind=kind, message=message)))
 
     @property
     def has_writes(self) -> bool:

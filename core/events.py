@@ -94,10 +94,10 @@ class RootRequested:
 
 
 @attrs.frozen(kw_only=True)
-class AgentConfigured:
+class AgentConfigurationRequested:
     """``conv.configure(...)``: replace the conversation's ``pi.agent``."""
 
-    TAG: ClassVar[str] = "agent_configured"
+    TAG: ClassVar[str] = "agent_configuration_requested"
     now: int
     ticket: int
     conversation_id: ConversationId
@@ -178,10 +178,10 @@ class TaskAbortRequested:
 
 
 @attrs.frozen(kw_only=True)
-class ConversationCreated:
+class ConversationCreationRequested:
     """``harness.create_conversation(owner_task_id=..., agent=...)``."""
 
-    TAG: ClassVar[str] = "conversation_created"
+    TAG: ClassVar[str] = "conversation_creation_requested"
     now: int
     ticket: int
     owner_task_id: TaskId | None = None
@@ -189,12 +189,12 @@ class ConversationCreated:
 
 
 @attrs.frozen(kw_only=True)
-class TaskCreated:
+class TaskCreationRequested:
     """A custom task was created by the host (``harness.create_task``) or by a
     running task (``runtime.create_task``: then ``owner`` is that task).
     ``checkpoint`` is the definition's ``initial(input)``, computed by the shell."""
 
-    TAG: ClassVar[str] = "task_created"
+    TAG: ClassVar[str] = "task_creation_requested"
     now: int
     ticket: int
     kind: str
@@ -207,13 +207,13 @@ class TaskCreated:
 
 
 @attrs.frozen(kw_only=True)
-class TaskCommitted:
+class TaskCommitRequested:
     """``runtime.commit(...)`` from a running phase: the task's next state.
 
     ``status``: ``running`` (new checkpoint), ``waiting`` (checkpoint, ``on``,
     ``policy``), or ``terminal`` (``outcome``)."""
 
-    TAG: ClassVar[str] = "task_committed"
+    TAG: ClassVar[str] = "task_commit_requested"
     now: int
     ticket: int
     task_id: TaskId
@@ -421,16 +421,16 @@ Event: TypeAlias = (
     | Resumed
     | RegistryChanged
     | RootRequested
-    | AgentConfigured
+    | AgentConfigurationRequested
     | InputSubmitted
     | WriteSubmitted
     | SubmissionAbortRequested
     | SettingsChanged
     | ConversationAbortRequested
     | TaskAbortRequested
-    | ConversationCreated
-    | TaskCreated
-    | TaskCommitted
+    | ConversationCreationRequested
+    | TaskCreationRequested
+    | TaskCommitRequested
     | PhaseReturned
     | MemoRequested
     | MigrationFinished
@@ -452,16 +452,16 @@ EVENT_TYPES: tuple[type, ...] = (
     Resumed,
     RegistryChanged,
     RootRequested,
-    AgentConfigured,
+    AgentConfigurationRequested,
     InputSubmitted,
     WriteSubmitted,
     SubmissionAbortRequested,
     SettingsChanged,
     ConversationAbortRequested,
     TaskAbortRequested,
-    ConversationCreated,
-    TaskCreated,
-    TaskCommitted,
+    ConversationCreationRequested,
+    TaskCreationRequested,
+    TaskCommitRequested,
     PhaseReturned,
     MemoRequested,
     MigrationFinished,

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
-from .effects import PrepareTool, RunTool, Tx
+from .effects import PrepareTool, Refusal, RunTool, Tx
 from .events import ToolFailed, ToolFinished, ToolPrepared, ToolProcessStarted, ToolRejected
 from .handover import fault, finish_task
 from .lifecycle import task_to
@@ -157,7 +157,7 @@ def on_tool_process_started(tx: Tx, ev: ToolProcessStarted) -> None:
     command runs), so an open after a crash can kill what was left running."""
     task = _expecting(tx, ev.task_id, "execute")
     if task is None:
-        tx.respond(ev.ticket, error_kind="invalid", error=f"Task {ev.task_id} is not executing a tool")
+        tx.refuse(ev.ticket, Refusal.INVALID, f"Task {ev.task_id} is not executing a tool")
         return
     tx.put_task(task_to(task, "checkpoint", checkpoint={**task.checkpoint, "process": dict(ev.process)}))
     tx.respond(ev.ticket, task.id)

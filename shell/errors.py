@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import assert_never
+
+from pidurable.core.effects import Accepted, Refusal, Refused, Respond
+
 from .storage.base import StorageError, StoreLocked
 
 
@@ -23,6 +27,26 @@ class NotFound(LookupError):
 
 class HarnessClosed(RuntimeError):
     """The harness is closed (or crashed); open a new one on the store."""
+
+
+def accepted(resp: Respond, conversation_id: int | None = None) -> Accepted:
+    """The core's answer to a host request: the ``Accepted`` reply, or the
+    host exception its refusal names."""
+    match resp.reply:
+        case Accepted():
+            return resp.reply
+        case Refused(kind=kind, message=message):
+            match kind:
+                case Refusal.BUSY:
+                    raise ConversationBusy(conversation_id or 0, message)
+                case Refusal.NOT_FOUND:
+                    raise NotFound(message)
+                case Refusal.INVALID:
+                    raise InvalidInput(message)
+                case _ as unreachable:
+                    assert_never(unreachable)
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 __all__ = ["ConversationBusy", "HarnessClosed", "InvalidInput", "NotFound", "StorageError", "StoreLocked"]

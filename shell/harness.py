@@ -23,9 +23,9 @@ from pidurable.core.admission import check_settings
 from pidurable.core.ownership import conversation_is_idle
 from pidurable.core.scheduling import TaskInspection, inspect_tasks
 from pidurable.core.events import (
-    AgentConfigured,
+    AgentConfigurationRequested,
     ConversationAbortRequested,
-    ConversationCreated,
+    ConversationCreationRequested,
     TaskAbortRequested,
     InputSubmitted,
     Opened,
@@ -51,7 +51,7 @@ from pidurable.core.state import AGENT_DOC, USAGE_DOC, UsageDoc, UsageTotals
 
 from .env import kill_recorded_process
 from .edge import check_agent, check_choice, check_id, check_json_object, check_text
-from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound
+from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound, accepted
 from .registry import Registry
 from .tasks import create_task
 from .runtime import Hooks, Runtime
@@ -91,15 +91,10 @@ class Write:
 
 
 def _unwrap(resp: Respond, conversation_id: int | None = None) -> int:
-    if resp.error_kind is None:
-        assert resp.value is not None
-        return resp.value
-    msg = resp.error or resp.error_kind
-    if resp.error_kind == "busy":
-        raise ConversationBusy(conversation_id or 0, msg)
-    if resp.error_kind == "not_found":
-        raise NotFound(msg)
-    raise InvalidInput(msg)
+    """The id an accepted request returns (a refusal raises)."""
+    value = accepted(resp, conversation_id).value
+    assert value is not None
+    return value
 
 
 @attrs.frozen
@@ -140,7 +135,7 @@ async def abort_submission(rt: Runtime, submission_id: int, conversation_id: int
             conversation_id=None if conversation_id is None else ConversationId(conversation_id),
         )
     )
-    return str(resp.data)
+    return str(accepted(resp).data)
 
 
 @attrs.frozen
@@ -217,7 +212,7 @@ class Conversation:
             raise InvalidInput(f"configure(): {e}") from None
         assert agent is not None
         resp = await self._rt.request(
-            lambda ticket, now: AgentConfigured(now=now, ticket=ticket, conversation_id=self.id, agent=agent)
+            lambda ticket, now: AgentConfigurationRequested(now=now, ticket=ticket, conversation_id=self.id, agent=agent)
         )
         _unwrap(resp, self.id)
         return agent
@@ -250,8 +245,7 @@ class Conversation:
                 now=now, ticket=ticket, conversation_id=self.id, background=background
             )
         )
-        _unwrap(resp, self.id)
-        marked = set(resp.data or ())
+        marked = set(accepted(resp, self.id).data or ())
         st = self._rt
 
         def done() -> bool | None:
@@ -457,7 +451,7 @@ class Harness:
         _unwrap(resp)
         # join the invocation the mark cancelled (its body has left when we return)
         await self._rt.wait_committed(lambda: True if TaskId(task_id) not in self._rt.inflight else None)
-        return str(resp.data)
+        return str(accepted(resp).data)
 
     async def create_conversation(
         self,
@@ -488,7 +482,7 @@ class Harness:
                     "ownership must be None, 'ownerless', {'kind': 'ownerless'} or {'kind': 'task', 'task_id': N}"
                 )
         resp = await self._rt.request(
-            lambda ticket, now: ConversationCreated(
+            lambda ticket, now: ConversationCreationRequested(
                 now=now,
                 ticket=ticket,
                 owner_task_id=None if owner_task_id is None else TaskId(owner_task_id),

@@ -45,6 +45,7 @@ from pidurable.core.effects import (
     PutEntry,
     PutSubmission,
     PutTask,
+    Refused,
     Respond,
     RunPhase,
     RunTool,
@@ -674,8 +675,8 @@ class Runtime:
         resp = await self.request(
             lambda ticket, now: ToolProcessStarted(now=now, ticket=ticket, task_id=task_id, process=process)
         )
-        if resp.error_kind is not None:
-            raise RuntimeError(resp.error or "the process could not be recorded")
+        if isinstance(resp.reply, Refused):
+            raise RuntimeError(resp.reply.message)
 
     async def _do_run_phase(self, job: tuple[RunPhase, Any]) -> None:
         effect, task = job

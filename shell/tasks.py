@@ -15,7 +15,8 @@ from typing import Any
 import attrs
 import trio
 
-from pidurable.core.events import MemoRequested, TaskCommitted, TaskCreated
+from pidurable.core.effects import Refused
+from pidurable.core.events import MemoRequested, TaskCommitRequested, TaskCreationRequested
 from pidurable.core.model import ConversationId, Outcome, OutcomeStatus, TaskId
 
 from .edge import check_json, check_text
@@ -59,9 +60,9 @@ async def memo(rt: Any, task_id: int, name: str, candidate: Any = _MISSING) -> A
             write=write,
         )
     )
-    if resp.error_kind is not None:
-        raise TaskCommitError(resp.error or "memo refused")
-    return resp.data
+    if isinstance(resp.reply, Refused):
+        raise TaskCommitError(resp.reply.message)
+    return resp.reply.data
 
 
 @attrs.frozen
@@ -118,7 +119,7 @@ class TaskRuntime:
             if self._rt.storage.task(tid) is None:
                 raise TaskCommitError(f"Task {tid} does not exist")
         resp = await self._rt.request(
-            lambda ticket, now: TaskCommitted(
+            lambda ticket, now: TaskCommitRequested(
                 now=now,
                 ticket=ticket,
                 task_id=TaskId(self.task_id),
@@ -130,8 +131,8 @@ class TaskRuntime:
                 mode=self.mode,
             )
         )
-        if resp.error_kind is not None:
-            raise TaskCommitError(resp.error or "commit refused")
+        if isinstance(resp.reply, Refused):
+            raise TaskCommitError(resp.reply.message)
 
     async def create_task(self, kind: str, input: dict[str, Any] | None = None) -> int:
         """Create a custom task owned by this one (in its conversation)."""
@@ -169,7 +170,7 @@ async def create_task(
         raise InvalidInput(f"{kind}.initial() returned phase {checkpoint['phase']!r}, which it does not define")
     check_json(checkpoint, "initial checkpoint")
     resp = await rt.request(
-        lambda ticket, now: TaskCreated(
+        lambda ticket, now: TaskCreationRequested(
             now=now,
             ticket=ticket,
             kind=kind,
@@ -181,7 +182,7 @@ async def create_task(
             background=background,
         )
     )
-    if resp.error_kind is not None:
-        raise InvalidInput(resp.error or "task creation refused")
-    assert resp.value is not None
-    return resp.value
+    if isinstance(resp.reply, Refused):
+        raise InvalidInput(resp.reply.message)
+    assert resp.reply.value is not None
+    return resp.reply.value

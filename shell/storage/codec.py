@@ -87,7 +87,23 @@ def event_to_data(ev: Event) -> dict[str, Any]:
     return converter.unstructure(ev, unstructure_as=Event)  # type: ignore[no-any-return]
 
 
+#: Wire tags events had in older journals -> today's tag. Host requests the
+#: core may refuse were renamed ``...Requested`` (issue 8); journals written
+#: before still replay.
+EVENT_TAG_ALIASES: dict[str, str] = {
+    "conversation_created": "conversation_creation_requested",
+    "task_created": "task_creation_requested",
+    "task_committed": "task_commit_requested",
+    "agent_configured": "agent_configuration_requested",
+}
+assert not set(EVENT_TAG_ALIASES) & set(_EVENT_BY_TAG), "an alias must not shadow a live tag"
+assert set(EVENT_TAG_ALIASES.values()) <= set(_EVENT_BY_TAG)
+
+
 def event_from_data(data: dict[str, Any]) -> Event:
+    tag = data.get("type")
+    if tag in EVENT_TAG_ALIASES:
+        data = {**data, "type": EVENT_TAG_ALIASES[tag]}
     return converter.structure(data, Event)  # type: ignore[no-any-return,arg-type]
 
 

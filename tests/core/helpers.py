@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 from pidurable.core import State, Step, step
+from pidurable.core.effects import Accepted, Refusal, Refused
 from pidurable.core.effects import (
     Commit,
     PutAgent,
@@ -323,6 +324,6 @@ class Driver:
     def value(self, event: Event) -> int:
         """Feed a host event and return the id it was answered with."""
         r = respond(self(event))
-        assert r.error_kind is None, r
-        assert r.value is not None
-        return r.value
+        assert isinstance(r.reply, Accepted), r
+        assert r.reply.value is not None
+        return r.reply.value

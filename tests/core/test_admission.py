@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pidurable.core import State, step
+from pidurable.core.effects import Accepted, Refusal, Refused
 from pidurable.core.effects import (
     CallModel,
     Commit,
@@ -17,7 +18,7 @@ from pidurable.core.effects import (
     PutTask,
     Respond,
 )
-from pidurable.core.events import AgentConfigured, RootRequested
+from pidurable.core.events import AgentConfigurationRequested, RootRequested
 from pidurable.core.model import (
     GENERATION,
     AgentConfig,
@@ -77,7 +78,7 @@ def test_idle_input_without_scheduling_is_one_commit_with_entry_submission_pendi
     assert live is not None and live.run is not None
     assert live.run.task_id == task.id and live.run.inputs == (sub.id,)
     assert {type(w) for w in commit.writes} == {PutEntry, PutSubmission, PutTask, PutLive}
-    assert respond(st) == Respond(ticket=5, value=sub.id)
+    assert respond(st) == Respond(ticket=5, reply=Accepted(value=sub.id))
     # the state agrees with the commit
     assert st.state.conversations[ROOT].busy
     assert st.state.submissions[sub.id] == sub
@@ -93,7 +94,7 @@ def test_idle_input_with_scheduling_prepares_in_the_same_step() -> None:
     assert task.status is TaskStatus.RUNNING and task.phase == "request"
     call = only(e for e in st.effects if isinstance(e, CallModel))
     assert call.task_id == task.id and call.model == MODEL
-    assert respond(st).value == only(put_subs(st))
+    assert respond(st).reply.value == only(put_subs(st))
 
 
 def test_ids_are_allocated_from_the_state_counter() -> None:
@@ -117,7 +118,7 @@ def test_same_request_id_with_existing_from_storage_returns_it_and_writes_nothin
         status=SubmissionStatus.DONE, request_id="r1",
     )
     st = step(state, submit("again", request_id="r1", existing=existing, ticket=8))
-    assert st.effects == (Respond(ticket=8, value=99),)
+    assert st.effects == (Respond(ticket=8, reply=Accepted(value=99)),)
     assert st.state == state
 
 
@@ -126,7 +127,7 @@ def test_same_request_id_while_unsettled_in_state_returns_it_and_writes_nothing(
     first = step(opened_state(), submit("hi", request_id="r1"))
     sid = only(put_subs(first))
     st = step(first.state, submit("hi again", request_id="r1", ticket=9))
-    assert st.effects == (Respond(ticket=9, value=sid),)
+    assert st.effects == (Respond(ticket=9, reply=Accepted(value=sid)),)
     assert st.state == first.state
 
 
@@ -137,7 +138,7 @@ def test_request_id_is_scoped_to_its_conversation() -> None:
     st = step(first.state, submit("hi", cid=2, request_id="r1"))
     new_sub = only(put_subs(st).values())
     assert new_sub.conversation_id == 2 and new_sub.id != only(put_subs(first))
-    assert respond(st).value == new_sub.id
+    assert respond(st).reply.value == new_sub.id
 
 
 def test_same_request_id_for_a_write_is_refused_as_invalid() -> None:
@@ -148,14 +149,14 @@ def test_same_request_id_for_a_write_is_refused_as_invalid() -> None:
         status=SubmissionStatus.DONE, request_id="r1",
     )
     st = step(state, submit("x", request_id="r1", existing=existing))
-    assert respond(st).error_kind == "invalid" and len(st.effects) == 1 and st.state == state
+    assert respond(st).reply.kind == "invalid" and len(st.effects) == 1 and st.state == state
 
 
 def test_dedup_comes_before_the_busy_check() -> None:
     """A duplicate request id on a busy conversation returns the existing id even with ``when_busy='reject'``."""
     first = step(opened_state(), submit("hi", request_id="r1"))
     st = step(first.state, submit("hi", request_id="r1", when_busy="reject", ticket=3))
-    assert st.effects == (Respond(ticket=3, value=only(put_subs(first))),)
+    assert st.effects == (Respond(ticket=3, reply=Accepted(value=only(put_subs(first)))),)
 
 
 # --- refusals ----------------------------------------------------------------
@@ -168,7 +169,7 @@ def test_empty_content_is_invalid_and_writes_nothing(content: str) -> None:
     st = step(state, submit(content, ticket=4))
     assert len(st.effects) == 1
     r = respond(st)
-    assert r.ticket == 4 and r.error_kind == "invalid" and r.value is None and r.error
+    assert r.ticket == 4 and r.reply.kind == "invalid" and isinstance(r.reply, Refused) and r.reply.message
     assert st.state == state
 
 
@@ -176,15 +177,15 @@ def test_unknown_when_busy_is_invalid() -> None:
     """A ``when_busy`` outside follow_up/steer/reject is refused as invalid, writing nothing."""
     state = opened_state()
     st = step(state, submit("hi", when_busy="later"))
-    assert respond(st).error_kind == "invalid" and st.state == state and len(st.effects) == 1
+    assert respond(st).reply.kind == "invalid" and st.state == state and len(st.effects) == 1
 
 
 def test_unknown_conversation_is_not_found() -> None:
     """Input for a conversation that does not exist is refused as ``not_found`` with no commit."""
     state = opened_state()
     st = step(state, submit("hi", cid=77, ticket=6))
-    assert st.effects == (Respond(ticket=6, error_kind="not_found", error=respond(st).error),)
-    assert "77" in (respond(st).error or "")
+    assert st.effects == (Respond(ticket=6, reply=Refused(kind=Refusal.NOT_FOUND, message=respond(st).reply.message)),)
+    assert "77" in respond(st).reply.message
     assert st.state == state
 
 
@@ -194,7 +195,7 @@ def test_busy_with_reject_is_refused_busy_and_writes_nothing() -> None:
     st = step(state, submit("more", when_busy="reject", ticket=7))
     assert len(st.effects) == 1
     r = respond(st)
-    assert r.ticket == 7 and r.error_kind == "busy" and r.value is None
+    assert r.ticket == 7 and r.reply.kind == "busy" and isinstance(r.reply, Refused)
     assert st.state == state
 
 
@@ -219,7 +220,7 @@ def test_busy_input_is_queued_with_an_inbox_item(when_busy: str) -> None:
     inbox = only(writes_of(st, PutInbox))
     assert inbox.items == (InboxItem(submission_id=sub.id, mode=when_busy, content="later please"),)
     assert not put_entries(st) and not put_tasks(st) and put_live(st) is None
-    assert respond(st) == Respond(ticket=11, value=sub.id)
+    assert respond(st) == Respond(ticket=11, reply=Accepted(value=sub.id))
     # the running run is untouched
     assert st.state.conversations[ROOT].live == state.conversations[ROOT].live
 
@@ -239,7 +240,7 @@ def test_idle_input_with_a_queue_goes_behind_it_and_a_final_boundary_places_both
 
     assert kinds(st) == [Commit, Respond]
     subs = put_subs(st)
-    new_id = respond(st).value
+    new_id = respond(st).reply.value
     assert new_id is not None and new_id > 5
     # one-at-a-time modes: the first steer and the first follow-up are selected at a final boundary
     assert subs[5].status is SubmissionStatus.PLACED
@@ -261,8 +262,8 @@ def test_idle_reject_input_with_a_queue_still_queues_behind_it() -> None:
         resume=False,
     )
     st = step(idle, submit("new", when_busy="reject"))
-    new_id = respond(st).value
-    assert respond(st).error_kind is None and new_id is not None
+    new_id = respond(st).reply.value
+    assert isinstance(respond(st).reply, Accepted) and new_id is not None
     subs = put_subs(st)
     # the queued follow-up is placed; the new input (a follow-up now) waits for the next final boundary
     assert subs[5].status is SubmissionStatus.PLACED
@@ -283,32 +284,32 @@ def test_root_creation_is_idempotent() -> None:
     assert only(writes_of(first, PutAgent)).agent == agent
     assert only(writes_of(first, PutLive)).live.run is None
     assert only(writes_of(first, PutInbox)).items == ()
-    assert respond(first).value == ROOT
+    assert respond(first).reply.value == ROOT
     assert first.state.conversations[ROOT].agent == agent
 
     second = step(first.state, RootRequested(now=2, ticket=2, agent=AgentConfig()))
-    assert second.effects == (Respond(ticket=2, value=ROOT),)
+    assert second.effects == (Respond(ticket=2, reply=Accepted(value=ROOT)),)
     assert second.state == first.state
 
 
 def test_agent_configured_replaces_pi_agent() -> None:
-    """``AgentConfigured`` stores the new agent document and answers with the conversation id."""
+    """``AgentConfigurationRequested`` stores the new agent document and answers with the conversation id."""
     state = opened_state()
     agent = AgentConfig(model=ModelRef("x", "y"), tool_execution="sequential")
-    st = step(state, AgentConfigured(now=1, ticket=3, conversation_id=ConversationId(ROOT), agent=agent))
+    st = step(state, AgentConfigurationRequested(now=1, ticket=3, conversation_id=ConversationId(ROOT), agent=agent))
     assert only(writes_of(st, PutAgent)).agent == agent
     assert st.state.conversations[ROOT].agent == agent
-    assert respond(st).value == ROOT
+    assert respond(st).reply.value == ROOT
 
 
 def test_agent_configured_refuses_bad_tool_execution_and_unknown_conversation() -> None:
     """A bad ``tool_execution`` is invalid and an unknown conversation is not_found; neither writes."""
     state = opened_state()
-    bad = step(state, AgentConfigured(now=1, ticket=1, conversation_id=ConversationId(ROOT),
+    bad = step(state, AgentConfigurationRequested(now=1, ticket=1, conversation_id=ConversationId(ROOT),
                                       agent=AgentConfig(tool_execution="sideways")))
-    assert bad.effects[0] == Respond(ticket=1, error_kind="invalid", error=respond(bad).error)
-    missing = step(state, AgentConfigured(now=1, ticket=2, conversation_id=ConversationId(9), agent=AgentConfig()))
-    assert respond(missing).error_kind == "not_found"
+    assert bad.effects[0] == Respond(ticket=1, reply=Refused(kind=Refusal.INVALID, message=respond(bad).reply.message))
+    missing = step(state, AgentConfigurationRequested(now=1, ticket=2, conversation_id=ConversationId(9), agent=AgentConfig()))
+    assert respond(missing).reply.kind == "not_found"
     assert bad.state == state and missing.state == state
 
 

@@ -7,10 +7,11 @@ from typing import Any
 import attrs
 
 from pidurable.core import State, Step, step
+from pidurable.core.effects import Accepted, Refusal, Refused
 from pidurable.core.effects import CallModel, Cancel, Commit, PutConversation, PutInbox, PutTask, Respond, RunTool
 from pidurable.core.events import (
     ConversationAbortRequested,
-    ConversationCreated,
+    ConversationCreationRequested,
     TaskAbortRequested,
     ToolFailed,
     WriteSubmitted,
@@ -82,8 +83,8 @@ def abort_task(tid: int, *, known: Task | None = None, now: int = 50) -> TaskAbo
     return TaskAbortRequested(now=now, ticket=next(_tickets), task_id=TaskId(tid), known=known)
 
 
-def create_conv(owner: int | None = None, agent: AgentConfig | None = None) -> ConversationCreated:
-    return ConversationCreated(
+def create_conv(owner: int | None = None, agent: AgentConfig | None = None) -> ConversationCreationRequested:
+    return ConversationCreationRequested(
         now=31, ticket=next(_tickets), owner_task_id=None if owner is None else TaskId(owner), agent=agent
     )
 
@@ -132,7 +133,7 @@ def test_conversation_abort_while_a_tool_runs_settles_the_whole_run_in_one_commi
 
     assert kinds(st) == [Commit, Cancel, Respond]
     assert only(effects_of(st, Cancel)).task_id == tool
-    assert respond(st).data == [gen, tool]
+    assert respond(st).reply.data == [gen, tool]
     tasks = put_tasks(st)
     assert tasks[tool].abort_requested and tasks[gen].abort_requested
     assert tasks[tool].status is TaskStatus.TERMINAL and outcome(st, tool).status is OutcomeStatus.ABORTED
@@ -178,7 +179,7 @@ def test_abort_of_an_idle_conversation_writes_nothing_but_answers() -> None:
     state = opened_state()
     ev = abort_conv()
     st = step(state, ev)
-    assert st.effects == (Respond(ticket=ev.ticket, value=0, data=[]),)
+    assert st.effects == (Respond(ticket=ev.ticket, reply=Accepted(value=0, data=[])),)
     assert st.state == state
 
 
@@ -186,7 +187,7 @@ def test_abort_of_an_unknown_conversation_is_not_found() -> None:
     """conv.abort naming a conversation that does not exist is refused not_found, writing nothing."""
     state = opened_state()
     st = step(state, abort_conv(42))
-    assert kinds(st) == [Respond] and respond(st).error_kind == "not_found" and "42" in (respond(st).error or "")
+    assert kinds(st) == [Respond] and respond(st).reply.kind == "not_found" and "42" in respond(st).reply.message
 
 
 def test_sequential_batch_aborted_gives_every_call_exactly_one_result() -> None:
@@ -220,7 +221,7 @@ def test_conversation_abort_reaches_owned_child_conversations() -> None:
     st = d(abort_conv())
 
     assert {c.task_id for c in effects_of(st, Cancel)} == {tool, child_gen}
-    assert respond(st).data == sorted([gen, tool, child_gen])
+    assert respond(st).reply.data == sorted([gen, tool, child_gen])
     tasks = put_tasks(st)
     assert all(tasks[t].outcome.status is OutcomeStatus.ABORTED for t in (gen, tool, child_gen))
     # the tool ran its own abort handler (it was not held completing behind the child)
@@ -244,7 +245,7 @@ def test_conversation_abort_stops_at_background_tasks_unless_background_is_true(
     assert not conversation_is_idle(d.state.tasks, d.state.conversations, child)
 
     st = d(abort_conv())
-    assert respond(st).data == [gen]
+    assert respond(st).reply.data == [gen]
     assert put_subs(st)[first].reason == "aborted"
     assert anchor.id not in put_tasks(st) and child_gen not in put_tasks(st)
     assert d.task(child_gen) is not None and not d.task(child_gen).abort_requested
@@ -252,7 +253,7 @@ def test_conversation_abort_stops_at_background_tasks_unless_background_is_true(
     assert conversation_is_idle(d.state.tasks, d.state.conversations, ROOT)
 
     st = d(abort_conv(background=True))
-    assert set(respond(st).data) == {anchor.id, child_gen}
+    assert set(respond(st).reply.data) == {anchor.id, child_gen}
     tasks = put_tasks(st)
     assert tasks[anchor.id].abort_requested
     assert tasks[child_gen].outcome.status is OutcomeStatus.ABORTED
@@ -267,16 +268,16 @@ def test_abort_task_unknown_terminal_and_live() -> None:
     d, first, [tool] = tool_running()
     state = d.state
     st = d(abort_task(999))
-    assert kinds(st) == [Respond] and respond(st).error_kind == "not_found" and "999" in (respond(st).error or "")
+    assert kinds(st) == [Respond] and respond(st).reply.kind == "not_found" and "999" in respond(st).reply.message
 
     terminal = Task(id=TaskId(3), conversation_id=ConversationId(ROOT), kind=GENERATION,
                     status=TaskStatus.TERMINAL, outcome=Outcome(status=OutcomeStatus.COMPLETED))
     st = d(abort_task(3, known=terminal))
-    assert kinds(st) == [Respond] and (respond(st).value, respond(st).data) == (3, "terminal")
+    assert kinds(st) == [Respond] and (respond(st).reply.value, respond(st).reply.data) == (3, "terminal")
     assert d.state == state
 
     st = d(abort_task(tool))
-    assert (respond(st).value, respond(st).data) == (tool, "marked")
+    assert (respond(st).reply.value, respond(st).reply.data) == (tool, "marked")
     assert only(effects_of(st, Cancel)).task_id == tool
 
 
@@ -290,7 +291,7 @@ def test_abort_task_is_idempotent_while_the_mark_is_pending() -> None:
     assert put_tasks(st)[gen].status is TaskStatus.PENDING
     state = d.state
     again = d(abort_task(gen))
-    assert kinds(again) == [Respond] and respond(again).data == "marked" and d.state == state
+    assert kinds(again) == [Respond] and respond(again).reply.data == "marked" and d.state == state
 
 
 def test_abort_task_of_one_tool_answers_the_call_and_the_run_goes_on() -> None:
@@ -326,7 +327,7 @@ def test_abort_task_of_a_blocked_task_orphans_it() -> None:
     blocked = Task(id=TaskId(5), conversation_id=ConversationId(ROOT), kind="host.nobody")
     d = Driver(opened_state(tasks=[blocked]))
     st = d(abort_task(blocked.id))
-    assert respond(st).data == "marked"
+    assert respond(st).reply.data == "marked"
     done = put_tasks(st)[blocked.id]
     assert done.status is TaskStatus.TERMINAL and done.abort_requested
     assert done.outcome.status is OutcomeStatus.ORPHANED and done.outcome.error == {"message": "missing_task"}
@@ -387,7 +388,7 @@ def test_abort_task_on_a_completing_task_keeps_its_outcome_and_cascades() -> Non
     assert held is not None and held.status is TaskStatus.COMPLETING
 
     st = d(abort_task(tool))
-    assert respond(st).data == "marked"
+    assert respond(st).reply.data == "marked"
     assert only(effects_of(st, Cancel)).task_id == child_gen
     assert outcome(st, child_gen).status is OutcomeStatus.ABORTED
     final = put_tasks(st)[tool]
@@ -410,7 +411,7 @@ def test_conversation_created_with_an_owner_copies_the_owner_conversations_agent
     [tool] = [t.id for t in tools(d.state)]
 
     st = d(create_conv(tool))
-    child = respond(st).value
+    child = respond(st).reply.value
     assert only(writes_of(st, PutConversation)).conversation == Conversation(id=child, owner_task_id=tool)
     assert d.state.conversations[child].agent == agent
 
@@ -432,7 +433,7 @@ def test_conversation_created_refuses_a_missing_completing_or_marked_owner() -> 
         st = step(state, create_conv(owner))
         assert kinds(st) == [Respond], owner
         r = respond(st)
-        assert r.error_kind == "invalid" and problem in (r.error or "") and str(owner) in (r.error or "")
+        assert r.reply.kind == "invalid" and problem in r.reply.message and str(owner) in r.reply.message
         assert st.state == state
 
 
@@ -466,7 +467,7 @@ def test_marks_committed_before_a_crash_finish_the_abort_on_reopen() -> None:
     store.apply(recovered)
     paused = Driver(recovered.state, store)
     st = paused(abort_conv(now=61))
-    assert kinds(st) == [Commit, Respond] and respond(st).data == [gen, tool]
+    assert kinds(st) == [Commit, Respond] and respond(st).reply.data == [gen, tool]
     assert {t.id: (t.status, t.abort_requested) for t in store.tasks()} == {
         gen: (TaskStatus.WAITING, True),
         tool: (TaskStatus.PENDING, True),
@@ -522,7 +523,7 @@ def test_conversation_abort_marks_and_withdraws_in_reached_child_conversations_i
 
     st = d(abort_conv())
     assert kinds(st) == [Commit, Respond]
-    assert respond(st).data == [owner.id, child_gen]
+    assert respond(st).reply.data == [owner.id, child_gen]
     tasks = put_tasks(st)
     assert tasks[owner.id].abort_requested and tasks[child_gen].abort_requested
     assert tasks[child_gen].status is TaskStatus.PENDING  # no handler ran: scheduling is off

@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 
 from pidurable.core import State, Step, step
+from pidurable.core.effects import Accepted, Refusal, Refused
 from pidurable.core.effects import Cancel, MigrateTask, PutTask, Respond, RunPhase
 from pidurable.core.events import (
     MemoRequested,
@@ -18,8 +19,8 @@ from pidurable.core.events import (
     RegistryChanged,
     Resumed,
     TaskAbortRequested,
-    TaskCommitted,
-    TaskCreated,
+    TaskCommitRequested,
+    TaskCreationRequested,
 )
 from pidurable.core.model import (
     GENERATION,
@@ -66,8 +67,8 @@ def task(tid: int, kind: str = "report", *, phase: str = "start", **kw: Any) -> 
 
 
 def created(kind: str = "report", *, cid: int = ROOT, checkpoint: dict[str, Any] | None = None,
-            owner: int | None = None, background: bool = False, version: int = 1, now: int = 10) -> TaskCreated:
-    return TaskCreated(
+            owner: int | None = None, background: bool = False, version: int = 1, now: int = 10) -> TaskCreationRequested:
+    return TaskCreationRequested(
         now=now, ticket=next(_tickets), kind=kind, conversation_id=ConversationId(cid), input={"n": 1},
         checkpoint={"phase": "start"} if checkpoint is None else checkpoint,
         owner=None if owner is None else TaskId(owner), background=background, version=version,
@@ -76,9 +77,9 @@ def created(kind: str = "report", *, cid: int = ROOT, checkpoint: dict[str, Any]
 
 def committed(tid: int, status: str = "running", *, phase: str = "collect", on: Sequence[int] = (),
               policy: str = "allSettled", outcome: Outcome | None = None, mode: str = "run",
-              now: int = 20, **extra: Any) -> TaskCommitted:
+              now: int = 20, **extra: Any) -> TaskCommitRequested:
     checkpoint = None if status == "terminal" else {"phase": phase, **extra}
-    return TaskCommitted(now=now, ticket=next(_tickets), task_id=TaskId(tid), status=status, checkpoint=checkpoint,
+    return TaskCommitRequested(now=now, ticket=next(_tickets), task_id=TaskId(tid), status=status, checkpoint=checkpoint,
                          on=tuple(TaskId(t) for t in on), policy=policy, outcome=outcome, mode=mode)
 
 
@@ -107,14 +108,14 @@ def phases(st: Step) -> list[RunPhase]:
 def refused(st: Step) -> str:
     """The refusal text of the step's one Respond (fails if it was accepted)."""
     r = respond(st)
-    assert r.error_kind == "invalid", r
-    assert r.error is not None
-    return r.error
+    assert r.reply.kind == "invalid", r
+    assert isinstance(r.reply, Refused)
+    return r.reply.message
 
 
 def accepted(st: Step) -> Respond:
     r = respond(st)
-    assert r.error_kind is None, r.error
+    assert isinstance(r.reply, Accepted), r.reply
     return r
 
 
@@ -128,16 +129,16 @@ def outcome_of(st: Step, tid: int) -> Outcome:
 
 
 def test_task_created_stores_a_pending_task_and_answers_its_id() -> None:
-    """A valid TaskCreated commits a pending task with the given checkpoint and answers its id after the commit."""
+    """A valid TaskCreationRequested commits a pending task with the given checkpoint and answers its id after the commit."""
     st = step(opened(resume=False), created(checkpoint={"phase": "start", "k": 1}))
     r = accepted(st)
-    stored = put_tasks(st)[r.value]
+    stored = put_tasks(st)[r.reply.value]
     assert stored.kind == "report" and stored.status is TaskStatus.PENDING
     assert stored.checkpoint == {"phase": "start", "k": 1} and stored.input == {"n": 1}
     assert st.effects[0] is commits(st)[0] and st.effects[-1] is r
 
 
-def _assert_invalid(state: State, ev: TaskCreated, needle: str) -> None:
+def _assert_invalid(state: State, ev: TaskCreationRequested, needle: str) -> None:
     st = step(state, ev)
     assert needle in refused(st)
     assert commits(st) == [], "a refused creation must store nothing"
@@ -199,7 +200,7 @@ def test_task_created_background_child_is_refused() -> None:
 def test_reserve_starts_the_phase_and_records_the_invocation() -> None:
     """A ready custom task is reserved: RunPhase with its checkpoint, and its id is in state.invocations."""
     st = step(opened(resume=False), created(checkpoint={"phase": "start", "k": 1}))
-    tid = accepted(st).value
+    tid = accepted(st).reply.value
     assert phases(st) == []  # scheduling is off
     st2 = step(st.state, Resumed(now=11))
     run = only(phases(st2))
@@ -216,7 +217,7 @@ def test_a_task_with_an_invocation_is_never_reserved_twice() -> None:
                        memo(50, "m", 1))
     started = [p.task_id for s in steps for p in phases(s)]
     assert 50 not in started
-    assert started == [accepted(steps[0]).value]  # only the new task was reserved
+    assert started == [accepted(steps[0]).reply.value]  # only the new task was reserved
 
 
 # --- runtime commit --------------------------------------------------------------------------
@@ -529,7 +530,7 @@ def test_memo_first_writer_wins_and_read_without_candidate() -> None:
     """memo(name, c) stores c once; a later candidate gets the first value; memo(name) reads it; unknown reads None."""
     state = opened([task(50)])
     steps = run_events(state, memo(50, "m", 1), memo(50, "m", 2), memo(50, "m"), memo(50, "other"))
-    assert [respond(s).data for s in steps] == [1, 1, 1, None]
+    assert [respond(s).reply.data for s in steps] == [1, 1, 1, None]
     assert put_tasks(steps[0])[50].memos == {"m": 1}
     assert [len(commits(s)) for s in steps] == [1, 0, 0, 0]
 
@@ -537,7 +538,7 @@ def test_memo_first_writer_wins_and_read_without_candidate() -> None:
 def test_memo_names_like_prototype_keys_are_plain_keys() -> None:
     """Names such as __proto__ or constructor behave as ordinary memo names."""
     steps = run_events(opened([task(50)]), memo(50, "constructor"), memo(50, "__proto__", "p"), memo(50, "__proto__"))
-    assert [respond(s).data for s in steps] == [None, "p", "p"]
+    assert [respond(s).reply.data for s in steps] == [None, "p", "p"]
 
 
 def test_memo_survives_a_crash() -> None:
@@ -555,7 +556,7 @@ def test_memo_survives_a_crash() -> None:
     run = only(phases(st))
     assert run.checkpoint == {"phase": "collect"}
     again = run_events(st.state, memo(50, "approval", "no"), memo(50, "approval"))
-    assert [respond(s).data for s in again] == ["yes", "yes"]
+    assert [respond(s).reply.data for s in again] == ["yes", "yes"]
 
 
 def test_memo_is_dropped_at_terminal() -> None:

@@ -32,7 +32,7 @@ from pidurable.core.effects import (
     RunTool,
 )
 from pidurable.core.events import (
-    AgentConfigured,
+    AgentConfigurationRequested,
     Event,
     InputSubmitted,
     ModelFailed,
@@ -203,7 +203,7 @@ class Driver:
         model = self.draw(st.sampled_from([MODEL, ModelRef("other", "m2"), MODEL, None]), "model")
         mode = self.draw(st.sampled_from(["parallel", "sequential"]), "tool_execution")
         self.feed(
-            AgentConfigured(
+            AgentConfigurationRequested(
                 now=self.tick(),
                 ticket=self.ticket,
                 conversation_id=ConversationId(self.draw(st.sampled_from([1, 2]), "conversation")),

@@ -449,12 +449,12 @@ def test_repeated_or_empty_call_ids_are_made_unique() -> None:
 def test_call_model_carries_the_instructions_section_and_the_tool_filter() -> None:
     """Issue 7: the agent's instructions become the tagged system section of
     every request, and its tool filter travels with the request."""
-    from pidurable.core.events import AgentConfigured
+    from pidurable.core.events import AgentConfigurationRequested
     from pidurable.core.model import AgentConfig
 
     state = opened_state()
     agent = AgentConfig(model=MODEL, instructions="Be brief.", tools=("read", "edit"))
-    state = step(state, AgentConfigured(now=5, ticket=1, conversation_id=ConversationId(ROOT), agent=agent)).state
+    state = step(state, AgentConfigurationRequested(now=5, ticket=1, conversation_id=ConversationId(ROOT), agent=agent)).state
     call = only(effects_of(step(state, submit("go")), CallModel))
     assert call.system == "<instructions>\nBe brief.\n</instructions>"
     assert call.tools == ("read", "edit")

@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 
 from pidurable.core import State, step
+from pidurable.core.effects import Accepted, Refusal, Refused
 from pidurable.core.effects import CallModel, Commit, PutInbox, Respond, RunTool
 from pidurable.core.events import Opened, SettingsChanged, SubmissionAbortRequested, WriteSubmitted
 from pidurable.core.model import (
@@ -119,7 +120,7 @@ def test_follow_up_while_busy_is_queued_then_placed_by_the_answer_and_starts_its
     """A follow-up submitted while busy stays queued (no entry) until the answer's final boundary places it and starts a new run for it alone."""
     d, first = busy()
     st = d(submit("second"))
-    second = respond(st).value
+    second = respond(st).reply.value
     assert put_subs(st)[second].status is SubmissionStatus.QUEUED and put_subs(st)[second].entry_id is None
     assert not put_entries(st) and not put_tasks(st)
     assert d.inbox == [second] and d.run_inputs == (first,)
@@ -249,7 +250,7 @@ def test_idle_write_appends_its_entry_and_is_done_at_once_without_a_task() -> No
     assert (entry.kind, entry.text, entry.data) == ("memo", "note to self", {"k": 1})
     sub = only(put_subs(st).values())
     assert sub.type == "write" and sub.status is SubmissionStatus.DONE and sub.entry_id == entry.id
-    assert respond(st).value == sub.id
+    assert respond(st).reply.value == sub.id
     assert not put_tasks(st) and put_live(st) is None
     assert d.state.tasks == {} and d.state.submissions == {} and d.run_inputs is None
 
@@ -259,7 +260,7 @@ def test_busy_write_is_queued_and_placed_first_at_the_final_boundary() -> None:
     d, first = busy()
     follow = d.sid(submit("follow"))
     st = d(d.write("fyi"))
-    write = respond(st).value
+    write = respond(st).reply.value
     assert put_subs(st)[write].status is SubmissionStatus.QUEUED and not put_entries(st)
     assert only(writes_of(st, PutInbox)).items[-1] == InboxItem(
         submission_id=SubmissionId(write), mode="write", content="fyi", kind="user"
@@ -303,22 +304,22 @@ def test_write_request_id_is_deduplicated_and_a_type_mismatch_is_refused() -> No
     w = d.sid(d.write("w", request_id="r-w"))
     state = d.state
     again = d(d.write("w again", request_id="r-w"))
-    assert kinds(again) == [Respond] and respond(again).value == w and d.state == state
+    assert kinds(again) == [Respond] and respond(again).reply.value == w and d.state == state
     assert d.inbox == [w]
 
     clash = d(submit("input", request_id="r-w"))
-    assert respond(clash).error_kind == "invalid"
-    assert "already identifies a submission of type write" in (respond(clash).error or "")
+    assert respond(clash).reply.kind == "invalid"
+    assert "already identifies a submission of type write" in respond(clash).reply.message
     assert d.state == state
 
     stored = Submission(id=SubmissionId(3), conversation_id=ConversationId(ROOT), type="input",
                         status=SubmissionStatus.DONE, request_id="r-i")
     clash = d(d.write("w", request_id="r-i", existing=stored))
-    assert kinds(clash) == [Respond] and respond(clash).error_kind == "invalid"
-    assert "already identifies a submission of type input" in (respond(clash).error or "")
+    assert kinds(clash) == [Respond] and respond(clash).reply.kind == "invalid"
+    assert "already identifies a submission of type input" in respond(clash).reply.message
     stored_write = attrs.evolve(stored, id=SubmissionId(4), type="write", request_id="r-s")
     found = d(d.write("w", request_id="r-s", existing=stored_write))
-    assert found.effects == (Respond(ticket=found.effects[0].ticket, value=4),)
+    assert found.effects == (Respond(ticket=found.effects[0].ticket, reply=Accepted(value=4)),)
 
 
 # --- idle with a queue ---------------------------------------------------------------
@@ -333,7 +334,7 @@ def test_idle_with_a_queue_a_new_input_goes_behind_it_and_the_boundary_places_in
     assert d.run_inputs is None and d.inbox == [follow, write]  # a failure leaves the inbox alone
 
     st = d(submit("steer now", when_busy="steer"))
-    steer = respond(st).value
+    steer = respond(st).reply.value
     assert [e.text for e in put_entries(st)] == ["note", "follow", "steer now"]
     subs = put_subs(st)
     assert subs[write].status is SubmissionStatus.DONE
@@ -347,7 +348,7 @@ def test_idle_write_behind_a_queued_follow_up_starts_the_follow_ups_run() -> Non
     follow = d.sid(submit("follow"))
     d(model_failed(d.gen()))
     st = d(d.write("late note"))
-    write = respond(st).value
+    write = respond(st).reply.value
     assert [e.text for e in put_entries(st)] == ["late note", "follow"]
     assert put_subs(st)[write].status is SubmissionStatus.DONE
     assert d.run_inputs == (follow,)
@@ -364,7 +365,7 @@ def test_abort_submission_withdraws_a_queued_input_and_keeps_the_rest_in_order()
     c = d.sid(submit("c"))
     st = d(abort_sub(b))
     r = respond(st)
-    assert (r.value, r.data) == (b, "aborted")
+    assert (r.reply.value, r.reply.data) == (b, "aborted")
     sub = only(put_subs(st).values())
     assert sub.id == b and sub.status is SubmissionStatus.UNANSWERED and sub.reason == "aborted"
     assert [i.submission_id for i in only(writes_of(st, PutInbox)).items] == [a, c]
@@ -382,31 +383,31 @@ def test_abort_submission_answers_already_placed_settled_and_not_found() -> None
     state = d.state
 
     st = d(abort_sub(first))
-    assert kinds(st) == [Respond] and respond(st).data == "already_placed" and respond(st).value == first
+    assert kinds(st) == [Respond] and respond(st).reply.data == "already_placed" and respond(st).reply.value == first
 
     settled = Submission(id=SubmissionId(40), conversation_id=ConversationId(ROOT), type="input",
                          status=SubmissionStatus.DONE)
     st = d(abort_sub(40, known=settled))
-    assert kinds(st) == [Respond] and respond(st).data == "settled"
+    assert kinds(st) == [Respond] and respond(st).reply.data == "settled"
 
     st = d(abort_sub(9999))
-    assert kinds(st) == [Respond] and respond(st).data == "not_found" and respond(st).value is None
+    assert kinds(st) == [Respond] and respond(st).reply.data == "not_found" and respond(st).reply.value is None
 
     st = d(abort_sub(queued, cid=77))
-    assert kinds(st) == [Respond] and respond(st).data == "not_found"
+    assert kinds(st) == [Respond] and respond(st).reply.data == "not_found"
     assert d.state == state and d.inbox == [queued]
 
     withdrawn = d(abort_sub(queued, cid=ROOT))
-    assert respond(withdrawn).data == "aborted"
+    assert respond(withdrawn).reply.data == "aborted"
     again = d(abort_sub(queued, known=put_subs(withdrawn)[queued]))
-    assert kinds(again) == [Respond] and respond(again).data == "settled"
+    assert kinds(again) == [Respond] and respond(again).reply.data == "settled"
 
 
 def test_abort_submission_of_a_queued_write_withdraws_it() -> None:
     """A queued write can be withdrawn too: unanswered/aborted and never appended."""
     d, first = busy()
     w = d.sid(d.write("never"))
-    assert respond(d(abort_sub(w))).data == "aborted"
+    assert respond(d(abort_sub(w))).reply.data == "aborted"
     st = d(answer(d.gen()))
     assert [e.text for e in put_entries(st)] == ["done"]
     assert d.inbox == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pidurable.core import State, step
+from pidurable.core.effects import Accepted, Refusal, Refused
 from pidurable.core.effects import CallModel, Commit, PrepareTool, RunTool
 from pidurable.core.events import Resumed, ToolFailed, ToolFinished, ToolRejected
 from pidurable.core.model import (
@@ -325,7 +326,7 @@ def test_process_started_is_recorded_in_the_execute_checkpoint_before_the_reply(
     task = only(put_tasks(st).values())
     assert task.status is TaskStatus.RUNNING and task.phase == "execute"
     assert task.checkpoint["process"] == process and task.checkpoint["arguments"] == {"command": "sleep 1"}
-    assert respond(st).error_kind is None
+    assert isinstance(respond(st).reply, Accepted)
 
 
 def test_process_started_for_a_task_not_executing_is_refused() -> None:
@@ -335,17 +336,17 @@ def test_process_started_for_a_task_not_executing_is_refused() -> None:
 
     state, _, (tid,) = in_round("bash")
     st = step(state, ToolProcessStarted(now=35, ticket=3, task_id=tid, process={"pid": 1}))
-    assert kinds(st) == [Respond] and respond(st).error_kind == "invalid"
+    assert kinds(st) == [Respond] and respond(st).reply.kind == "invalid"
 
 
 def test_the_agent_tool_filter_travels_with_prepare_and_the_cwd_with_run() -> None:
     """PrepareTool carries the agent's tool filter (the shell resolves only
     those names) and RunTool the conversation's cwd."""
-    from pidurable.core.events import AgentConfigured
+    from pidurable.core.events import AgentConfigurationRequested
 
     state = opened_state()
     agent = AgentConfig(model=MODEL, tools=("read",), cwd="sub")
-    state = step(state, AgentConfigured(now=5, ticket=1, conversation_id=ConversationId(ROOT), agent=agent)).state
+    state = step(state, AgentConfigurationRequested(now=5, ticket=1, conversation_id=ConversationId(ROOT), agent=agent)).state
     first = step(state, submit("go"))
     round_ = step(first.state, calls(generation(first.state).id, "write"))
     prepare = only(effects_of(round_, PrepareTool))

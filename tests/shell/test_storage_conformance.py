@@ -591,3 +591,32 @@ def test_entries_after_and_upto_bound_the_range(adapter: Adapter) -> None:
     assert store.entries(C1, after=4) == [ASSISTANT, RESULT]
     assert store.entries(C1, after=4, upto=7) == [ASSISTANT]
     assert store.entries(C1, after=8) == []
+
+
+def test_old_event_tags_still_replay() -> None:
+    """Issue 8: journals written before the request events were renamed
+    (``conversation_created``, ``task_created``, ``task_committed``,
+    ``agent_configured``) decode to today's classes."""
+    from pidurable.core.events import (
+        AgentConfigurationRequested,
+        ConversationCreationRequested,
+        TaskCommitRequested,
+        TaskCreationRequested,
+    )
+
+    old = [
+        {"type": "conversation_created", "now": 1, "ticket": 1, "owner_task_id": None, "agent": None},
+        {"type": "task_created", "now": 1, "ticket": 2, "kind": "k", "conversation_id": 1, "input": {},
+         "checkpoint": {"phase": "a"}, "version": 1, "owner": None, "background": False},
+        {"type": "task_committed", "now": 1, "ticket": 3, "task_id": 5, "status": "running",
+         "checkpoint": {"phase": "b"}, "on": [], "policy": "allSettled", "outcome": None, "mode": "run"},
+        {"type": "agent_configured", "now": 1, "ticket": 4, "conversation_id": 1,
+         "agent": {"model": None, "cwd": None, "instructions": None, "tools": None, "tool_execution": "parallel"}},
+    ]
+    decoded = [codec.event_from_data(d) for d in old]
+    assert [type(e) for e in decoded] == [
+        ConversationCreationRequested,
+        TaskCreationRequested,
+        TaskCommitRequested,
+        AgentConfigurationRequested,
+    ]
