@@ -32,6 +32,44 @@ the invariants in specs/ and the TLA+ model.
   it polls the same handle.
 - ``ReplayIsDeterministic``: re-running the journal's events through ``step``
   from an empty state reproduces every stored commit byte for byte.
+
+Checked on the journal (every commit, so also after a crash):
+
+- ``OutcomeIffTerminal``: a stored task has an outcome exactly when it is
+  terminal or completing (completing holds its outcome while owned work drains).
+- ``AdmissionIsAtomic``: the commit that first stores a submission also stores
+  what admission promises with it: a placed input its user entry and its run,
+  a queued one its inbox item, a write its entry.
+- ``RequestIdIsUnique``: a ``request_id`` names at most one submission per
+  conversation.
+- ``QueuedInputNeverLost``: an item leaves ``pi.inbox`` only in a commit that
+  places, appends or settles its submission.
+- ``RoundIsAtomic``: an assistant entry with tool calls is stored in the same
+  commit as its tool tasks and the generation waiting on them.
+- ``RunHasOneOwner``: after every commit, a conversation's ``pi.live.run``
+  names one live generation task of that conversation.
+- ``RecoveryKeepsCheckpoints``: the open that turns a ``running`` task back
+  into ``pending`` keeps its checkpoint unchanged.
+- ``OwnerEndsAfterOwned``: a task is stored terminal only once every task it
+  owns is terminal (settlement is bottom-up).
+- ``StoreMatchesJournal``: the records in the store are exactly the last
+  version of each record the journal wrote.
+
+Checked on the effects each process life ran:
+
+- ``IntentBeforeRequest``: a ``CallModel``/``PollModel`` starts only after the
+  task's ``request``/``poll`` checkpoint (same attempt) is committed.
+- ``IntentBeforeEffect``: a ``RunTool`` starts only after the task's
+  ``execute`` checkpoint is committed.
+- ``OneInvocationPerTask``: within one life a tool task is prepared once and
+  run once, and a model request (task, attempt) is sent once.
+
+Checked on the transcript:
+
+- ``ContextPairsCallsWithResults``: in the context a model would see, every
+  tool call is followed by exactly one result for it, in call order.
+- ``StoredTextIsValidUtf8``: every stored entry encodes as strict JSON in
+  valid UTF-8 (nothing from outside poisoned the store).
 """
 
 from __future__ import annotations
@@ -42,7 +80,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pidurable.core import State, step
-from pidurable.core.effects import CallModel, Commit, PrepareTool, RunTool
+from pidurable.core.context import context_messages
+from pidurable.core.effects import CallModel, Commit, PollModel, PrepareTool, RunTool
 from pidurable.core.model import Entry, EntryKind, TaskStatus
 from pidurable.core.state import INBOX_DOC, LIVE_DOC
 from pidurable.shell.storage import codec
@@ -257,6 +296,286 @@ def replay_is_deterministic(storage: Any) -> int:
                 )
                 checked += 1
     return checked
+
+
+# --- checked on the journal --------------------------------------------------------
+
+
+Commit_ = tuple[int, list[dict[str, Any]], list[dict[str, Any]]]
+
+
+def journal_history(storage: Any) -> list[Commit_]:
+    """``(seq, events, writes)`` of every journaled commit, oldest first."""
+    return [(row.seq, json.loads(row.events), json.loads(row.writes)) for row in storage.journal()]
+
+
+def _records(writes: Iterable[dict[str, Any]], tag: str) -> list[dict[str, Any]]:
+    return [w[tag] for w in writes if w["type"] == tag]
+
+
+def outcome_iff_terminal(storage: Any) -> None:
+    for seq, _, writes in journal_history(storage):
+        for t in _records(writes, "task"):
+            holds = t["status"] in ("terminal", "completing")
+            assert holds == (t["outcome"] is not None), (
+                f"OutcomeIffTerminal: commit {seq} stores task {t['id']} {t['status']} with outcome {t['outcome']}"
+            )
+
+
+def admission_is_atomic(storage: Any) -> None:
+    seen: set[int] = set()
+    for seq, _, writes in journal_history(storage):
+        entries = {e["id"] for e in _records(writes, "entry")}
+        inboxes = {w["conversation_id"]: w["items"] for w in writes if w["type"] == "pi.inbox"}
+        lives = {w["conversation_id"]: w["live"] for w in writes if w["type"] == "pi.live"}
+        for s in _records(writes, "submission"):
+            if s["id"] in seen:
+                continue
+            seen.add(s["id"])
+            story = f"AdmissionIsAtomic: submission {s['id']} ({s['type']}) first stored {s['status']} in commit {seq}"
+            if s["status"] == "queued":
+                items = inboxes.get(s["conversation_id"], [])
+                assert any(i["submission_id"] == s["id"] for i in items), story + " without its inbox item"
+            elif s["status"] == "placed":
+                assert s["entry_id"] in entries, story + " without its user entry"
+                run = (lives.get(s["conversation_id"]) or {}).get("run")
+                assert run is not None and s["id"] in run["inputs"], story + " without its run"
+            else:
+                assert s["type"] == "write" and s["status"] == "done", story
+                assert s["entry_id"] in entries, story + " without its entry"
+
+
+def request_id_is_unique(storage: Any) -> None:
+    counts = Counter((s.conversation_id, s.request_id) for s in storage.submissions() if s.request_id is not None)
+    for key, n in counts.items():
+        assert n == 1, f"RequestIdIsUnique: request {key[1]!r} names {n} submissions in conversation {key[0]}"
+
+
+def queued_input_never_lost(storage: Any) -> None:
+    inbox: dict[int, set[int]] = {}
+    for seq, _, writes in journal_history(storage):
+        moved = {s["id"] for s in _records(writes, "submission") if s["status"] != "queued"}
+        for w in writes:
+            if w["type"] != "pi.inbox":
+                continue
+            now = {i["submission_id"] for i in w["items"]}
+            left = inbox.get(w["conversation_id"], set()) - now
+            assert left <= moved, (
+                f"QueuedInputNeverLost: commit {seq} drops {sorted(left - moved)} from the inbox of conversation "
+                f"{w['conversation_id']} without placing or settling them"
+            )
+            inbox[w["conversation_id"]] = now
+
+
+def round_is_atomic(storage: Any) -> None:
+    for seq, _, writes in journal_history(storage):
+        tasks = _records(writes, "task")
+        for e in _records(writes, "entry"):
+            if e["kind"] != "assistant" or not e["tool_calls"] or e["stop_reason"] in ("error", "aborted"):
+                continue
+            tools = [t for t in tasks if t["kind"] == "pi.tool" and t["input"].get("assistant") == e["id"]]
+            waiting = [
+                t
+                for t in tasks
+                if t["kind"] == "pi.generation" and t["checkpoint"].get("assistant") == e["id"] and t["on"]
+            ]
+            assert tools and waiting, (
+                f"RoundIsAtomic: commit {seq} stores assistant entry {e['id']} with calls but "
+                f"{'no tool task' if not tools else 'no generation waiting on them'}"
+            )
+
+
+def run_has_one_owner(storage: Any) -> None:
+    tasks: dict[int, dict[str, Any]] = {}
+    runs: dict[int, dict[str, Any]] = {}
+    for seq, _, writes in journal_history(storage):
+        for t in _records(writes, "task"):
+            tasks[t["id"]] = t
+        for w in writes:
+            if w["type"] == "pi.live":
+                run = w["live"]["run"]
+                if run is None:
+                    runs.pop(w["conversation_id"], None)
+                else:
+                    runs[w["conversation_id"]] = run
+        for cid, run in runs.items():
+            owner = tasks.get(run["task_id"])
+            assert owner is not None and owner["kind"] == "pi.generation" and owner["conversation_id"] == cid, (
+                f"RunHasOneOwner: after commit {seq} the run of conversation {cid} names task {run['task_id']}, "
+                "not a generation of that conversation"
+            )
+            assert owner["status"] != "terminal", (
+                f"RunHasOneOwner: after commit {seq} the run of conversation {cid} is owned by terminal task "
+                f"{owner['id']}"
+            )
+
+
+def recovery_keeps_checkpoints(storage: Any) -> None:
+    tasks: dict[int, dict[str, Any]] = {}
+    for seq, events, writes in journal_history(storage):
+        opened = any(ev["type"] == "opened" for ev in events)
+        for t in _records(writes, "task"):
+            before = tasks.get(t["id"])
+            if opened and before is not None and before["status"] == "running" and t["status"] != "running":
+                assert t["checkpoint"] == before["checkpoint"], (
+                    f"RecoveryKeepsCheckpoints: the open in commit {seq} changed task {t['id']}'s checkpoint "
+                    f"{before['checkpoint']} -> {t['checkpoint']}"
+                )
+            tasks[t["id"]] = t
+
+
+def owner_ends_after_owned(storage: Any) -> None:
+    tasks: dict[int, dict[str, Any]] = {}
+    for seq, _, writes in journal_history(storage):
+        written = _records(writes, "task")
+        for t in written:
+            tasks[t["id"]] = t
+        for t in written:
+            if t["status"] != "terminal":
+                continue
+            live = [o["id"] for o in tasks.values() if o["owner"] == t["id"] and o["status"] != "terminal"]
+            assert not live, f"OwnerEndsAfterOwned: commit {seq} ends task {t['id']} while it owns live {live}"
+
+
+def store_matches_journal(storage: Any) -> None:
+    last: dict[tuple[str, int], str] = {}
+    for _, _, writes in journal_history(storage):
+        for w in writes:
+            tag = w["type"]
+            if tag in ("task", "submission", "entry", "conversation"):
+                last[(tag, w[tag]["id"])] = json.dumps(w[tag], sort_keys=True)
+    stored: dict[tuple[str, int], str] = {}
+    for t in storage.tasks():
+        stored[("task", t.id)] = json.dumps(json.loads(codec.to_json(t)), sort_keys=True)
+    for s in storage.submissions():
+        stored[("submission", s.id)] = json.dumps(json.loads(codec.to_json(s)), sort_keys=True)
+    for c in storage.conversations():
+        stored[("conversation", c.id)] = json.dumps(json.loads(codec.to_json(c)), sort_keys=True)
+        for e in storage.entries(c.id):
+            stored[("entry", e.id)] = json.dumps(json.loads(codec.to_json(e)), sort_keys=True)
+    missing = sorted(set(last) - set(stored))
+    extra = sorted(set(stored) - set(last))
+    assert not missing and not extra, f"StoreMatchesJournal: journal-only {missing[:5]}, store-only {extra[:5]}"
+    for key, text in last.items():
+        assert stored[key] == text, f"StoreMatchesJournal: {key[0]} {key[1]} differs from its last journal write"
+
+
+# --- checked on the effects of each life ----------------------------------------------
+
+
+def _phases(storage: Any) -> dict[int, list[tuple[int, dict[str, Any]]]]:
+    """task id -> [(seq, checkpoint)] of every stored version."""
+    out: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    for seq, _, writes in journal_history(storage):
+        for t in _records(writes, "task"):
+            out.setdefault(t["id"], []).append((seq, t["checkpoint"]))
+    return out
+
+
+def _committed_before(effects: Sequence[Any], start: int) -> list[tuple[Any, int]]:
+    """Each act of a life with the newest commit seq durable before it."""
+    out = []
+    last = start
+    for e in effects:
+        if isinstance(e, Commit):
+            last = max(last, e.seq)
+        else:
+            out.append((e, last))
+    return out
+
+
+def _intent(history: Sequence[tuple[int, dict[str, Any]]], upto: int) -> dict[str, Any] | None:
+    found = None
+    for seq, cp in history:
+        if seq <= upto:
+            found = cp
+    return found
+
+
+def intent_before_request(storage: Any, lives: Sequence[tuple[int, Sequence[Any]]]) -> None:
+    """``lives``: (commits in the store when the life began, its effects)."""
+    phases = _phases(storage)
+    for n, (start, effects) in enumerate(lives):
+        for e, upto in _committed_before(effects, start):
+            if not isinstance(e, (CallModel, PollModel)):
+                continue
+            want = "request" if isinstance(e, CallModel) else "poll"
+            cp = _intent(phases.get(e.task_id, []), upto)
+            assert cp is not None and cp.get("phase") == want and cp.get("attempt") == e.attempt, (
+                f"IntentBeforeRequest: life {n} sent {type(e).__name__} for task {e.task_id} attempt {e.attempt} "
+                f"when the stored checkpoint was {cp}"
+            )
+
+
+def intent_before_effect(storage: Any, lives: Sequence[tuple[int, Sequence[Any]]]) -> None:
+    phases = _phases(storage)
+    for n, (start, effects) in enumerate(lives):
+        for e, upto in _committed_before(effects, start):
+            if isinstance(e, RunTool):
+                cp = _intent(phases.get(e.task_id, []), upto)
+                assert cp is not None and cp.get("phase") == "execute" and cp.get("arguments") == e.arguments, (
+                    f"IntentBeforeEffect: life {n} ran tool task {e.task_id} when the stored checkpoint was {cp}"
+                )
+
+
+def one_invocation_per_task(lives: Sequence[Sequence[Any]]) -> None:
+    for n, effects in enumerate(lives):
+        seen: Counter[tuple[Any, ...]] = Counter()
+        for e in effects:
+            if isinstance(e, (RunTool, PrepareTool)):
+                seen[(type(e).__name__, e.task_id)] += 1
+            elif isinstance(e, CallModel):
+                seen[("CallModel", e.task_id, e.attempt)] += 1
+        twice = [key for key, k in seen.items() if k > 1]
+        assert not twice, f"OneInvocationPerTask: life {n} started {twice} more than once"
+
+
+# --- checked on the transcript -----------------------------------------------------------
+
+
+def context_pairs_calls_with_results(storage: Any) -> None:
+    for c in storage.conversations():
+        messages = context_messages(storage.entries(c.id))
+        for i, m in enumerate(messages):
+            if m.role != "assistant" or not m.tool_calls:
+                continue
+            follow = messages[i + 1 : i + 1 + len(m.tool_calls)]
+            assert [r.role for r in follow] == ["tool"] * len(m.tool_calls) and [
+                r.tool_call_id for r in follow
+            ] == [call.id for call in m.tool_calls], (
+                f"ContextPairsCallsWithResults: conversation {c.id} message {i} calls "
+                f"{[call.id for call in m.tool_calls]} but is followed by {[(r.role, r.tool_call_id) for r in follow]}"
+            )
+
+
+def stored_text_is_valid_utf8(storage: Any) -> None:
+    for c in storage.conversations():
+        for e in storage.entries(c.id):
+            try:
+                codec.to_json(e).encode("utf-8")
+            except (UnicodeEncodeError, ValueError) as err:
+                raise AssertionError(f"StoredTextIsValidUtf8: entry {e.id} cannot be stored: {err}") from None
+
+
+def journal_invariants(storage: Any) -> None:
+    """The journal-level invariants: they hold after every commit, so also
+    on a store a crash left behind."""
+    outcome_iff_terminal(storage)
+    admission_is_atomic(storage)
+    request_id_is_unique(storage)
+    queued_input_never_lost(storage)
+    round_is_atomic(storage)
+    run_has_one_owner(storage)
+    recovery_keeps_checkpoints(storage)
+    owner_ends_after_owned(storage)
+    store_matches_journal(storage)
+
+
+def life_invariants(storage: Any, lives: Sequence[tuple[int, Sequence[Any]]]) -> None:
+    """The invariants over the effects each process life ran."""
+    intent_before_request(storage, lives)
+    intent_before_effect(storage, lives)
+    one_invocation_per_task([effects for _, effects in lives])
 
 
 def terminal_ids(storage: Any) -> frozenset[int]:

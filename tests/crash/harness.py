@@ -200,6 +200,10 @@ def check_all(storage: Any, scenario: Scenario, world: World, lives: Sequence[Li
     invariants.one_child_per_owner(storage)
     invariants.memo_never_changes(storage)
     invariants.deferred_never_requested_again(storage, [(life.seq_at_start, life.effects) for life in lives])
+    invariants.journal_invariants(storage)
+    invariants.life_invariants(storage, [(life.seq_at_start, life.effects) for life in lives])
+    invariants.context_pairs_calls_with_results(storage)
+    invariants.stored_text_is_valid_utf8(storage)
     if scenario.final_check is not None:
         scenario.final_check(storage)
     if expected is not None and scenario.same_outcome:

@@ -68,5 +68,5 @@ def test_act_before_commit_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
             self._committed = trio.Event()
 
     monkeypatch.setattr(Runtime, "_flush", acts_first)
-    with pytest.raises(AssertionError, match="UnsafeToolRunsAtMostOnce|SameOutcome|OneResultPerCall"):
+    with pytest.raises(AssertionError, match="UnsafeToolRunsAtMostOnce|SameOutcome|OneResultPerCall|IntentBeforeRequest|IntentBeforeEffect"):
         _sweep(CONFIG_FIX)

@@ -479,6 +479,9 @@ class RecoveryMachine(RuleBasedStateMachine):
             invariants.one_child_per_owner(storage)
             invariants.memo_never_changes(storage)
             invariants.deferred_never_requested_again(storage, [(x.seq_at_start, x.effects) for x in self.lives])
+            invariants.journal_invariants(storage)
+            invariants.life_invariants(storage, [(x.seq_at_start, x.effects) for x in self.lives])
+            invariants.stored_text_is_valid_utf8(storage)
             invariants.replay_is_deterministic(storage)
         finally:
             self._close(storage)
