@@ -1,0 +1,197 @@
+"""Tool output limits: bound what reaches the transcript, spill the rest.
+
+Theory of operation
+-------------------
+A tool's text result is bounded before it is stored (reference §3.6,
+"bounding"): by default 50 KiB and 2000 lines, per tool
+``output_limits=OutputLimits(max_bytes, max_lines, retain="head"|"tail")``.
+``head`` keeps the beginning (a file read), ``tail`` the end (a command's
+output, where the error usually is). Cuts fall on line boundaries where a
+line fits, else on a UTF-8 character boundary. A truncated result carries a
+notice the model reads - ``[Output truncated to 2000 of 81234 lines (51200 of
+1048576 bytes); full output: <path>]`` - and the full text is *spilled* to a
+file under the spill directory so a person (or the model, with ``read``) can
+see it. The spill directory is bounded: the oldest spill files are removed
+once the directory holds more than ``cap_bytes``.
+
+A 1 MB command output therefore never reaches the transcript or the store
+whole: only the bounded text and the notice are committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import attrs
+
+log = logging.getLogger("pidurable")
+
+#: The reference's defaults: 50 KiB and 2000 lines per result.
+DEFAULT_MAX_BYTES = 50 * 1024
+DEFAULT_MAX_LINES = 2000
+#: Spill files kept per spill directory (oldest removed first).
+DEFAULT_SPILL_CAP_BYTES = 256 * 1024 * 1024
+
+
+@attrs.frozen(kw_only=True)
+class OutputLimits:
+    """How much of a tool's output the model (and the store) gets."""
+
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_lines: int = DEFAULT_MAX_LINES
+    #: ``head`` keeps the start, ``tail`` the end.
+    retain: str = "head"
+
+    def __attrs_post_init__(self) -> None:
+        if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) or self.max_bytes < 1:
+            raise ValueError(f"output_limits.max_bytes must be a positive int, not {self.max_bytes!r}")
+        if isinstance(self.max_lines, bool) or not isinstance(self.max_lines, int) or self.max_lines < 1:
+            raise ValueError(f"output_limits.max_lines must be a positive int, not {self.max_lines!r}")
+        if self.retain not in ("head", "tail"):
+            raise ValueError(f"output_limits.retain must be 'head' or 'tail', not {self.retain!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Bounded:
+    """A bounded text and what was cut."""
+
+    text: str
+    truncated: bool
+    #: Which end was kept (``head`` or ``tail``).
+    retain: str
+    total_bytes: int
+    total_lines: int
+    kept_bytes: int
+    kept_lines: int
+
+    def diagnostic(self, path: str | None) -> dict[str, object]:
+        """The structured record of the cut (kept in the result entry's data)."""
+        out: dict[str, object] = {
+            "total_bytes": self.total_bytes,
+            "total_lines": self.total_lines,
+            "kept_bytes": self.kept_bytes,
+            "kept_lines": self.kept_lines,
+        }
+        if path is not None:
+            out["full_output"] = path
+        return out
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def _cut_bytes(text: str, max_bytes: int, from_end: bool) -> str:
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    piece = data[-max_bytes:] if from_end else data[:max_bytes]
+    return piece.decode("utf-8", errors="ignore")  # drop a split character
+
+
+def bound(text: str, limits: OutputLimits) -> Bounded:
+    """``text`` cut to ``limits`` (whole lines where they fit)."""
+    lines = _lines(text)
+    total_bytes = len(text.encode("utf-8"))
+    if total_bytes <= limits.max_bytes and len(lines) <= limits.max_lines:
+        return Bounded(
+            text=text,
+            truncated=False,
+            retain=limits.retain,
+            total_bytes=total_bytes,
+            total_lines=len(lines),
+            kept_bytes=total_bytes,
+            kept_lines=len(lines),
+        )
+    tail = limits.retain == "tail"
+    ordered = list(reversed(lines)) if tail else lines
+    kept: list[str] = []
+    size = 0
+    for line in ordered[: limits.max_lines]:
+        n = len(line.encode("utf-8"))
+        if size + n > limits.max_bytes:
+            if not kept:  # one line longer than the budget: cut inside it
+                kept.append(_cut_bytes(line, limits.max_bytes, from_end=tail))
+            break
+        kept.append(line)
+        size += n
+    if tail:
+        kept.reverse()
+    out = "".join(kept)
+    return Bounded(
+        text=out,
+        truncated=True,
+        retain=limits.retain,
+        total_bytes=total_bytes,
+        total_lines=len(lines),
+        kept_bytes=len(out.encode("utf-8")),
+        kept_lines=len(_lines(out)),
+    )
+
+
+def notice(b: Bounded, path: str | None) -> str:
+    """The line the model reads about a cut."""
+    where = f"; full output: {path}" if path is not None else ""
+    return (
+        f"[Output truncated to {b.kept_lines} of {b.total_lines} lines "
+        f"({b.kept_bytes} of {b.total_bytes} bytes){where}]"
+    )
+
+
+def with_notice(b: Bounded, path: str | None) -> str:
+    """The bounded text with its notice where the cut is: after a kept head,
+    before a kept tail."""
+    if not b.truncated:
+        return b.text
+    if b.retain == "tail":
+        return f"{notice(b, path)}\n{b.text}"
+    body = b.text if not b.text or b.text.endswith("\n") else b.text + "\n"
+    return f"{body}{notice(b, path)}"
+
+
+class Spill:
+    """Writes full outputs to files in ``directory``, at most ``cap_bytes`` in all."""
+
+    def __init__(self, directory: str | os.PathLike[str], cap_bytes: int = DEFAULT_SPILL_CAP_BYTES) -> None:
+        self.directory = Path(directory)
+        self.cap_bytes = cap_bytes
+
+    def write(self, name: str, text: str) -> str | None:
+        """Store ``text`` as ``name``; returns its path, or None (logged) when
+        it cannot be written or is larger than the cap."""
+        data = text.encode("utf-8")
+        if len(data) > self.cap_bytes:
+            log.warning("tool output of %d bytes is larger than the spill cap; not kept", len(data))
+            return None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            path = self.directory / name
+            path.write_bytes(data)
+            self._evict(keep=path)
+        except OSError as e:
+            log.warning("cannot spill tool output to %s: %s", self.directory, e)
+            return None
+        return str(path)
+
+    def _evict(self, keep: Path) -> None:
+        files = []
+        for p in self.directory.iterdir():
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            if p.is_file():
+                files.append((st.st_mtime_ns, p.name, p, st.st_size))
+        total = sum(size for *_, size in files)
+        for _, _, p, size in sorted(files):
+            if total <= self.cap_bytes:
+                break
+            if p == keep:
+                continue
+            try:
+                p.unlink()
+                total -= size
+            except OSError as e:
+                log.warning("cannot remove spill file %s: %s", p, e)

@@ -1,0 +1,62 @@
+"""Tool output limits (shell/limits.py): bounded text, the notice, the spill."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pidurable.shell.limits import OutputLimits, Spill, bound, with_notice
+
+
+def test_small_output_is_untouched() -> None:
+    b = bound("a\nb\n", OutputLimits())
+    assert not b.truncated and b.text == "a\nb\n" and with_notice(b, None) == "a\nb\n"
+
+
+def test_head_keeps_whole_lines_under_both_limits() -> None:
+    text = "".join(f"line {i}\n" for i in range(5000))
+    b = bound(text, OutputLimits(max_lines=2000))
+    assert b.truncated and b.kept_lines == 2000 and b.text.startswith("line 0\n") and b.text.endswith("line 1999\n")
+    b = bound(text, OutputLimits(max_bytes=100))
+    assert b.kept_bytes <= 100 and b.text.endswith("\n") and b.text.startswith("line 0")
+    shown = with_notice(b, "/tmp/out.txt")
+    assert shown.endswith(f"[Output truncated to {b.kept_lines} of 5000 lines ({b.kept_bytes} of {len(text)} bytes); full output: /tmp/out.txt]")
+
+
+def test_tail_keeps_the_end_and_puts_the_notice_first() -> None:
+    text = "".join(f"{i}\n" for i in range(10)) + "ERROR at the end\n"
+    b = bound(text, OutputLimits(max_lines=2, retain="tail"))
+    assert b.text == "9\nERROR at the end\n"
+    assert with_notice(b, None).startswith("[Output truncated to 2 of 11 lines")
+
+
+def test_one_huge_line_is_cut_on_a_character_boundary() -> None:
+    text = "é" * 100_000  # 2 bytes each, no newline
+    b = bound(text, OutputLimits(max_bytes=1001))
+    assert b.truncated and b.kept_bytes <= 1001 and set(b.text) == {"é"}
+    b = bound(text, OutputLimits(max_bytes=1001, retain="tail"))
+    assert b.kept_bytes <= 1001 and set(b.text) == {"é"}
+
+
+def test_a_megabyte_output_keeps_only_the_limit() -> None:
+    text = "x" * 1_000_000 + "\n"
+    b = bound(text, OutputLimits())
+    assert b.kept_bytes <= 50 * 1024 and len(with_notice(b, "p")) < 52 * 1024
+
+
+@pytest.mark.parametrize(
+    "kw", [{"max_bytes": 0}, {"max_lines": -1}, {"retain": "middle"}, {"max_bytes": True}, {"max_lines": 1.5}]
+)
+def test_bad_limits_are_refused(kw: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        OutputLimits(**kw)  # type: ignore[arg-type]
+
+
+def test_spill_keeps_the_newest_files_under_the_cap(tmp_path: Path) -> None:
+    spill = Spill(tmp_path / "out", cap_bytes=250)
+    paths = [spill.write(f"{i}.txt", "y" * 100) for i in range(4)]
+    assert all(p is not None for p in paths)
+    left = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert left == ["2.txt", "3.txt"]
+    assert spill.write("big.txt", "z" * 1000) is None  # larger than the cap: not kept
