@@ -1,4 +1,4 @@
-"""Storage adapters: memory and SQLite (JSONL comes later), one protocol."""
+"""Storage adapters behind one protocol: memory (tests) and SQLite."""
 
 from .base import (
     SCHEMA_VERSION,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, assert_never
 
 import attrs
 import cattrs
@@ -165,28 +165,29 @@ class Row:
 
 
 def encode_write(w: Write, seq: int) -> tuple[Row, str]:
-    """The row a write upserts, and its journal text; the record is encoded
-    to JSON once and used for both (same for every adapter)."""
+    """The row a write upserts, and its journal text; the codec encodes the
+    record once for both (same for every adapter)."""
+    rec, journal = codec.encode_write(w)
+    return _row(w, seq, rec), journal
+
+
+def _row(w: Write, seq: int, rec: str) -> Row:
+    """The table row of ``w``, whose record is the JSON text ``rec``."""
     match w:
         case PutConversation(conversation=c):
-            rec = codec.to_json(c)
-            row = Row(
+            return Row(
                 table="conversations",
                 key=(c.id,),
                 columns={"id": c.id, "owner_task_id": c.owner_task_id, "record": rec},
             )
-            return row, f'{{"type":"{w.TAG}","conversation":{rec}}}'
         case PutEntry(entry=e):
-            rec = codec.to_json(e)
-            row = Row(
+            return Row(
                 table="entries",
                 key=(e.id,),
                 columns={"id": e.id, "conversation_id": e.conversation_id, "seq": seq, "record": rec},
             )
-            return row, f'{{"type":"{w.TAG}","entry":{rec}}}'
         case PutSubmission(submission=s):
-            rec = codec.to_json(s)
-            row = Row(
+            return Row(
                 table="submissions",
                 key=(s.id,),
                 columns={
@@ -197,10 +198,8 @@ def encode_write(w: Write, seq: int) -> tuple[Row, str]:
                     "record": rec,
                 },
             )
-            return row, f'{{"type":"{w.TAG}","submission":{rec}}}'
         case PutTask(task=t):
-            rec = codec.to_json(t)
-            row = Row(
+            return Row(
                 table="tasks",
                 key=(t.id,),
                 columns={
@@ -212,34 +211,29 @@ def encode_write(w: Write, seq: int) -> tuple[Row, str]:
                     "record": rec,
                 },
             )
-            return row, f'{{"type":"{w.TAG}","task":{rec}}}'
-        case PutAgent(conversation_id=cid, agent=a):
-            return _doc(w.TAG, cid, AGENT_DOC, "agent", codec.to_json(a), seq)
-        case PutLive(conversation_id=cid, live=live):
-            return _doc(w.TAG, cid, LIVE_DOC, "live", codec.to_json(live), seq)
-        case PutInbox(conversation_id=cid, items=items):
-            return _doc(w.TAG, cid, INBOX_DOC, "items", codec.to_json(items, tuple[InboxItem, ...]), seq)
-        case PutUsage(conversation_id=cid, usage=usage):
-            return _doc(w.TAG, cid, USAGE_DOC, "usage", codec.to_json(usage), seq)
-    raise AssertionError(w)  # pragma: no cover
+        case PutAgent(conversation_id=cid):
+            return _doc(cid, AGENT_DOC, rec, seq)
+        case PutLive(conversation_id=cid):
+            return _doc(cid, LIVE_DOC, rec, seq)
+        case PutInbox(conversation_id=cid):
+            return _doc(cid, INBOX_DOC, rec, seq)
+        case PutUsage(conversation_id=cid):
+            return _doc(cid, USAGE_DOC, rec, seq)
+    assert_never(w)
 
 
-def _doc(tag: str, cid: ConversationId, kind: str, field: str, value: str, seq: int) -> tuple[Row, str]:
-    row = Row(
+def _doc(cid: ConversationId, kind: str, value: str, seq: int) -> Row:
+    return Row(
         table="documents",
         key=(cid, kind),
         columns={"conversation_id": cid, "kind": kind, "seq": seq, "value": value},
     )
-    return row, f'{{"type":"{tag}","conversation_id":{cid},"{field}":{value}}}'
-
-
-def write_row(w: Write, seq: int) -> Row:
-    return encode_write(w, seq)[0]
 
 
 def writes_json(writes: Sequence[Write], seq: int = 0) -> str:
-    """The journal text of a commit's writes (what replay compares)."""
-    return "[" + ",".join(encode_write(w, seq)[1] for w in writes) + "]"
+    """The journal text of a commit's writes (what replay compares); ``seq``
+    only goes into rows, never into the journal text."""
+    return codec.writes_json(writes)
 
 
 def encode_commit(seq: int, writes: Sequence[Write], events: Sequence[Event]) -> tuple[list[Row], str, str]:
@@ -250,12 +244,8 @@ def encode_commit(seq: int, writes: Sequence[Write], events: Sequence[Event]) ->
         row, piece = encode_write(w, seq)
         rows.append(row)
         pieces.append(piece)
-    events_text = codec.dumps([codec.event_to_data(e) for e in events])
-    return rows, events_text, "[" + ",".join(pieces) + "]"
+    return rows, codec.events_json(events), codec.journal_writes(pieces)
 
-
-#: Documents whose every revision is kept (fork "as_of" needs them).
-REWINDABLE_DOCS = frozenset({AGENT_DOC})
 
 DOC_TYPES: dict[str, Any] = {
     AGENT_DOC: AgentConfig,

@@ -6,6 +6,14 @@ class's ``TAG`` (the stable wire tag, never the class name) in a ``"type"``
 field. JSON text is compact and key-ordered as attrs declares fields, so the
 same record always encodes to the same bytes (replay compares bytes).
 
+A commit stores each write twice: its record in a table row, and the write in
+the journal, ``{"type": TAG, <the write's fields in declared order>}`` (the
+same object as ``{"type": TAG, **converter.unstructure(w)}``, tag first). The
+record is the write's last field and is the expensive part, so
+:func:`encode_write` encodes it once and splices that text into the journal
+form; ``WRITE_WIRE`` is derived from the write classes at import, so no module
+spells a journal object by hand.
+
 ``FORMAT_VERSION`` is stored with every journal row; bump it (and add a reader
 for the old one) whenever a persisted shape changes meaning.
 """
@@ -13,13 +21,15 @@ for the old one) whenever a persisted shape changes meaning.
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar, get_type_hints
 
+import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, override
 from cattrs.strategies import configure_tagged_union
 
-from pidurable.core.effects import EFFECT_TYPES, WRITE_TYPES, Effect, Write
+from pidurable.core.effects import WRITE_TYPES, Effect, Write
 from pidurable.core.events import EVENT_TYPES, Event
 from pidurable.core.model import Entry, EntryKind
 
@@ -53,13 +63,11 @@ converter.register_structure_hook(
     Entry, make_dict_structure_fn(Entry, converter, kind=override(struct_hook=_entry_kind))
 )
 
-configure_tagged_union(Event, converter, tag_generator=_tag, tag_name="type")  # type: ignore[arg-type]
-configure_tagged_union(Write, converter, tag_generator=_tag, tag_name="type")  # type: ignore[arg-type]
-configure_tagged_union(Effect, converter, tag_generator=_tag, tag_name="type")  # type: ignore[arg-type]
+configure_tagged_union(Event, converter, tag_generator=_tag, tag_name="type")
+configure_tagged_union(Write, converter, tag_generator=_tag, tag_name="type")
+configure_tagged_union(Effect, converter, tag_generator=_tag, tag_name="type")
 
 _EVENT_BY_TAG = {cl.TAG: cl for cl in EVENT_TYPES}  # type: ignore[attr-defined]
-_WRITE_BY_TAG = {cl.TAG: cl for cl in WRITE_TYPES}  # type: ignore[attr-defined]
-_EFFECT_BY_TAG = {cl.TAG: cl for cl in EFFECT_TYPES}  # type: ignore[attr-defined]
 
 
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
@@ -83,13 +91,9 @@ def from_json(text: str | bytes, cl: type[T]) -> T:
     return converter.structure(json.loads(text), cl)
 
 
-def event_to_data(ev: Event) -> dict[str, Any]:
-    return converter.unstructure(ev, unstructure_as=Event)  # type: ignore[no-any-return]
-
-
 #: Wire tags events had in older journals -> today's tag. Host requests the
-#: core may refuse were renamed ``...Requested`` (issue 8); journals written
-#: before still replay.
+#: core may refuse are named ``...Requested``; journals written under the
+#: older names still replay.
 EVENT_TAG_ALIASES: dict[str, str] = {
     "conversation_created": "conversation_creation_requested",
     "task_created": "task_creation_requested",
@@ -104,12 +108,69 @@ def event_from_data(data: dict[str, Any]) -> Event:
     tag = data.get("type")
     if tag in EVENT_TAG_ALIASES:
         data = {**data, "type": EVENT_TAG_ALIASES[tag]}
-    return converter.structure(data, Event)  # type: ignore[no-any-return,arg-type]
-
-
-def write_to_data(w: Write) -> dict[str, Any]:
-    return converter.unstructure(w, unstructure_as=Write)  # type: ignore[no-any-return]
+    return converter.structure(data, Event)  # type: ignore[arg-type]
 
 
 def write_from_data(data: dict[str, Any]) -> Write:
-    return converter.structure(data, Write)  # type: ignore[no-any-return,arg-type]
+    return converter.structure(data, Write)  # type: ignore[arg-type]
+
+
+# --- writes: the row's record and the journal's object, one encoding ------------
+
+
+@attrs.frozen(kw_only=True)
+class WriteWire:
+    """How one write class looks in the journal: ``head`` + each key field +
+    the record field, derived from the class's ``TAG`` and attrs fields."""
+
+    head: str  #: ``{"type":"pi.agent"``
+    keys: tuple[tuple[str, str], ...]  #: (attribute, ``,"conversation_id":``), scalar ids
+    record: str  #: the attribute holding the record (the last field)
+    record_key: str  #: ``,"agent":``
+    unstructure: Callable[[Any], Any]  #: the converter's hook for the record's declared type
+
+
+def _write_wire(cl: type) -> WriteWire:
+    hints = get_type_hints(cl)
+    *keys, record = attrs.fields(cl)
+    for f in keys:
+        # a key is spliced in with ``str``: only integer ids qualify
+        if getattr(hints[f.name], "__supertype__", hints[f.name]) is not int:
+            raise TypeError(f"{cl.__name__}.{f.name}: only the last field of a write may be a record")
+    return WriteWire(
+        head='{"type":' + dumps(_tag(cl)),
+        keys=tuple((f.name, "," + dumps(f.name) + ":") for f in keys),
+        record=record.name,
+        record_key="," + dumps(record.name) + ":",
+        unstructure=converter.get_unstructure_hook(hints[record.name]),
+    )
+
+
+WRITE_WIRE: dict[type, WriteWire] = {cl: _write_wire(cl) for cl in WRITE_TYPES}
+
+
+def encode_write(w: Write) -> tuple[str, str]:
+    """``(record, journal)``: the write's record as JSON (what its table row
+    stores) and the write as the journal stores it, around the same text."""
+    wire = WRITE_WIRE[type(w)]
+    record = _encode(wire.unstructure(getattr(w, wire.record)))
+    journal = wire.head
+    for attr, key in wire.keys:
+        journal += key + str(getattr(w, attr))
+    return record, journal + wire.record_key + record + "}"
+
+
+def journal_writes(pieces: Iterable[str]) -> str:
+    """The journal's ``writes`` text: a commit's encoded writes as one array."""
+    return "[" + ",".join(pieces) + "]"
+
+
+def writes_json(writes: Sequence[Write]) -> str:
+    """The journal text of ``writes``, byte for byte what a commit stores
+    (replay compares it with the stored text)."""
+    return journal_writes(encode_write(w)[1] for w in writes)
+
+
+def events_json(events: Sequence[Event]) -> str:
+    """The journal's ``events`` text: the events behind a commit."""
+    return _encode([converter.unstructure(e, unstructure_as=Event) for e in events])

@@ -26,7 +26,6 @@ from pidurable.core.model import (
 )
 
 from .base import (
-    REWINDABLE_DOCS,
     JournalRow,
     Loaded,
     StorageError,
@@ -47,7 +46,6 @@ class MemoryStorage:
     def __init__(self) -> None:
         self.name = "memory"
         self._tables: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {t: {} for t in _TABLES}
-        self._revisions: list[tuple[int, str, int, str]] = []
         self._journal: list[JournalRow] = []
         self._store_id = str(uuid.uuid4())
         self._fenced = False
@@ -121,9 +119,6 @@ class MemoryStorage:
         for seq, rows, ev_text, wr_text in encoded:
             for row in rows:
                 self._tables[row.table][row.key] = row.columns
-                if row.table == "documents" and row.columns["kind"] in REWINDABLE_DOCS:
-                    c = row.columns
-                    self._revisions.append((c["conversation_id"], c["kind"], seq, c["value"]))
             self._journal.append(JournalRow(seq=seq, events=ev_text, writes=wr_text))
             self.commits += 1
 

@@ -73,7 +73,6 @@ from pidurable.core.model import (
 
 from . import codec, owner
 from .base import (
-    REWINDABLE_DOCS,
     SCHEMA_VERSION,
     DamagedRecord,
     JournalRow,
@@ -506,12 +505,6 @@ class SqliteStorage:
     def _write_one(conn: sqlite3.Connection, seq: int, rows: list[Any], ev_text: str, wr_text: str) -> None:
         for row in rows:
             conn.execute(UPSERT[row.table], row.columns)
-            if row.table == "documents" and row.columns["kind"] in REWINDABLE_DOCS:
-                conn.execute(
-                    "INSERT OR REPLACE INTO document_revisions (conversation_id, kind, seq, value) "
-                    "VALUES (:conversation_id, :kind, :seq, :value)",
-                    row.columns,
-                )
         conn.execute(
             "INSERT INTO journal (seq, format, events, writes) VALUES (?, ?, ?, ?)",
             (seq, codec.FORMAT_VERSION, ev_text, wr_text),

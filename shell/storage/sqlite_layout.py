@@ -12,11 +12,14 @@ Layout (schema version 1)::
     submissions(id PK, conversation_id, request_id, status, record)
                                                   idx (conversation_id, request_id)
     documents(conversation_id, kind, seq, value)  PK (conversation_id, kind)
-    document_revisions(conversation_id, kind, seq, value)   rewindable docs
+    document_revisions(conversation_id, kind, seq, value)   not written (see below)
     journal(seq PK, format, events, writes)       the events behind each commit
 
 Every record is stored whole as JSON in ``record``; the other columns are
-indexes. ``MIGRATIONS[v]`` upgrades a store from version ``v - 1`` to ``v``
+indexes. ``document_revisions`` is created by the version-1 migration and
+nothing writes or reads it; it stays so that every version-1 store, old or
+new, has the same tables (dropping it would take a version-2 migration, and
+older pidurable releases would then refuse the upgraded stores). ``MIGRATIONS[v]`` upgrades a store from version ``v - 1`` to ``v``
 inside one transaction; a store newer than this code is refused.
 
 ``inspect_store`` only reads: it runs on a read-only connection before the

@@ -87,6 +87,20 @@ def test_schema_version_is_stored(db_path: Path, opened: list[SqliteStorage]) ->
     assert again.schema_version == SCHEMA_VERSION
 
 
+def test_document_revisions_table_is_kept_but_never_written(db_path: Path, opened: list[SqliteStorage]) -> None:
+    """A schema-1 store keeps its document_revisions table (so old and new
+    stores have one layout), but commits write only the current documents."""
+    from pidurable.core.effects import PutAgent
+    from pidurable.core.model import AgentConfig, ModelRef
+
+    store = _open(opened, db_path)
+    cid = ConversationId(1)
+    store.commit(1, [PutConversation(conversation=Conversation(id=cid))], [])
+    store.commit(2, [PutAgent(conversation_id=cid, agent=AgentConfig(model=ModelRef("scripted", "m")))], [])
+    assert store.db.execute("SELECT count(*) FROM documents").fetchone()[0] == 1
+    assert store.db.execute("SELECT count(*) FROM document_revisions").fetchone()[0] == 0
+
+
 def test_newer_schema_version_is_refused(db_path: Path, opened: list[SqliteStorage]) -> None:
     """A store written by a newer pidurable is refused with a StorageError naming both versions, and its lock is released."""
     _open(opened, db_path).close()

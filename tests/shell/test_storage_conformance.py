@@ -9,6 +9,7 @@ as a new process would (memory: the same object after ``close``; SQLite: a new
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -25,6 +26,8 @@ from pidurable.core.effects import (
     PutLive,
     PutSubmission,
     PutTask,
+    PutUsage,
+    WRITE_TYPES,
     Write,
 )
 from pidurable.core.events import (
@@ -58,7 +61,18 @@ from pidurable.core.model import (
     ToolInfo,
     Usage,
 )
-from pidurable.core.state import AGENT_DOC, INBOX_DOC, LIVE_DOC, ConvState, InboxItem, Live, RunInfo, ToolSlot
+from pidurable.core.state import (
+    AGENT_DOC,
+    INBOX_DOC,
+    LIVE_DOC,
+    ConvState,
+    InboxItem,
+    Live,
+    RunInfo,
+    ToolSlot,
+    UsageDoc,
+    UsageTotals,
+)
 from pidurable.shell.storage import MemoryStorage, SqliteStorage, StorageError, StoreFenced, StoreLocked
 from pidurable.shell.storage import codec
 
@@ -464,6 +478,42 @@ def test_journal_holds_the_events_and_writes_of_each_commit(adapter: Adapter) ->
         assert [codec.write_from_data(d) for d in wr_data] == list(writes)
         assert [d["type"] for d in ev_data] == [type(e).TAG for e in events]
         assert [d["type"] for d in wr_data] == [type(w).TAG for w in writes]
+
+
+#: The sample history plus a usage document: every write type once at least.
+USAGE = UsageDoc(
+    models={"scripted:m1": UsageTotals(input_tokens=3, output_tokens=4, calls=1)},
+    tools={"read": UsageTotals(calls=2)},
+)
+GOLDEN_HISTORY = [*HISTORY, (8, [PutUsage(conversation_id=C1, usage=USAGE)], [])]
+#: The journal rows of GOLDEN_HISTORY as the schema-1 encoder wrote them
+#: (recorded once, never regenerated): stores written since must replay.
+GOLDEN_JOURNAL = Path(__file__).parent / "golden" / "journal_v1.jsonl"
+
+
+def test_journal_text_is_byte_identical_to_the_recorded_one(adapter: Adapter) -> None:
+    """The journal text of a fixed history covering every write type is, byte
+    for byte, the recorded schema-1 text, so stores written before replay equal."""
+    store = adapter.open()
+    populate(store, GOLDEN_HISTORY)
+    golden = [json.loads(line) for line in GOLDEN_JOURNAL.read_text(encoding="utf-8").splitlines()]
+    assert [(r.seq, r.events, r.writes) for r in store.journal()] == [
+        (g["seq"], g["events"], g["writes"]) for g in golden
+    ]
+
+
+def test_a_writes_journal_form_is_the_converters_with_the_tag_first() -> None:
+    """codec.encode_write encodes the record once and splices it into the
+    journal object: the text equals the converter's ``{"type": TAG, **fields}``
+    and the record equals the converter's encoding of the record field."""
+    writes = [w for _, ws, _ in GOLDEN_HISTORY for w in ws]
+    assert {type(w) for w in writes} == set(WRITE_TYPES)
+    for w in writes:
+        record, journal = codec.encode_write(w)
+        assert journal == codec.dumps({"type": type(w).TAG, **codec.converter.unstructure(w)})
+        field = attrs.fields(type(w))[-1].name
+        assert record == codec.dumps(codec.converter.unstructure(getattr(w, field)))
+    assert codec.writes_json(writes) == "[" + ",".join(codec.encode_write(w)[1] for w in writes) + "]"
 
 
 # --- atomicity -----------------------------------------------------------------
