@@ -23,7 +23,8 @@ Invariants: ``AdmissionIsAtomic`` (all of 4/5 or nothing), ``RequestIdIsUnique``
 
 from __future__ import annotations
 
-from .effects import Refusal, Tx
+from .draft import Tx
+from .effects import Refusal
 from .events import (
     AgentConfigurationRequested,
     InputSubmitted,
@@ -32,20 +33,25 @@ from .events import (
     SubmissionAbortRequested,
     WriteSubmitted,
 )
-from .handover import start_run
+from .runs import start_run
 from .inbox import append_entry, append_user, boundary, enqueue
-from .lifecycle import next_submission_status, submission_to
+from .lifecycle import SubmissionMove, next_submission_status, submission_to
 from .model import (
     QUEUE_MODES,
     ROOT_CONVERSATION_ID,
     AgentConfig,
     Conversation,
+    ExecutionMode,
+    Reason,
     Submission,
     SubmissionId,
+    SubmissionStatus,
+    SubmissionType,
 )
-from .state import ConvState, InboxItem
+from .state import ConvState, InboxItem, InboxMode
 
-WHEN_BUSY = ("follow_up", "steer", "reject")
+#: ``InputSubmitted.when_busy`` values: a queue mode, or refuse while busy.
+WHEN_BUSY: tuple[str, ...] = (InboxMode.FOLLOW_UP, InboxMode.STEER, "reject")
 
 
 def on_input_submitted(tx: Tx, ev: InputSubmitted) -> None:
@@ -62,7 +68,7 @@ def on_input_submitted(tx: Tx, ev: InputSubmitted) -> None:
         )
         return
 
-    if _deduplicated(tx, ev.ticket, conv.id, ev.request_id, ev.existing, "input"):
+    if _deduplicated(tx, ev.ticket, conv.id, ev.request_id, ev.existing, SubmissionType.INPUT):
         return
 
     if conv.busy and ev.when_busy == "reject":
@@ -71,15 +77,15 @@ def on_input_submitted(tx: Tx, ev: InputSubmitted) -> None:
 
     sid = SubmissionId(tx.alloc_id())
     if conv.busy or conv.inbox:
-        mode = "steer" if ev.when_busy == "steer" else "follow_up"
-        _queue(tx, conv, "input", ev.request_id, InboxItem(submission_id=sid, mode=mode, content=ev.content))
+        mode = InboxMode.STEER if ev.when_busy == InboxMode.STEER else InboxMode.FOLLOW_UP
+        _queue(tx, conv, SubmissionType.INPUT, ev.request_id, InboxItem(submission_id=sid, mode=mode, content=ev.content))
     else:
         entry_id = append_user(tx, conv.id, ev.content)
         sub = Submission(
             id=sid,
             conversation_id=conv.id,
-            type="input",
-            status=next_submission_status(None, "admit_idle"),
+            type=SubmissionType.INPUT,
+            status=next_submission_status(None, SubmissionMove.ADMIT_IDLE),
             request_id=ev.request_id,
             entry_id=entry_id,
         )
@@ -105,7 +111,7 @@ def on_agent_configured(tx: Tx, ev: AgentConfigurationRequested) -> None:
     if ev.conversation_id not in tx.conversations:
         tx.refuse(ev.ticket, Refusal.NOT_FOUND, f"Conversation {ev.conversation_id} does not exist")
         return
-    if ev.agent.tool_execution not in ("parallel", "sequential"):
+    if ev.agent.tool_execution not in (ExecutionMode.PARALLEL, ExecutionMode.SEQUENTIAL):
         tx.refuse(
             ev.ticket, Refusal.INVALID, f"tool_execution must be 'parallel' or 'sequential', not {ev.agent.tool_execution!r}",
         )
@@ -114,7 +120,7 @@ def on_agent_configured(tx: Tx, ev: AgentConfigurationRequested) -> None:
     tx.respond(ev.ticket, ev.conversation_id)
 
 
-def _queue(tx: Tx, conv: ConvState, kind: str, request_id: str | None, item: InboxItem) -> None:
+def _queue(tx: Tx, conv: ConvState, kind: SubmissionType, request_id: str | None, item: InboxItem) -> None:
     """Admit on a busy conversation (or behind queued items): a ``queued``
     submission and its inbox item; on an idle one a final boundary then places
     the queue in order (and may start a run)."""
@@ -123,7 +129,7 @@ def _queue(tx: Tx, conv: ConvState, kind: str, request_id: str | None, item: Inb
             id=item.submission_id,
             conversation_id=conv.id,
             type=kind,
-            status=next_submission_status(None, "admit_busy"),
+            status=next_submission_status(None, SubmissionMove.ADMIT_BUSY),
             request_id=request_id,
         )
     )
@@ -135,7 +141,7 @@ def _queue(tx: Tx, conv: ConvState, kind: str, request_id: str | None, item: Inb
 
 
 def _deduplicated(
-    tx: Tx, ticket: int, cid: int, request_id: str | None, existing: Submission | None, kind: str
+    tx: Tx, ticket: int, cid: int, request_id: str | None, existing: Submission | None, kind: SubmissionType
 ) -> bool:
     """Answer a repeated ``request_id`` with the existing submission (or an
     error when it names the other type). True when the call is answered."""
@@ -165,20 +171,20 @@ def on_write_submitted(tx: Tx, ev: WriteSubmitted) -> None:
     if not isinstance(ev.content, str) or not ev.kind:
         tx.refuse(ev.ticket, Refusal.INVALID, "A write needs a string content and a non-empty kind")
         return
-    if _deduplicated(tx, ev.ticket, conv.id, ev.request_id, ev.existing, "write"):
+    if _deduplicated(tx, ev.ticket, conv.id, ev.request_id, ev.existing, SubmissionType.WRITE):
         return
     sid = SubmissionId(tx.alloc_id())
     if conv.busy or conv.inbox:
-        item = InboxItem(submission_id=sid, mode="write", content=ev.content, kind=ev.kind, data=ev.data)
-        _queue(tx, conv, "write", ev.request_id, item)
+        item = InboxItem(submission_id=sid, mode=InboxMode.WRITE, content=ev.content, kind=ev.kind, data=ev.data)
+        _queue(tx, conv, SubmissionType.WRITE, ev.request_id, item)
     else:
         entry_id = append_entry(tx, conv.id, ev.kind, ev.content, ev.data)
         tx.put_submission(
             Submission(
                 id=sid,
                 conversation_id=conv.id,
-                type="write",
-                status=next_submission_status(None, "admit_write"),
+                type=SubmissionType.WRITE,
+                status=next_submission_status(None, SubmissionMove.ADMIT_WRITE),
                 request_id=ev.request_id,
                 entry_id=entry_id,
             )
@@ -198,12 +204,12 @@ def on_submission_abort_requested(tx: Tx, ev: SubmissionAbortRequested) -> None:
     if sub.settled:
         tx.respond(ev.ticket, sub.id, data="settled")
         return
-    if sub.status == "placed":
+    if sub.status is SubmissionStatus.PLACED:
         tx.respond(ev.ticket, sub.id, data="already_placed")
         return
     cid = sub.conversation_id
     tx.set_inbox(cid, tuple(i for i in tx.conv(cid).inbox if i.submission_id != sub.id))
-    tx.put_submission(submission_to(sub, "withdraw", reason="aborted"))
+    tx.put_submission(submission_to(sub, SubmissionMove.WITHDRAW, reason=Reason.ABORTED))
     tx.respond(ev.ticket, sub.id, data="aborted")
 
 

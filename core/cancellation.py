@@ -33,21 +33,23 @@ from __future__ import annotations
 
 import attrs
 
-from .effects import Refusal, Tx
+from .draft import Tx
+from .effects import Refusal
 from .events import ConversationAbortRequested, ConversationCreationRequested, TaskAbortRequested
-from .handover import cleanup, finish_task, mark
 from .inbox import withdraw_inputs
-from .lifecycle import task_to
+from .lifecycle import TaskMove, task_to
 from .model import (
     Conversation,
     ConversationId,
     Outcome,
     OutcomeStatus,
+    Reason,
     Task,
     TaskStatus,
 )
+from .settlement import cleanup, finish_task, mark
 from .ownership import conversations_below, has_owned_work, owned_work, owner_chain, reached_from_conversation
-from .state import ConvState
+from .state import ConvState, InboxMode
 
 
 def on_conversation_abort_requested(tx: Tx, ev: ConversationAbortRequested) -> None:
@@ -135,13 +137,13 @@ def reconcile(tx: Tx) -> None:
                     mark(tx, current)
                     changed = True
             for cid in conversations_below(tx.tasks, tx.conversations, task.id):
-                if any(i.mode != "write" for i in tx.conv(cid).inbox):
+                if any(i.mode != InboxMode.WRITE for i in tx.conv(cid).inbox):
                     withdraw_inputs(tx, cid)
                     changed = True
         for task in sorted(tx.tasks.values(), key=lambda t: t.id):
             if task.status is TaskStatus.COMPLETING and not has_owned_work(tx.tasks, tx.conversations, task.id):
                 assert task.outcome is not None
-                tx.put_task(task_to(task, "drain", ended_at=tx.now))
+                tx.put_task(task_to(task, TaskMove.DRAIN, ended_at=tx.now))
                 changed = True
 
 
@@ -157,7 +159,7 @@ def abort_ready(tx: Tx, task: Task) -> bool:
     )
 
 
-def orphan(tx: Tx, task: Task, reason: str) -> None:
+def orphan(tx: Tx, task: Task, reason: Reason) -> None:
     """Abort of a task whose definition is missing: no task code runs; the
     outcome is ``orphaned`` and the harness cleans up after it."""
     cleanup(tx, task, reason=reason, detail=None)

@@ -20,10 +20,10 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from .model import Entry, EntryKind, ToolCall
+from .model import Entry, EntryKind, StopReason, ToolCall
 
 MISSING_RESULT = "Tool result unavailable: history ends before this call completed."
-_HIDDEN_STOPS = frozenset({"error", "aborted"})
+_HIDDEN_STOPS = frozenset({StopReason.ERROR, StopReason.ABORTED})
 
 
 @attrs.frozen(kw_only=True)

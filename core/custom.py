@@ -41,18 +41,22 @@ from __future__ import annotations
 import attrs
 
 from .cancellation import no_cycle
-from .effects import MigrateTask, Refusal, RunPhase, Tx
+from .draft import Tx
+from .effects import MigrateTask, Refusal, RunPhase
 from .events import MemoRequested, MigrationFinished, PhaseReturned, TaskCommitRequested, TaskCreationRequested
-from .handover import fault, finish_task
-from .lifecycle import task_to
+from .lifecycle import TaskMove, task_to
+from .settlement import fault, finish_task
 from .model import (
     GENERATION,
     TOOL,
     Outcome,
+    InvocationMode,
     OutcomeStatus,
+    Reason,
     Task,
     TaskId,
     TaskStatus,
+    WaitPolicy,
 )
 from .ownership import owned_work
 
@@ -60,20 +64,20 @@ BUILT_IN = frozenset({GENERATION, TOOL})
 
 
 
-def blocked_reason(tx: Tx, task: Task) -> str | None:
+def blocked_reason(tx: Tx, task: Task) -> Reason | None:
     """Why a custom task cannot run now, or None when it can."""
     info = tx.task_catalog.get(task.kind)
     if info is None:
-        return "missing_task"
+        return Reason.MISSING_TASK
     if info.version < task.version:
-        return "task_too_old"
+        return Reason.TASK_TOO_OLD
     if info.version > task.version:
         if not info.has_migrate or tx.failed_migrations.get(task.id) == info.version:
-            return "migration_failed"
+            return Reason.MIGRATION_FAILED
     return None
 
 
-def _start(tx: Tx, task: Task, mode: str) -> None:
+def _start(tx: Tx, task: Task, mode: InvocationMode) -> None:
     tx.invocations = tx.invocations | {task.id}
     tx.act(RunPhase(task_id=task.id, kind=task.kind, mode=mode, checkpoint=dict(task.checkpoint)))
 
@@ -99,9 +103,9 @@ def on_reserve(tx: Tx, task: Task) -> None:
         return
     # The reservation stays in memory: recovery turns running back into
     # pending anyway, and the phase's own commits are the durable progress.
-    running = task_to(task, "reserve", started_at=task.started_at or tx.now)
+    running = task_to(task, TaskMove.RESERVE, started_at=task.started_at or tx.now)
     tx.put_task(running, durable=False)
-    _start(tx, running, "run")
+    _start(tx, running, InvocationMode.RUN)
 
 
 def on_abort(tx: Tx, task: Task) -> None:
@@ -117,9 +121,9 @@ def on_abort(tx: Tx, task: Task) -> None:
     if not info.has_abort:
         finish_task(tx, task, Outcome(status=OutcomeStatus.ABORTED))
         return
-    running = task_to(task, "reserve")
+    running = task_to(task, TaskMove.RESERVE)
     tx.put_task(running, durable=False)
-    _start(tx, running, "abort")
+    _start(tx, running, InvocationMode.ABORT)
 
 
 def on_task_created(tx: Tx, ev: TaskCreationRequested) -> None:
@@ -171,12 +175,14 @@ def on_task_committed(tx: Tx, ev: TaskCommitRequested) -> None:
         tx.refuse(ev.ticket, Refusal.INVALID, problem)
         return
     assert task is not None
-    if ev.status == "running":
+    if ev.status == TaskStatus.RUNNING:
         assert ev.checkpoint is not None
-        tx.put_task(task_to(task, "checkpoint", checkpoint=dict(ev.checkpoint)))
-    elif ev.status == "waiting":
+        tx.put_task(task_to(task, TaskMove.CHECKPOINT, checkpoint=dict(ev.checkpoint)))
+    elif ev.status == TaskStatus.WAITING:
         assert ev.checkpoint is not None
-        tx.put_task(task_to(task, "wait", checkpoint=dict(ev.checkpoint), on=tuple(ev.on), policy=ev.policy))
+        tx.put_task(task_to(
+                task, TaskMove.WAIT, checkpoint=dict(ev.checkpoint), on=tuple(ev.on), policy=WaitPolicy(ev.policy)
+            ))
     else:
         assert ev.outcome is not None
         finish_task(tx, task, ev.outcome)
@@ -188,30 +194,30 @@ def _commit_problem(tx: Tx, task: Task | None, ev: TaskCommitRequested) -> str |
         return f"Task {ev.task_id} is terminal"
     if ev.task_id not in tx.invocations or task.status is not TaskStatus.RUNNING:
         return f"Task {ev.task_id} is {task.status.value}: its invocation has ended"
-    if ev.mode == "run" and task.abort_requested:
+    if ev.mode == InvocationMode.RUN and task.abort_requested:
         return f"Task {ev.task_id} has a durable abort mark"
-    if ev.status == "running" or ev.status == "waiting":
+    if ev.status in (TaskStatus.RUNNING, TaskStatus.WAITING):
         info = tx.task_catalog.get(task.kind)
         phase = (ev.checkpoint or {}).get("phase")
         if not isinstance(phase, str):
             return "A checkpoint needs a string 'phase'"
         if info is not None and phase not in info.phases:
             return f"{task.kind} has no phase {phase!r}"
-    if ev.status == "waiting":
-        if ev.mode == "abort":
+    if ev.status == TaskStatus.WAITING:
+        if ev.mode == InvocationMode.ABORT:
             return f"The abort handler of task {ev.task_id} cannot wait"
-        if ev.policy not in ("allSettled", "failFast"):
+        if ev.policy not in (WaitPolicy.ALL_SETTLED, WaitPolicy.FAIL_FAST):
             return f"policy must be 'allSettled' or 'failFast', not {ev.policy!r}"
         cycle = no_cycle(tx, task, ev.on)
         if cycle is not None:
             return cycle
-        if ev.policy == "failFast":
+        if ev.policy == WaitPolicy.FAIL_FAST:
             mine = {t.id for t in owned_work(tx.tasks, tx.conversations, task.id)}
             for tid in ev.on:
                 if tid not in mine and tid in tx.tasks:
                     return f"Task {task.id} can wait failFast only on tasks it owns ({tid})"
         return None
-    if ev.status == "terminal":
+    if ev.status == TaskStatus.TERMINAL:
         if ev.outcome is None or ev.outcome.status not in (
             OutcomeStatus.COMPLETED,
             OutcomeStatus.FAILED,
@@ -219,7 +225,7 @@ def _commit_problem(tx: Tx, task: Task | None, ev: TaskCommitRequested) -> str |
         ):
             return "A terminal commit needs an outcome: completed, failed or aborted"
         return None
-    if ev.status not in ("running", "waiting", "terminal"):
+    if ev.status not in (TaskStatus.RUNNING, TaskStatus.WAITING, TaskStatus.TERMINAL):
         return f"status must be running, waiting or terminal, not {ev.status!r}"
     return None
 
@@ -232,9 +238,9 @@ def on_phase_returned(tx: Tx, ev: PhaseReturned) -> None:
     if task is None or task.status is not TaskStatus.RUNNING:
         return  # rule 1: it committed waiting/terminal, or was interrupted
     if ev.cancelled:
-        tx.put_task(task_to(task, "interrupt"), durable=False)
+        tx.put_task(task_to(task, TaskMove.INTERRUPT), durable=False)
         return
-    if ev.mode == "abort":
+    if ev.mode == InvocationMode.ABORT:
         message = ev.error or f"Abort handler of task {task.id} returned without a terminal outcome"
         fault(tx, task, message)
         return
@@ -247,9 +253,9 @@ def on_phase_returned(tx: Tx, ev: PhaseReturned) -> None:
     info = tx.task_catalog.get(task.kind)
     if info is None or task.phase not in info.phases:
         # the definition went away or changed shape: stop here, blocked
-        tx.put_task(task_to(task, "interrupt"), durable=True)
+        tx.put_task(task_to(task, TaskMove.RELEASE), durable=True)
         return
-    _start(tx, task, "run")
+    _start(tx, task, InvocationMode.RUN)
 
 
 def on_memo_requested(tx: Tx, ev: MemoRequested) -> None:

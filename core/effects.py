@@ -11,13 +11,16 @@ follows it) form one atomic transaction.
 
 A ``Write`` replaces a whole record (tasks, submissions, documents) or appends
 one (conversations, entries are immutable and written once).
+
+``WRITE_TYPES`` / ``EFFECT_TYPES`` are derived from the unions (the shell's
+codec registers one wire tag per member); the builder that handlers write
+into is :class:`~pidurable.core.draft.Tx`, in ``draft.py``.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeAlias
-
 import enum
+from typing import ClassVar, TypeAlias, get_args
 
 import attrs
 
@@ -27,14 +30,14 @@ from .model import (
     ConversationId,
     Entry,
     EntryId,
+    InvocationMode,
     Json,
     ModelRef,
     Submission,
     Task,
     TaskId,
-    TaskStatus,
 )
-from .state import ConvState, InboxItem, Live, State, UsageDoc
+from .state import InboxItem, Live, State, UsageDoc
 
 
 # --- writes (the content of one Commit) -----------------------------------
@@ -95,16 +98,7 @@ class PutUsage:
 Write: TypeAlias = (
     PutConversation | PutEntry | PutSubmission | PutTask | PutAgent | PutLive | PutInbox | PutUsage
 )
-WRITE_TYPES: tuple[type, ...] = (
-    PutConversation,
-    PutEntry,
-    PutSubmission,
-    PutTask,
-    PutAgent,
-    PutLive,
-    PutInbox,
-    PutUsage,
-)
+WRITE_TYPES: tuple[type, ...] = get_args(Write)
 
 
 def write_key(w: Write) -> tuple[str, int]:
@@ -205,7 +199,7 @@ class RunPhase:
     TAG: ClassVar[str] = "run_phase"
     task_id: TaskId
     kind: str
-    mode: str
+    mode: InvocationMode
     checkpoint: dict[str, Json]
 
 
@@ -326,22 +320,10 @@ Effect: TypeAlias = (
     | Cancel
     | Respond
 )
-EFFECT_TYPES: tuple[type, ...] = (
-    Commit,
-    CallModel,
-    PollModel,
-    CancelDeferred,
-    PrepareTool,
-    RunTool,
-    RunPhase,
-    MigrateTask,
-    Sleep,
-    Cancel,
-    Respond,
-)
+EFFECT_TYPES: tuple[type, ...] = get_args(Effect)
 
 
-# --- the result of a step, and the builder handlers write into --------------
+# --- the result of a step ---------------------------------------------------
 
 
 @attrs.frozen(kw_only=True)
@@ -350,162 +332,3 @@ class Step:
 
     state: State
     effects: tuple[Effect, ...] = ()
-
-
-class Tx:
-    """The working draft of one step (local to one ``step`` call).
-
-    Handlers record decisions here: each ``put_*`` both updates the draft state
-    and records the write; acts and replies are queued. ``finish`` turns the
-    draft into a frozen :class:`Step` whose effects are ``[Commit(all writes),
-    acts..., replies...]``: every intent is durable before any act starts, and a
-    host hears an answer only once it is durable. A ``Tx`` never escapes
-    ``step``; the input state is never mutated.
-    """
-
-    def __init__(self, state: State, now: int) -> None:
-        self.now = now
-        self._writes: dict[tuple[str, int], Write] = {}
-        self._acts: list[Effect] = []
-        self._replies: list[Effect] = []
-        self.state = state
-
-    # The draft keeps the state's parts as plain fields, copied on first
-    # write (the input State's mappings are never mutated), and builds a new
-    # State once, in finish(): a step costs O(live), not O(puts x live).
-    @property
-    def state(self) -> State:
-        return attrs.evolve(
-            self._base,
-            next_id=self.next_id,
-            tasks=self.tasks,
-            submissions=self.submissions,
-            conversations=self.conversations,
-            catalog=self.catalog,
-            task_catalog=self.task_catalog,
-            invocations=self.invocations,
-            failed_migrations=self.failed_migrations,
-            scheduling=self.scheduling,
-            settings=self.settings,
-        )
-
-    @state.setter
-    def state(self, state: State) -> None:
-        self._base = state
-        self.next_id = state.next_id
-        self.tasks = state.tasks
-        self.submissions = state.submissions
-        self.conversations = state.conversations
-        self.catalog = state.catalog
-        self.task_catalog = state.task_catalog
-        self.invocations = state.invocations
-        self.failed_migrations = state.failed_migrations
-        self.scheduling = state.scheduling
-        self.settings = state.settings
-        self._own: set[str] = set()
-
-    def _owned(self, name: str) -> dict[Any, Any]:
-        if name not in self._own:
-            setattr(self, name, dict(getattr(self, name)))
-            self._own.add(name)
-        return getattr(self, name)  # type: ignore[no-any-return]
-
-    # ids -------------------------------------------------------------------
-    def alloc_id(self) -> int:
-        i = self.next_id
-        self.next_id = i + 1
-        return i
-
-    # records ---------------------------------------------------------------
-    def write(self, w: Write) -> None:
-        self._writes[write_key(w)] = w
-
-    def put_task(self, task: Task, *, durable: bool = True) -> None:
-        """Replace a task in the draft; ``durable=False`` changes only memory
-        (a reservation whose intent is already stored)."""
-        tasks = self._owned("tasks")
-        if task.status is TaskStatus.TERMINAL:
-            tasks.pop(task.id, None)
-        else:
-            tasks[task.id] = task
-        if durable:
-            self.write(PutTask(task=task))
-
-    def put_submission(self, sub: Submission) -> None:
-        subs = self._owned("submissions")
-        if sub.settled:
-            subs.pop(sub.id, None)
-        else:
-            subs[sub.id] = sub
-        self.write(PutSubmission(submission=sub))
-
-    def put_entry(self, entry: Entry) -> None:
-        self.write(PutEntry(entry=entry))
-
-    def put_conversation(self, conv: ConvState) -> None:
-        self._owned("conversations")[conv.id] = conv
-        self.write(PutConversation(conversation=conv.conversation))
-        self.write(PutAgent(conversation_id=conv.id, agent=conv.agent))
-        self.write(PutLive(conversation_id=conv.id, live=conv.live))
-        self.write(PutInbox(conversation_id=conv.id, items=conv.inbox))
-
-    def conv(self, cid: ConversationId) -> ConvState:
-        return self.conversations[cid]
-
-    def _replace_conv(self, conv: ConvState) -> None:
-        self._owned("conversations")[conv.id] = conv
-
-    def set_live(self, cid: ConversationId, live: Live) -> None:
-        conv = self.conv(cid)
-        if conv.live == live:
-            return
-        self._replace_conv(attrs.evolve(conv, live=live))
-        self.write(PutLive(conversation_id=cid, live=live))
-
-    def set_inbox(self, cid: ConversationId, items: tuple[InboxItem, ...]) -> None:
-        conv = self.conv(cid)
-        if conv.inbox == items:
-            return
-        self._replace_conv(attrs.evolve(conv, inbox=items))
-        self.write(PutInbox(conversation_id=cid, items=items))
-
-    def set_usage(self, cid: ConversationId, usage: UsageDoc) -> None:
-        conv = self.conv(cid)
-        if conv.usage == usage:
-            return
-        self._replace_conv(attrs.evolve(conv, usage=usage))
-        self.write(PutUsage(conversation_id=cid, usage=usage))
-
-    def set_agent(self, cid: ConversationId, agent: AgentConfig) -> None:
-        conv = self.conv(cid)
-        if conv.agent == agent:
-            return
-        self._replace_conv(attrs.evolve(conv, agent=agent))
-        self.write(PutAgent(conversation_id=cid, agent=agent))
-
-    # effects ---------------------------------------------------------------
-    def act(self, effect: Effect) -> None:
-        self._acts.append(effect)
-
-    def respond(self, ticket: int, value: int | None = None, *, data: Any = None) -> None:
-        """Accept the host request ``ticket`` (answered after the commit)."""
-        self._replies.append(Respond(ticket=ticket, reply=Accepted(value=value, data=data)))
-
-    def refuse(self, ticket: int, kind: Refusal, message: str) -> None:
-        """Refuse the host request ``ticket``; the handler writes nothing."""
-        self._replies.append(Respond(ticket=ticket, reply=Refused(kind=kind, message=message)))
-
-    @property
-    def has_writes(self) -> bool:
-        return bool(self._writes)
-
-    def finish(self) -> Step:
-        effects: list[Effect] = []
-        state = self.state
-        if self._writes:
-            effects.append(Commit(seq=state.next_seq, writes=tuple(self._writes.values())))
-            state = attrs.evolve(state, next_seq=state.next_seq + 1)
-        effects.extend(self._acts)
-        effects.extend(self._replies)
-        return Step(state=state, effects=tuple(effects))
-

@@ -17,7 +17,7 @@ class name) used by the shell's codec.
 
 from __future__ import annotations
 
-from typing import ClassVar, TypeAlias
+from typing import ClassVar, TypeAlias, get_args
 
 import attrs
 
@@ -447,33 +447,5 @@ Event: TypeAlias = (
     | InvocationFailed
 )
 
-EVENT_TYPES: tuple[type, ...] = (
-    Opened,
-    Resumed,
-    RegistryChanged,
-    RootRequested,
-    AgentConfigurationRequested,
-    InputSubmitted,
-    WriteSubmitted,
-    SubmissionAbortRequested,
-    SettingsChanged,
-    ConversationAbortRequested,
-    TaskAbortRequested,
-    ConversationCreationRequested,
-    TaskCreationRequested,
-    TaskCommitRequested,
-    PhaseReturned,
-    MemoRequested,
-    MigrationFinished,
-    ModelResponded,
-    ModelFailed,
-    ModelStreamed,
-    ModelDeferred,
-    TimerFired,
-    ToolPrepared,
-    ToolRejected,
-    ToolFinished,
-    ToolFailed,
-    ToolProcessStarted,
-    InvocationFailed,
-)
+#: The members of ``Event`` (derived: the union is written once).
+EVENT_TYPES: tuple[type, ...] = get_args(Event)

@@ -2,137 +2,449 @@
 
 Theory of operation
 -------------------
-Checkpoints (``phase``):
+``MACHINE`` below is the kind's phase table; every decision about a
+generation task is one of its rows (phases.py applies them: the handler
+decides, the row says which phase comes next). Checkpoints are the typed
+records of checkpoints.py:
 
 ========== ======================================================================
-prepare    ``{attempt}`` - nothing pinned yet.
-request    ``{attempt, model, cutoff}`` - the intent: which model, and the
-           newest entry the request may see. A recovered task re-sends exactly
-           this request (same model, same cutoff), it never re-prepares.
-tools      ``{assistant, tools, pending}`` held inside ``waiting`` on the round's
+prepare    ``attempt`` - nothing pinned yet.
+request    ``attempt, model, cutoff`` - the intent: which model, and the newest
+           entry the request may see. A recovered task re-sends exactly this
+           request (same model, same cutoff), it never re-prepares.
+retry      ``attempt, until`` - a retryable failure is waited out (durable
+           backoff: after a restart only the remaining time is waited).
+poll       ``attempt, model, cutoff, handle, poll_at`` - a deferred answer is
+           fetched by its saved handle; a second request is never sent.
+tools      ``assistant, tools, pending`` held inside ``waiting`` on the round's
            tool tasks (policy allSettled); ``pending`` keeps the calls of a
-           sequential batch that have no task yet.
+           sequential batch that have no task yet (rounds.py).
 ========== ======================================================================
 
-Transitions (``PHASES`` below is the table; handlers are named after its rows):
+The rows' effects:
 
-- reserve at ``prepare`` -> commit ``running request{model, cutoff}`` + CallModel.
-  No model configured -> the run fails ``no_model``.
-- reserve at ``request`` (recovery) -> CallModel with the pinned values.
-- ``ModelResponded`` without tool calls -> *answer*: assistant entry, inputs
-  ``done`` with ``answer_entry_id``, run ended, task ``completed`` - one commit;
-  then the final boundary may start the next run.
-- ``ModelResponded`` with tool calls -> *tool round*: assistant entry + one
-  ``pi.tool`` task per call (sequential: only the first) + ``waiting tools`` -
-  one commit.
-- ``ModelFailed`` -> the error assistant entry, inputs ``unanswered`` with the
-  reason (``model_error``/``no_model``) and the provider's message, task
-  ``failed`` - one commit.
-- reserve at ``tools`` (every tool task terminal) -> the next sequential call,
-  or the hand-over to a successor generation (``handover.py``).
+- ``(prepare, reserve)`` -> commit ``running request{model, cutoff}`` +
+  ``CallModel``; ``(prepare, no_model)`` -> the run fails ``no_model``.
+- ``(request, reserve)`` (recovery) -> ``CallModel`` with the pinned values.
+- ``answer`` -> assistant entry, inputs ``done`` with ``answer_entry_id``, run
+  ended, task ``completed`` - one commit; then the final boundary may start
+  the next run.
+- ``tool_calls`` -> the tool round (rounds.py): assistant entry + one
+  ``pi.tool`` task per call + ``waiting tools`` - one commit.
+- ``model_failed`` -> the error assistant entry, inputs ``unanswered`` with
+  the reason and the provider's message, task ``failed`` - one commit;
+  ``model_failed_retryable`` (retries left) -> ``retry`` + ``Sleep``, and
+  ``(retry, timer_fired)`` goes back to ``prepare`` with the next attempt.
+- ``abort`` (every phase; the round's tool tasks are terminal by then) ->
+  unstarted sequential calls answered "aborted", inputs
+  ``unanswered/aborted``, task ``aborted``.
 
 Invariants: ``IntentBeforeRequest`` (CallModel only after ``request`` is
 stored), ``RoundIsAtomic`` (assistant entry and its tool tasks in one commit).
-Events for a task that is not running at the expected phase and attempt are
-stale (from an invocation that ended) and ignored.
+Events for a task that is not running at a phase with a row for them, or for
+another attempt, are stale (from an invocation that ended) and ignored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+import enum
+from collections.abc import Mapping
 
 import attrs
 
-from .effects import CallModel, CancelDeferred, PollModel, Sleep, Tx
-from . import tools
-from .events import ModelDeferred, ModelFailed, ModelResponded, ModelStreamed, PreparedCall, TimerFired
-from .handover import end_run, finish_task, hand_over, initial_generation_checkpoint, start_run
-from .inbox import boundary
-from .lifecycle import task_to
+from . import rounds
+from .checkpoints import (
+    GenerationPhase,
+    PollCheckpoint,
+    PrepareCheckpoint,
+    RequestCheckpoint,
+    RetryCheckpoint,
+    ToolsCheckpoint,
+    parse_generation,
+)
+from .draft import Tx
+from .effects import CallModel, CancelDeferred, PollModel, Sleep
+from .events import ModelDeferred, ModelFailed, ModelResponded, ModelStreamed, TimerFired
+from .lifecycle import TaskMove
 from .model import (
-    TOOL,
+    GENERATION,
     AgentConfig,
-    EntryId,
     Entry,
+    EntryId,
     EntryKind,
-    ModelRef,
     Outcome,
     OutcomeStatus,
+    Reason,
+    ResultCode,
+    StopReason,
     SubmissionStatus,
     Task,
     TaskId,
-    TaskStatus,
     ToolCall,
     Usage,
 )
-from .state import ToolSlot, UsageTotals
+from .phases import END, Machine, Row, Turn
+from .inbox import boundary
+from .runs import end_run, start_run
+from .settlement import fault, finish_task
+from .state import UsageTotals
 
-# (phase, input) -> next phase ("-" = terminal). The handlers below implement
-# the rows; tests/core/test_phase_tables.py checks that the phases a task can
-# be reserved at are exactly the ones with a reserve handler.
-PHASES: Mapping[tuple[str, str], str] = {
-    ("prepare", "reserve"): "request",
-    ("request", "model_failed_retryable"): "retry",
-    ("request", "model_deferred"): "poll",
-    ("retry", "reserve"): "retry",
-    ("retry", "timer_fired"): "prepare",
-    ("poll", "reserve"): "poll",
-    ("poll", "timer_fired"): "poll",
-    ("poll", "model_deferred"): "poll",
-    ("poll", "answer"): "-",
-    ("poll", "tool_calls"): "tools",
-    ("poll", "model_failed"): "-",
-    ("prepare", "no_model"): "-",
-    ("request", "reserve"): "request",
-    ("request", "answer"): "-",
-    ("request", "tool_calls"): "tools",
-    ("request", "model_failed"): "-",
-    ("tools", "reserve_pending"): "tools",
-    ("tools", "reserve_done"): "-",
-}
+
+class GenerationInput(enum.StrEnum):
+    """What can happen to a generation task (the inputs of ``MACHINE``)."""
+
+    #: The scheduler picked it (at prepare: a model is configured).
+    RESERVE = "reserve"
+    #: Picked at prepare, but the conversation has no model.
+    NO_MODEL = "no_model"
+    #: A partial of the answer streamed in.
+    STREAMED = "streamed"
+    #: The model answered without tool calls.
+    ANSWER = "answer"
+    #: The model answered with tool calls.
+    TOOL_CALLS = "tool_calls"
+    #: The provider will answer later (a handle to poll).
+    DEFERRED = "model_deferred"
+    #: The request failed for good (or no retries are left).
+    FAILED = "model_failed"
+    #: The request failed retryably and retries are left.
+    FAILED_RETRYABLE = "model_failed_retryable"
+    #: The saved deadline (backoff end, next poll) arrived.
+    TIMER_FIRED = "timer_fired"
+    #: Picked at tools, with calls of a sequential batch left.
+    NEXT_CALL = "next_call"
+    #: Picked at tools, with every call settled.
+    ROUND_DONE = "round_done"
+    #: Its abort handler runs (abort-marked, nothing below it live).
+    ABORT = "abort"
+
+
+# --- the rows' handlers ------------------------------------------------------
+
+
+def _prepare(turn: Turn, _: None) -> None:
+    """Pin model and cutoff (the intent), then call the model."""
+    tx, task = turn.tx, turn.task
+    cp = turn.checkpoint
+    assert isinstance(cp, PrepareCheckpoint)
+    conv = tx.conv(task.conversation_id)
+    model = conv.agent.model
+    assert model is not None  # classified NO_MODEL otherwise
+    # Ids are global and increasing: every entry the conversation has now has
+    # an id below next_id, every later one above it.
+    request = RequestCheckpoint(attempt=cp.attempt, model=model, cutoff=EntryId(tx.next_id - 1))
+    running = turn.store(TaskMove.RESERVE, request, started_at=task.started_at or tx.now)
+    tx.set_live(task.conversation_id, attrs.evolve(conv.live, attempt=cp.attempt))
+    _call_model(tx, running, request)
+
+
+def _no_model(turn: Turn, _: None) -> None:
+    _fail(turn.tx, turn.task, reason=Reason.NO_MODEL, message="No model is configured")
+
+
+def _resend(turn: Turn, _: None) -> None:
+    """Recovery: the intent is stored; reserve in memory only and re-send it.
+    A partial the dead process had committed becomes an aborted entry."""
+    cp = turn.checkpoint
+    assert isinstance(cp, RequestCheckpoint)
+    running = turn.store(TaskMove.RESERVE, durable=False)
+    convert_partial(turn.tx, running)
+    _call_model(turn.tx, running, cp)
+
+
+def _wait_timer(turn: Turn, _: None) -> None:
+    """Recovery at ``retry``/``poll``: sleep until the stored deadline (only
+    the remaining time is waited)."""
+    turn.store(TaskMove.RESERVE, durable=False)
+    turn.tx.act(Sleep(task_id=turn.task.id, until=_deadline(turn)))
+
+
+def _deadline(turn: Turn) -> int:
+    cp = turn.checkpoint
+    assert isinstance(cp, RetryCheckpoint | PollCheckpoint)
+    return cp.until if isinstance(cp, RetryCheckpoint) else cp.poll_at
+
+
+def _retry(turn: Turn, _: TimerFired) -> None:
+    """The backoff ended: back to prepare with the next attempt (agent and
+    settings changes made during the backoff apply; the pass prepares it at
+    once)."""
+    tx, task, cp = turn.tx, turn.task, turn.checkpoint
+    assert isinstance(cp, RetryCheckpoint)
+    live = tx.conv(task.conversation_id).live
+    tx.set_live(task.conversation_id, attrs.evolve(live, retry_at=None, retry_error=None))
+    turn.store(TaskMove.RETRY, PrepareCheckpoint(attempt=cp.attempt + 1))
+
+
+def _poll(turn: Turn, _: TimerFired) -> None:
+    tx, task, cp = turn.tx, turn.task, turn.checkpoint
+    assert isinstance(cp, PollCheckpoint)
+    agent = tx.conv(task.conversation_id).agent
+    tx.act(
+        PollModel(
+            task_id=task.id,
+            conversation_id=task.conversation_id,
+            attempt=cp.attempt,
+            model=cp.model,
+            handle=cp.handle,
+            cutoff=cp.cutoff,
+            tools=agent.tools,
+            system=system_prompt(agent),
+        )
+    )
+
+
+def _streamed(turn: Turn, ev: ModelStreamed) -> None:
+    live = turn.tx.conv(turn.task.conversation_id).live
+    turn.tx.set_live(turn.task.conversation_id, attrs.evolve(live, partial=ev.text))
+
+
+def _deferred(turn: Turn, ev: ModelDeferred) -> None:
+    """Save the handle and the next poll time; after a restart the SAME
+    handle is polled - a second request is never sent."""
+    tx, task, cp = turn.tx, turn.task, turn.checkpoint
+    assert isinstance(cp, RequestCheckpoint | PollCheckpoint)
+    poll_at = ev.now + max(int(ev.poll_after_ms), 0)
+    if isinstance(cp, PollCheckpoint):
+        poll_at = max(poll_at, cp.poll_at + 1)
+    polling = PollCheckpoint(attempt=cp.attempt, model=cp.model, cutoff=cp.cutoff, handle=ev.handle, poll_at=poll_at)
+    turn.store(TaskMove.CHECKPOINT, polling)
+    live = tx.conv(task.conversation_id).live
+    tx.set_live(task.conversation_id, attrs.evolve(live, partial=None, poll_at=poll_at))
+    tx.act(Sleep(task_id=task.id, until=poll_at))
+
+
+def _responded(turn: Turn, ev: ModelResponded) -> Entry:
+    """The assistant entry of a complete answer (both answer rows)."""
+    tx, task = turn.tx, turn.task
+    entry_id = EntryId(tx.alloc_id())
+    entry = Entry(
+        id=entry_id,
+        conversation_id=task.conversation_id,
+        kind=EntryKind.ASSISTANT,
+        text=ev.text,
+        tool_calls=_unique_call_ids(entry_id, ev.tool_calls),
+        stop_reason=StopReason.TOOL_USE if ev.tool_calls else ev.stop_reason,
+        usage=ev.usage,
+        by_task_id=task.id,
+        at=ev.now,
+    )
+    tx.put_entry(entry)
+    _count_usage(turn, ev.usage)
+    live = tx.conv(task.conversation_id).live
+    if live.partial is not None or live.poll_at is not None:
+        tx.set_live(task.conversation_id, attrs.evolve(live, partial=None, poll_at=None))
+    return entry
+
+
+def _answer(turn: Turn, ev: ModelResponded) -> None:
+    entry = _responded(turn, ev)
+    tx, task = turn.tx, turn.task
+    end_run(tx, task, status=SubmissionStatus.DONE, answer=entry.id)
+    finish_task(tx, task, Outcome(status=OutcomeStatus.COMPLETED, result={"entry_id": entry.id}))
+    placed = boundary(tx, task.conversation_id, final=True)
+    if placed:
+        start_run(tx, task.conversation_id, placed)
+
+
+def _tool_calls(turn: Turn, ev: ModelResponded) -> None:
+    entry = _responded(turn, ev)
+    rounds.start_round(turn, entry, ev.prepared)
+
+
+def _backoff(turn: Turn, ev: ModelFailed) -> None:
+    """A retryable failure with retries left: a durable backoff."""
+    tx, task, cp = turn.tx, turn.task, turn.checkpoint
+    assert isinstance(cp, RequestCheckpoint | PollCheckpoint)
+    _failure_entry(turn, ev)
+    until = ev.now + tx.settings.retry.delay_ms(cp.attempt, ev.retry_after_ms)
+    turn.store(TaskMove.CHECKPOINT, RetryCheckpoint(attempt=cp.attempt, until=until))
+    live = tx.conv(task.conversation_id).live
+    tx.set_live(task.conversation_id, attrs.evolve(live, retry_at=until, retry_error=ev.message))
+    tx.act(Sleep(task_id=task.id, until=until))
+
+
+def _failed(turn: Turn, ev: ModelFailed) -> None:
+    """``no_model`` / ``context_overflow`` / anything else, or no retries
+    left: the run ends with its inputs ``unanswered`` and the provider's
+    message as detail."""
+    cp = turn.checkpoint
+    assert isinstance(cp, RequestCheckpoint | PollCheckpoint)
+    _failure_entry(turn, ev)
+    message = ev.message
+    if ev.retryable and ev.reason == Reason.MODEL_ERROR and turn.tx.settings.retry.enabled:
+        message = f"{ev.message} (gave up after {cp.attempt} attempts)"
+    _fail(turn.tx, turn.task, reason=ev.reason, message=message)
+
+
+def _failure_entry(turn: Turn, ev: ModelFailed) -> None:
+    """What was streamed before the failure is kept; the failure itself is an
+    error assistant entry (counted as a call) unless no model was reached."""
+    tx, task = turn.tx, turn.task
+    convert_partial(tx, task)
+    live = tx.conv(task.conversation_id).live
+    if live.poll_at is not None:
+        tx.set_live(task.conversation_id, attrs.evolve(live, poll_at=None))
+    if ev.reason != Reason.NO_MODEL:
+        _count_usage(turn, None)
+        _assistant_entry(tx, task, ev.message, stop_reason=StopReason.ERROR, is_error=True)
+
+
+def _abort(turn: Turn, _: None) -> None:
+    """The abort handler (runs once the round's tool tasks are terminal):
+    every call of a sequential batch that never got a task is answered
+    "Tool X was aborted"; the run's inputs settle ``unanswered/aborted``; the
+    task ends ``aborted``."""
+    tx, task, cp = turn.tx, turn.task, turn.checkpoint
+    cid = task.conversation_id
+    convert_partial(tx, task)
+    if isinstance(cp, PollCheckpoint):
+        tx.act(CancelDeferred(task_id=task.id, model=cp.model, handle=cp.handle))
+    if isinstance(cp, ToolsCheckpoint) and cp.pending:
+        names = {s.call_id: s.name for s in tx.conv(cid).live.tools or ()}
+        for call_id in cp.pending:
+            name = names.get(call_id, "unknown")
+            entry = Entry(
+                id=EntryId(tx.alloc_id()),
+                conversation_id=cid,
+                kind=EntryKind.TOOL_RESULT,
+                text=f"Tool {name} was aborted",
+                tool_call_id=call_id,
+                tool_name=name,
+                is_error=True,
+                by_task_id=task.id,
+                at=tx.now,
+                data={"code": ResultCode.ABORTED},
+            )
+            tx.put_entry(entry)
+    end_run(tx, task, status=SubmissionStatus.UNANSWERED, reason=Reason.ABORTED)
+    finish_task(tx, task, Outcome(status=OutcomeStatus.ABORTED))
+
+
+# --- the table ---------------------------------------------------------------
+
+_P, _I = GenerationPhase, GenerationInput
+
+
+def _rows() -> Mapping[tuple[enum.StrEnum, enum.StrEnum], Row]:
+    rows: dict[tuple[enum.StrEnum, enum.StrEnum], Row] = {
+        (_P.PREPARE, _I.RESERVE): Row(handler=_prepare, next=_P.REQUEST),
+        (_P.PREPARE, _I.NO_MODEL): Row(handler=_no_model, next=END),
+        (_P.REQUEST, _I.RESERVE): Row(handler=_resend, next=_P.REQUEST),
+        (_P.REQUEST, _I.STREAMED): Row(handler=_streamed, next=_P.REQUEST),
+        (_P.RETRY, _I.RESERVE): Row(handler=_wait_timer, next=_P.RETRY),
+        (_P.RETRY, _I.TIMER_FIRED): Row(handler=_retry, next=_P.PREPARE),
+        (_P.POLL, _I.RESERVE): Row(handler=_wait_timer, next=_P.POLL),
+        (_P.POLL, _I.TIMER_FIRED): Row(handler=_poll, next=_P.POLL),
+        (_P.TOOLS, _I.NEXT_CALL): Row(handler=rounds.next_call, next=_P.TOOLS),
+        (_P.TOOLS, _I.ROUND_DONE): Row(handler=rounds.round_done, next=END),
+    }
+    # A request and a poll await the same answers.
+    for phase in (_P.REQUEST, _P.POLL):
+        rows[(phase, _I.ANSWER)] = Row(handler=_answer, next=END)
+        rows[(phase, _I.TOOL_CALLS)] = Row(handler=_tool_calls, next=_P.TOOLS)
+        rows[(phase, _I.DEFERRED)] = Row(handler=_deferred, next=_P.POLL)
+        rows[(phase, _I.FAILED_RETRYABLE)] = Row(handler=_backoff, next=_P.RETRY)
+        rows[(phase, _I.FAILED)] = Row(handler=_failed, next=END)
+    # The abort handler runs at any phase.
+    for phase in GenerationPhase:
+        rows[(phase, _I.ABORT)] = Row(handler=_abort, next=END)
+    return rows
+
+
+MACHINE = Machine(
+    kind=GENERATION,
+    phases=GenerationPhase,
+    inputs=GenerationInput,
+    rows=_rows(),
+    parse=parse_generation,
+)
+# Not in the table: STREAMED at poll (a deferred answer does not stream; such
+# an event is stale), every event at prepare or tools (no invocation is out).
+
+
+# --- entry points (scheduler and events) --------------------------------------
 
 
 def on_reserve(tx: Tx, task: Task) -> None:
     """The scheduler picked this generation task."""
-    handler = ON_RESERVE.get(task.phase or "")
-    if handler is None:
-        from .handover import fault
-
+    cp = parse_generation(task.checkpoint)
+    if cp is None:
         fault(tx, task, f"Task {task.id} has unknown phase {task.phase!r}")
         return
-    handler(tx, task)
+    move = _I.RESERVE
+    if isinstance(cp, PrepareCheckpoint) and tx.conv(task.conversation_id).agent.model is None:
+        move = _I.NO_MODEL
+    elif isinstance(cp, ToolsCheckpoint):
+        move = _I.NEXT_CALL if cp.pending else _I.ROUND_DONE
+    MACHINE.run(tx, task, cp, move)
 
 
-def _prepare(tx: Tx, task: Task) -> None:
-    conv = tx.conv(task.conversation_id)
-    attempt = int(task.checkpoint.get("attempt", 1))
-    model = conv.agent.model
-    if model is None:
-        _fail(tx, task, reason="no_model", message="No model is configured")
+def on_abort(tx: Tx, task: Task) -> None:
+    """The abort handler of a generation task (see ``_abort``)."""
+    cp = parse_generation(task.checkpoint)
+    if cp is None:
+        fault(tx, task, f"Task {task.id} has unknown phase {task.phase!r}")
         return
-    # Ids are global and increasing: every entry the conversation has now has
-    # an id below next_id, every later one above it.
-    cutoff = tx.next_id - 1
-    checkpoint = {
-        "phase": "request",
-        "attempt": attempt,
-        "model": {"provider": model.provider, "model_id": model.model_id},
-        "cutoff": cutoff,
-    }
-    running = task_to(task, "reserve", checkpoint=checkpoint, started_at=task.started_at or tx.now)
-    tx.put_task(running)
-    tx.set_live(task.conversation_id, attrs.evolve(conv.live, attempt=attempt))
-    _call_model(tx, running)
+    MACHINE.run(tx, task, cp, _I.ABORT)
 
 
-def _resend(tx: Tx, task: Task) -> None:
-    # Recovery: the intent is stored; reserve in memory only and re-send it.
-    # A partial the dead process had committed becomes an aborted entry.
-    running = task_to(task, "reserve")
-    tx.put_task(running, durable=False)
-    convert_partial(tx, running)
-    _call_model(tx, running)
+def _expecting(
+    tx: Tx, task_id: TaskId, attempt: int, move: GenerationInput
+) -> tuple[Task, RequestCheckpoint | PollCheckpoint] | None:
+    """The task a model event is for, if it still waits for it at a phase with
+    a row for ``move`` and at the same attempt; None for a stale event."""
+    found = MACHINE.running(tx, task_id)
+    if found is None:
+        return None
+    task, cp = found
+    if not isinstance(cp, RequestCheckpoint | PollCheckpoint) or cp.attempt != attempt:
+        return None
+    return (task, cp) if MACHINE.accepts(cp, move) else None
+
+
+def on_model_streamed(tx: Tx, ev: ModelStreamed) -> None:
+    found = _expecting(tx, ev.task_id, ev.attempt, _I.STREAMED)
+    if found is not None:
+        MACHINE.run(tx, *found, _I.STREAMED, ev)
+
+
+def on_model_deferred(tx: Tx, ev: ModelDeferred) -> None:
+    found = _expecting(tx, ev.task_id, ev.attempt, _I.DEFERRED)
+    if found is not None:
+        MACHINE.run(tx, *found, _I.DEFERRED, ev)
+
+
+def on_model_responded(tx: Tx, ev: ModelResponded) -> None:
+    move = _I.TOOL_CALLS if ev.tool_calls else _I.ANSWER
+    found = _expecting(tx, ev.task_id, ev.attempt, move)
+    if found is not None:
+        MACHINE.run(tx, *found, move, ev)
+
+
+def on_model_failed(tx: Tx, ev: ModelFailed) -> None:
+    """Classify a failure: retryable (and retries left) -> durable backoff;
+    anything else -> the run ends without an answer."""
+    found = _expecting(tx, ev.task_id, ev.attempt, _I.FAILED)
+    if found is None:
+        return
+    policy = tx.settings.retry
+    retry = ev.retryable and ev.reason == Reason.MODEL_ERROR and policy.enabled
+    move = _I.FAILED_RETRYABLE if retry and found[1].attempt <= policy.max_retries else _I.FAILED
+    MACHINE.run(tx, *found, move, ev)
+
+
+def on_timer_fired(tx: Tx, ev: TimerFired) -> None:
+    found = MACHINE.running(tx, ev.task_id)
+    if found is None or not MACHINE.accepts(found[1], _I.TIMER_FIRED):
+        return
+    task, cp = found
+    assert isinstance(cp, RetryCheckpoint | PollCheckpoint)
+    if (cp.until if isinstance(cp, RetryCheckpoint) else cp.poll_at) == ev.until:
+        MACHINE.run(tx, task, cp, _I.TIMER_FIRED, ev)
+
+
+# --- helpers -----------------------------------------------------------------
 
 
 def convert_partial(tx: Tx, task: Task) -> None:
@@ -142,7 +454,7 @@ def convert_partial(tx: Tx, task: Task) -> None:
     live = tx.conv(task.conversation_id).live
     if live.partial is None:
         return
-    _assistant_entry(tx, task, live.partial, stop_reason="aborted")
+    _assistant_entry(tx, task, live.partial, stop_reason=StopReason.ABORTED)
     tx.set_live(task.conversation_id, attrs.evolve(live, partial=None))
 
 
@@ -162,48 +474,6 @@ def _assistant_entry(tx: Tx, task: Task, text: str, *, stop_reason: str, is_erro
     return entry
 
 
-def _wait_timer(tx: Tx, task: Task) -> None:
-    """Recovery at ``retry``/``poll``: sleep until the stored deadline (only
-    the remaining time is waited)."""
-    running = task_to(task, "reserve")
-    tx.put_task(running, durable=False)
-    cp = task.checkpoint
-    tx.act(Sleep(task_id=task.id, until=int(cp["until"] if task.phase == "retry" else cp["poll_at"])))
-
-
-def on_timer_fired(tx: Tx, ev: TimerFired) -> None:
-    task = tx.tasks.get(ev.task_id)
-    if task is None or task.status is not TaskStatus.RUNNING:
-        return
-    cp = task.checkpoint
-    if task.phase == "retry" and int(cp["until"]) == ev.until:
-        # back to prepare with the next attempt: agent and settings changes
-        # made during the backoff apply; the pass prepares it at once.
-        live = tx.conv(task.conversation_id).live
-        tx.set_live(task.conversation_id, attrs.evolve(live, retry_at=None, retry_error=None))
-        tx.put_task(task_to(task, "interrupt", checkpoint=initial_generation_checkpoint(int(cp["attempt"]) + 1)))
-    elif task.phase == "poll" and int(cp["poll_at"]) == ev.until:
-        agent = tx.conv(task.conversation_id).agent
-        tx.act(
-            PollModel(
-                task_id=task.id,
-                conversation_id=task.conversation_id,
-                attempt=int(cp["attempt"]),
-                model=pinned_model(cp),
-                handle=cp["handle"],
-                cutoff=EntryId(int(cp["cutoff"])),
-                tools=agent.tools,
-                system=system_prompt(agent),
-            )
-        )
-
-
-def pinned_model(checkpoint: Mapping[str, Any]) -> ModelRef:
-    """The model a ``request``/``poll`` checkpoint pinned."""
-    m = checkpoint["model"]
-    return ModelRef(provider=m["provider"], model_id=m["model_id"])
-
-
 def system_prompt(agent: AgentConfig) -> str | None:
     """The system prompt of a request: the agent's ``instructions`` as a
     tagged section (``<instructions>\n...\n</instructions>``, reference
@@ -213,107 +483,30 @@ def system_prompt(agent: AgentConfig) -> str | None:
     return f"<instructions>\n{agent.instructions}\n</instructions>"
 
 
-def _call_model(tx: Tx, task: Task) -> None:
-    cp = task.checkpoint
+def _call_model(tx: Tx, task: Task, cp: RequestCheckpoint) -> None:
     agent = tx.conv(task.conversation_id).agent
     tx.act(
         CallModel(
             task_id=task.id,
             conversation_id=task.conversation_id,
-            attempt=int(cp["attempt"]),
-            model=pinned_model(cp),
-            cutoff=EntryId(int(cp["cutoff"])),
+            attempt=cp.attempt,
+            model=cp.model,
+            cutoff=cp.cutoff,
             tools=agent.tools,
             system=system_prompt(agent),
         )
     )
 
 
-def _expecting(tx: Tx, task_id: TaskId, attempt: int) -> Task | None:
-    """The task an answer is for, if it still waits for it (``request``, or
-    ``poll`` for a deferred one); None for a stale answer."""
-    task = tx.tasks.get(task_id)
-    if (
-        task is None
-        or task.status is not TaskStatus.RUNNING
-        or task.phase not in ("request", "poll")
-        or int(task.checkpoint.get("attempt", 0)) != attempt
-    ):
-        return None
-    return task
-
-
-def on_model_streamed(tx: Tx, ev: ModelStreamed) -> None:
-    task = _expecting(tx, ev.task_id, ev.attempt)
-    if task is None or task.phase != "request":
-        return
-    live = tx.conv(task.conversation_id).live
-    tx.set_live(task.conversation_id, attrs.evolve(live, partial=ev.text))
-
-
-def on_model_deferred(tx: Tx, ev: ModelDeferred) -> None:
-    """Save the handle and the next poll time; after a restart the SAME
-    handle is polled - a second request is never sent."""
-    task = _expecting(tx, ev.task_id, ev.attempt)
-    if task is None:
-        return
-    cp = task.checkpoint
-    poll_at = ev.now + max(int(ev.poll_after_ms), 0)
-    if task.phase == "poll":
-        poll_at = max(poll_at, int(cp["poll_at"]) + 1)
-    checkpoint = {
-        "phase": "poll",
-        "attempt": int(cp["attempt"]),
-        "model": cp["model"],
-        "cutoff": cp["cutoff"],
-        "handle": ev.handle,
-        "poll_at": poll_at,
-    }
-    polling = task_to(task, "checkpoint", checkpoint=checkpoint)
-    tx.put_task(polling)
-    live = tx.conv(task.conversation_id).live
-    tx.set_live(task.conversation_id, attrs.evolve(live, partial=None, poll_at=poll_at))
-    tx.act(Sleep(task_id=task.id, until=poll_at))
-
-
-def _count_usage(tx: Tx, task: Task, usage: Usage | None) -> None:
-    m = task.checkpoint.get("model") or {}
-    key = f"{m.get('provider')}:{m.get('model_id')}"
-    conv = tx.conv(task.conversation_id)
-    old = conv.usage.models.get(key, UsageTotals())
-    new = UsageTotals(
-        input_tokens=old.input_tokens + (usage.input_tokens if usage else 0),
-        output_tokens=old.output_tokens + (usage.output_tokens if usage else 0),
-        calls=old.calls + 1,
-    )
-    tx.set_usage(task.conversation_id, attrs.evolve(conv.usage, models={**conv.usage.models, key: new}))
-
-
-def on_model_responded(tx: Tx, ev: ModelResponded) -> None:
-    task = _expecting(tx, ev.task_id, ev.attempt)
-    if task is None:
-        return  # stale: that invocation has ended
-    entry_id = EntryId(tx.alloc_id())
-    entry = Entry(
-        id=entry_id,
-        conversation_id=task.conversation_id,
-        kind=EntryKind.ASSISTANT,
-        text=ev.text,
-        tool_calls=_unique_call_ids(entry_id, ev.tool_calls),
-        stop_reason="tool_use" if ev.tool_calls else ev.stop_reason,
-        usage=ev.usage,
-        by_task_id=task.id,
-        at=ev.now,
-    )
-    tx.put_entry(entry)
-    _count_usage(tx, task, ev.usage)
-    live = tx.conv(task.conversation_id).live
-    if live.partial is not None or live.poll_at is not None:
-        tx.set_live(task.conversation_id, attrs.evolve(live, partial=None, poll_at=None))
-    if ev.tool_calls:
-        _start_round(tx, task, entry, ev.prepared)
-    else:
-        _answer(tx, task, entry)
+def _count_usage(turn: Turn, usage: Usage | None) -> None:
+    """One model call (and its tokens, if reported) in ``pi.usage``."""
+    cp = turn.checkpoint
+    assert isinstance(cp, RequestCheckpoint | PollCheckpoint)
+    key = str(cp.model)
+    cid = turn.task.conversation_id
+    doc = turn.tx.conv(cid).usage
+    total = doc.models.get(key, UsageTotals()) + UsageTotals.one_call(usage)
+    turn.tx.set_usage(cid, attrs.evolve(doc, models={**doc.models, key: total}))
 
 
 def _unique_call_ids(entry_id: EntryId, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
@@ -329,208 +522,12 @@ def _unique_call_ids(entry_id: EntryId, calls: tuple[ToolCall, ...]) -> tuple[To
     return tuple(out)
 
 
-def _answer(tx: Tx, task: Task, entry: Entry) -> None:
-    cid = task.conversation_id
-    end_run(tx, task, status=SubmissionStatus.DONE, answer=entry.id)
-    finish_task(tx, task, Outcome(status=OutcomeStatus.COMPLETED, result={"entry_id": entry.id}))
-    placed = boundary(tx, cid, final=True)
-    if placed:
-        start_run(tx, cid, placed)
-
-
-def _is_sequential(tx: Tx, task: Task, calls: tuple[ToolCall, ...]) -> bool:
-    if tx.conv(task.conversation_id).agent.tool_execution == "sequential":
-        return True
-    for call in calls:
-        info = tx.catalog.get(call.name)
-        if info is not None and info.execution_mode == "sequential":
-            return True
-    return False
-
-
-def create_tool_task(
-    tx: Tx, gen: Task, assistant: EntryId, call: ToolCall, prepared: PreparedCall | None = None
-) -> Task:
-    """A tool task for ``call``, owned by the generation. Normally born at
-    ``call``; a call the shell already prepared (``prepared``) is born at
-    ``execute {arguments, replay}`` - its intent is stored by this very commit
-    - and runs at once (one event and one commit fewer per call)."""
-    tool = Task(
-        id=TaskId(tx.alloc_id()),
-        conversation_id=gen.conversation_id,
-        kind=TOOL,
-        owner=gen.id,
-        input={"assistant": assistant, "call_id": call.id, "name": call.name},
-        checkpoint={"phase": "call"},
-    )
-    if prepared is not None and prepared.replay in ("safe", "unsafe"):
-        tool = task_to(
-            tool,
-            "reserve",
-            checkpoint={"phase": "execute", "arguments": dict(prepared.arguments), "replay": prepared.replay},
-            started_at=tx.now,
-        )
-        tx.put_task(tool)
-        tools.run(tx, tool)
-        return tool
-    tx.put_task(tool)
-    return tool
-
-
-def _start_round(tx: Tx, task: Task, entry: Entry, prepared: tuple[PreparedCall | None, ...] = ()) -> None:
-    sequential = _is_sequential(tx, task, entry.tool_calls)
-    slots: list[ToolSlot] = []
-    created: list[TaskId] = []
-    pending: list[str] = []
-    for i, call in enumerate(entry.tool_calls):
-        if sequential and created:
-            slots.append(ToolSlot(call_id=call.id, name=call.name))
-            pending.append(call.id)
-            continue
-        tool = create_tool_task(tx, task, entry.id, call, prepared[i] if i < len(prepared) else None)
-        created.append(tool.id)
-        status = "running" if tool.phase == "execute" else "pending"
-        slots.append(ToolSlot(call_id=call.id, name=call.name, task_id=tool.id, status=status))
-    tx.put_task(
-        task_to(
-            task,
-            "wait",
-            checkpoint={
-                "phase": "tools",
-                "assistant": entry.id,
-                "tools": list(created),
-                "pending": pending,
-            },
-            on=tuple(created),
-        )
-    )
-    live = tx.conv(task.conversation_id).live
-    tx.set_live(task.conversation_id, attrs.evolve(live, tools=tuple(slots), attempt=None))
-
-
-def _finish_round(tx: Tx, task: Task) -> None:
-    cp = task.checkpoint
-    assistant = EntryId(int(cp["assistant"]))
-    pending = list(cp.get("pending", []))
-    if pending:
-        _next_sequential(tx, task, assistant, pending)
-        return
-    cid = task.conversation_id
-    steered = boundary(tx, cid, final=False)
-    hand_over(tx, task_to(task, "reserve"), assistant, steered)
-
-
-def _next_sequential(tx: Tx, task: Task, assistant: EntryId, pending: list[str]) -> None:
-    live = tx.conv(task.conversation_id).live
-    slots = live.tools or ()
-    call_id = pending[0]
-    slot = next(s for s in slots if s.call_id == call_id)
-    call = ToolCall(id=call_id, name=slot.name)
-    tool = create_tool_task(tx, task, assistant, call)
-    tx.set_live(
-        task.conversation_id,
-        attrs.evolve(
-            live,
-            tools=tuple(attrs.evolve(s, task_id=tool.id) if s.call_id == call_id else s for s in slots),
-        ),
-    )
-    tools = [*task.checkpoint.get("tools", []), tool.id]
-    waiting = task_to(task, "reserve")
-    tx.put_task(
-        task_to(
-            waiting,
-            "wait",
-            checkpoint={"phase": "tools", "assistant": assistant, "tools": tools, "pending": pending[1:]},
-            on=(tool.id,),
-        )
-    )
-
-
-def on_model_failed(tx: Tx, ev: ModelFailed) -> None:
-    """Classify a failure: retryable (and retries left) -> durable backoff;
-    ``no_model`` / ``context_overflow`` / anything else -> the run ends with
-    its inputs ``unanswered`` and the provider's message as detail."""
-    task = _expecting(tx, ev.task_id, ev.attempt)
-    if task is None:
-        return
-    convert_partial(tx, task)  # what was streamed before the failure is kept
-    live = tx.conv(task.conversation_id).live
-    if live.poll_at is not None:
-        tx.set_live(task.conversation_id, attrs.evolve(live, poll_at=None))
-    policy = tx.settings.retry
-    attempt = int(task.checkpoint.get("attempt", 1))
-    if ev.reason != "no_model":
-        _count_usage(tx, task, None)
-        _assistant_entry(tx, task, ev.message, stop_reason="error", is_error=True)
-    if ev.retryable and ev.reason == "model_error" and policy.enabled and attempt <= policy.max_retries:
-        until = ev.now + policy.delay_ms(attempt, ev.retry_after_ms)
-        checkpoint = {"phase": "retry", "attempt": attempt, "until": until}
-        tx.put_task(task_to(task, "checkpoint", checkpoint=checkpoint))
-        live = tx.conv(task.conversation_id).live
-        tx.set_live(task.conversation_id, attrs.evolve(live, retry_at=until, retry_error=ev.message))
-        tx.act(Sleep(task_id=task.id, until=until))
-        return
-    message = ev.message
-    if ev.retryable and ev.reason == "model_error" and policy.enabled:
-        message = f"{ev.message} (gave up after {attempt} attempts)"
-    _fail(tx, task, reason=ev.reason, message=message)
-
-
 def _fail(tx: Tx, task: Task, *, reason: str, message: str) -> None:
     """End the run without an answer: inputs ``unanswered/<reason>``, task
     ``failed {message, detail: {reason}}``. The inbox is left alone."""
-    if task.status is TaskStatus.PENDING:
-        task = task_to(task, "reserve")
     end_run(tx, task, status=SubmissionStatus.UNANSWERED, reason=reason, detail=message)
     finish_task(
         tx,
         task,
         Outcome(status=OutcomeStatus.FAILED, error={"message": message, "detail": {"reason": reason}}),
     )
-
-
-def on_abort(tx: Tx, task: Task) -> None:
-    """The abort handler (runs once the round's tool tasks are terminal):
-    every call of a sequential batch that never got a task is answered
-    "Tool X was aborted"; the run's inputs settle ``unanswered/aborted``; the
-    task ends ``aborted``."""
-    cid = task.conversation_id
-    cp = task.checkpoint
-    convert_partial(tx, task)
-    if task.phase == "poll":
-        tx.act(
-            CancelDeferred(
-                task_id=task.id,
-                model=pinned_model(cp),
-                handle=cp["handle"],
-            )
-        )
-    if task.phase == "tools" and cp.get("pending"):
-        live = tx.conv(cid).live
-        names = {s.call_id: s.name for s in live.tools or ()}
-        for call_id in cp["pending"]:
-            name = names.get(call_id, "unknown")
-            entry = Entry(
-                id=EntryId(tx.alloc_id()),
-                conversation_id=cid,
-                kind=EntryKind.TOOL_RESULT,
-                text=f"Tool {name} was aborted",
-                tool_call_id=call_id,
-                tool_name=name,
-                is_error=True,
-                by_task_id=task.id,
-                at=tx.now,
-                data={"code": "aborted"},
-            )
-            tx.put_entry(entry)
-    end_run(tx, task, status=SubmissionStatus.UNANSWERED, reason="aborted")
-    finish_task(tx, task, Outcome(status=OutcomeStatus.ABORTED))
-
-
-ON_RESERVE: Mapping[str, Callable[[Tx, Task], None]] = {
-    "prepare": _prepare,
-    "request": _resend,
-    "retry": _wait_timer,
-    "poll": _wait_timer,
-    "tools": _finish_round,
-}

@@ -28,16 +28,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from .effects import Tx
+from .draft import Tx
 from .model import (
     ConversationId,
     Entry,
     EntryId,
     EntryKind,
+    QueueMode,
+    Reason,
     SubmissionId,
 )
-from .lifecycle import submission_to
-from .state import InboxItem
+from .lifecycle import SubmissionMove, submission_to
+from .state import InboxItem, InboxMode
 
 
 def enqueue(tx: Tx, cid: ConversationId, item: InboxItem) -> None:
@@ -64,12 +66,12 @@ def append_entry(tx: Tx, cid: ConversationId, kind: str, content: str, data: dic
 def place(tx: Tx, item: InboxItem, cid: ConversationId) -> SubmissionId:
     """Append the item's entry; a write is then ``done``, an input ``placed``."""
     sub = tx.submissions[item.submission_id]
-    if item.mode == "write":
+    if item.mode == InboxMode.WRITE:
         entry_id = append_entry(tx, cid, item.kind or EntryKind.USER, item.content, item.data)
-        tx.put_submission(submission_to(sub, "append", entry_id=entry_id))
+        tx.put_submission(submission_to(sub, SubmissionMove.APPEND, entry_id=entry_id))
     else:
         entry_id = append_user(tx, cid, item.content)
-        tx.put_submission(submission_to(sub, "place", entry_id=entry_id))
+        tx.put_submission(submission_to(sub, SubmissionMove.PLACE, entry_id=entry_id))
     return sub.id
 
 
@@ -85,13 +87,13 @@ def boundary(tx: Tx, cid: ConversationId, *, final: bool) -> tuple[SubmissionId,
     if not items:
         return ()
     settings = tx.settings
-    writes = [i for i in items if i.mode == "write"]
+    writes = [i for i in items if i.mode == InboxMode.WRITE]
     users: list[InboxItem] = []
-    steers = [i for i in items if i.mode == "steer"]
-    users.extend(steers if settings.steering_mode == "all" else steers[:1])
+    steers = [i for i in items if i.mode == InboxMode.STEER]
+    users.extend(steers if settings.steering_mode == QueueMode.ALL else steers[:1])
     if final:
-        follows = [i for i in items if i.mode == "follow_up"]
-        users.extend(follows if settings.follow_up_mode == "all" else follows[:1])
+        follows = [i for i in items if i.mode == InboxMode.FOLLOW_UP]
+        users.extend(follows if settings.follow_up_mode == QueueMode.ALL else follows[:1])
     if not writes and not users:
         return ()
     writes.sort(key=lambda i: i.submission_id)
@@ -107,10 +109,10 @@ def withdraw_inputs(tx: Tx, cid: ConversationId) -> None:
     """Withdraw every queued *input* of a conversation (an abort): each
     settles ``unanswered/aborted``; queued writes stay."""
     items = tx.conv(cid).inbox
-    inputs = [i for i in items if i.mode != "write"]
+    inputs = [i for i in items if i.mode != InboxMode.WRITE]
     if not inputs:
         return
-    tx.set_inbox(cid, tuple(i for i in items if i.mode == "write"))
+    tx.set_inbox(cid, tuple(i for i in items if i.mode == InboxMode.WRITE))
     for item in inputs:
         sub = tx.submissions[item.submission_id]
-        tx.put_submission(submission_to(sub, "withdraw", reason="aborted"))
+        tx.put_submission(submission_to(sub, SubmissionMove.WITHDRAW, reason=Reason.ABORTED))

@@ -1,39 +1,23 @@
-"""The two status machines: tasks and submissions, as tables.
+"""The status machines: tasks, submissions and tool slots, as tables.
 
 Theory of operation
 -------------------
-Every status change of a task or a submission in the core goes through
-:func:`task_to` or :func:`submission_to`, which look the move up in the tables
-below. A move that is not a row is a bug and raises
-:class:`~pidurable.core.model.CoreInvariantError` loudly; nothing changes status
-by assigning a field directly. The tables are also what the docs' state
-diagrams and the totality tests are generated from.
+Every status change of a task, a submission or a tool slot in the core goes
+through :func:`task_to`, :func:`submission_to` or :func:`slot_to`, which look
+the move up in the tables below. A move that is not a row is a bug and raises
+:class:`~pidurable.core.model.CoreInvariantError` loudly; nothing changes
+status by assigning a field directly, and no code reaches a legal move through
+another one (a move that happens has its own row). The state diagrams in
+``specs/diagrams.md`` are generated from these tables (``specs/diagrams.py``)
+and the totality tests sample every (status, input) pair.
 
-Task inputs
-- ``reserve``: the scheduler starts an invocation (pending, or waiting whose
-  ``on`` is all terminal).
-- ``checkpoint``: a running task stores a new checkpoint (stays running).
-- ``wait``: a running task parks on ``on`` (policy allSettled).
-- ``finish``: a task records its outcome (running -> terminal; pending ->
-  terminal only for settlement decided without running any code).
-- ``recover``: a new process opened the store (running -> pending, checkpoint
-  unchanged; everything else stays).
-- ``interrupt``: an abort mark cancelled the running invocation (running ->
-  pending; the abort handler runs once the task's owned work drained).
-- ``hold``: an outcome while owned work is still live -> completing.
-- ``drain``: a completing task's owned work is gone -> terminal.
-
-Submission inputs
-- ``admit_idle`` / ``admit_busy``: accepted on an idle / busy conversation.
-- ``place``: a boundary placed a queued input.
-- ``answer``: the run answered it. ``fail``: the run ended without an answer.
-- ``withdraw``: removed from the queue (an abort).
-- ``admit_write``: a passive write on an idle conversation, appended at once.
-- ``append``: a queued passive write's entry was appended at a boundary.
+Each input is a :class:`TaskMove` / :class:`SubmissionMove` / :class:`SlotMove`
+member; its ``#:`` comment says when it happens.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,6 +31,42 @@ from .model import (
     Task,
     TaskStatus,
 )
+from .state import SlotStatus, ToolSlot
+
+
+class TaskMove(enum.StrEnum):
+    """The inputs of the task status machine."""
+
+    #: The scheduler starts an invocation (pending, or waiting whose ``on``
+    #: is all terminal).
+    RESERVE = "reserve"
+    #: A running task stores a new checkpoint (stays running).
+    CHECKPOINT = "checkpoint"
+    #: A task parks on ``on``: a running one, or a waiting one that moves on
+    #: to the next batch (a sequential tool round's next call).
+    WAIT = "wait"
+    #: A task records its outcome and nothing it owns is live: terminal.
+    #: From pending/waiting when the outcome is decided without running task
+    #: code (an abort handler, a fault, a finished tool round's hand-over).
+    FINISH = "finish"
+    #: A new process opened the store (running -> pending, checkpoint
+    #: unchanged; everything else stays).
+    RECOVER = "recover"
+    #: The running invocation was cancelled (an abort mark, or the shell
+    #: cancelled it): back to pending; the abort handler runs once the
+    #: task's owned work drained.
+    INTERRUPT = "interrupt"
+    #: A running generation's retry backoff ended: back to pending at its
+    #: next attempt (the pass prepares it again at once).
+    RETRY = "retry"
+    #: A running custom task's phase returned with progress but its next
+    #: phase cannot run (its definition went away): back to pending, blocked.
+    RELEASE = "release"
+    #: An outcome while owned work is still live -> completing.
+    HOLD = "hold"
+    #: A completing task's owned work is gone -> terminal.
+    DRAIN = "drain"
+
 
 P, R, W, C, T = (
     TaskStatus.PENDING,
@@ -55,27 +75,55 @@ P, R, W, C, T = (
     TaskStatus.COMPLETING,
     TaskStatus.TERMINAL,
 )
+_M = TaskMove
 
-TASK_INPUTS = ("reserve", "checkpoint", "wait", "finish", "recover", "interrupt", "hold", "drain")
-
-TASK_TRANSITIONS: Mapping[tuple[TaskStatus, str], TaskStatus] = {
-    (P, "reserve"): R,
-    (W, "reserve"): R,
-    (R, "checkpoint"): R,
-    (R, "wait"): W,
-    (R, "finish"): T,
-    (P, "finish"): T,
-    (P, "recover"): P,
-    (R, "recover"): P,
-    (W, "recover"): W,
-    (C, "recover"): C,
-    (R, "interrupt"): P,
-    (R, "hold"): C,
-    (P, "hold"): C,
-    (C, "drain"): T,
+TASK_TRANSITIONS: Mapping[tuple[TaskStatus, TaskMove], TaskStatus] = {
+    (P, _M.RESERVE): R,
+    (W, _M.RESERVE): R,
+    (R, _M.CHECKPOINT): R,
+    (R, _M.WAIT): W,
+    (W, _M.WAIT): W,
+    (R, _M.FINISH): T,
+    (P, _M.FINISH): T,
+    (W, _M.FINISH): T,
+    (P, _M.RECOVER): P,
+    (R, _M.RECOVER): P,
+    (W, _M.RECOVER): W,
+    (C, _M.RECOVER): C,
+    (R, _M.INTERRUPT): P,
+    (R, _M.RETRY): P,
+    (R, _M.RELEASE): P,
+    (R, _M.HOLD): C,
+    (P, _M.HOLD): C,
+    (W, _M.HOLD): C,
+    (C, _M.DRAIN): T,
 }
+#: Kept for callers that list the inputs (tests, diagrams).
+TASK_INPUTS: tuple[TaskMove, ...] = tuple(TaskMove)
 # Not in the table: every move out of TERMINAL (a terminal task never changes);
 # COMPLETING is left only by draining (its outcome is already decided).
+
+
+class SubmissionMove(enum.StrEnum):
+    """The inputs of the submission status machine."""
+
+    #: An input accepted on an idle conversation (placed at once).
+    ADMIT_IDLE = "admit_idle"
+    #: An input or write accepted on a busy conversation (queued).
+    ADMIT_BUSY = "admit_busy"
+    #: A boundary placed a queued input.
+    PLACE = "place"
+    #: The run answered it.
+    ANSWER = "answer"
+    #: The run ended without an answer.
+    FAIL = "fail"
+    #: Removed from the queue (an abort).
+    WITHDRAW = "withdraw"
+    #: A queued passive write's entry was appended at a boundary.
+    APPEND = "append"
+    #: A passive write on an idle conversation, appended at once.
+    ADMIT_WRITE = "admit_write"
+
 
 _NEW = None  # a submission that does not exist yet
 SQ, SP, SD, SU = (
@@ -84,31 +132,56 @@ SQ, SP, SD, SU = (
     SubmissionStatus.DONE,
     SubmissionStatus.UNANSWERED,
 )
+_S = SubmissionMove
 
-SUBMISSION_INPUTS = ("admit_idle", "admit_busy", "place", "answer", "fail", "withdraw", "append", "admit_write")
-
-SUBMISSION_TRANSITIONS: Mapping[tuple[SubmissionStatus | None, str], SubmissionStatus] = {
-    (_NEW, "admit_idle"): SP,
-    (_NEW, "admit_busy"): SQ,
-    (SQ, "place"): SP,
-    (SP, "answer"): SD,
-    (SP, "fail"): SU,
-    (SQ, "withdraw"): SU,
-    (_NEW, "admit_write"): SD,
-    (SQ, "append"): SD,
+SUBMISSION_TRANSITIONS: Mapping[tuple[SubmissionStatus | None, SubmissionMove], SubmissionStatus] = {
+    (_NEW, _S.ADMIT_IDLE): SP,
+    (_NEW, _S.ADMIT_BUSY): SQ,
+    (SQ, _S.PLACE): SP,
+    (SP, _S.ANSWER): SD,
+    (SP, _S.FAIL): SU,
+    (SQ, _S.WITHDRAW): SU,
+    (_NEW, _S.ADMIT_WRITE): SD,
+    (SQ, _S.APPEND): SD,
 }
+SUBMISSION_INPUTS: tuple[SubmissionMove, ...] = tuple(SubmissionMove)
 # Not in the table: every move out of DONE/UNANSWERED (settled is final; a
 # second settlement is ignored by the caller, never written).
 
 
-def next_task_status(status: TaskStatus, move: str) -> TaskStatus:
+class SlotMove(enum.StrEnum):
+    """The inputs of a tool slot (``pi.live.tools[i].status``)."""
+
+    #: The round lists a call whose intent is not stored yet (its tool task
+    #: is at ``call``, or a sequential call has no task yet).
+    OPEN = "open"
+    #: The call's ``execute`` intent is stored (by ``ToolPrepared``, or at
+    #: birth for a call the shell prepared with the model's answer).
+    START = "start"
+    #: The call is settled: its result entry was written, or its task ended
+    #: without one (a fault, an orphan; the context synthesizes a result).
+    SETTLE = "settle"
+
+
+SLOT_TRANSITIONS: Mapping[tuple[SlotStatus | None, SlotMove], SlotStatus] = {
+    (None, SlotMove.OPEN): SlotStatus.PENDING,
+    (None, SlotMove.START): SlotStatus.RUNNING,
+    (SlotStatus.PENDING, SlotMove.START): SlotStatus.RUNNING,
+    (SlotStatus.PENDING, SlotMove.SETTLE): SlotStatus.DONE,
+    (SlotStatus.RUNNING, SlotMove.SETTLE): SlotStatus.DONE,
+}
+# Not in the table: every move out of DONE (a call is settled once), and
+# RUNNING -> RUNNING (an intent is stored once).
+
+
+def next_task_status(status: TaskStatus, move: TaskMove) -> TaskStatus:
     try:
         return TASK_TRANSITIONS[(status, move)]
     except KeyError:
         raise CoreInvariantError(f"task move {move!r} from {status.value!r} is not a transition") from None
 
 
-def next_submission_status(status: SubmissionStatus | None, move: str) -> SubmissionStatus:
+def next_submission_status(status: SubmissionStatus | None, move: SubmissionMove) -> SubmissionStatus:
     try:
         return SUBMISSION_TRANSITIONS[(status, move)]
     except KeyError:
@@ -116,7 +189,15 @@ def next_submission_status(status: SubmissionStatus | None, move: str) -> Submis
         raise CoreInvariantError(f"submission move {move!r} from {cur!r} is not a transition") from None
 
 
-def task_to(task: Task, move: str, **changes: Any) -> Task:
+def next_slot_status(status: SlotStatus | None, move: SlotMove) -> SlotStatus:
+    try:
+        return SLOT_TRANSITIONS[(status, move)]
+    except KeyError:
+        cur = "new" if status is None else status.value
+        raise CoreInvariantError(f"tool slot move {move!r} from {cur!r} is not a transition") from None
+
+
+def task_to(task: Task, move: TaskMove, **changes: Any) -> Task:
     """``task`` after ``move`` (checked against the table) and field changes."""
     status = next_task_status(task.status, move)
     if status in (TaskStatus.TERMINAL, TaskStatus.COMPLETING) and not isinstance(
@@ -128,5 +209,10 @@ def task_to(task: Task, move: str, **changes: Any) -> Task:
     return attrs.evolve(task, status=status, **changes)
 
 
-def submission_to(sub: Submission, move: str, **changes: Any) -> Submission:
+def submission_to(sub: Submission, move: SubmissionMove, **changes: Any) -> Submission:
     return attrs.evolve(sub, status=next_submission_status(sub.status, move), **changes)
+
+
+def slot_to(slot: ToolSlot, move: SlotMove, **changes: Any) -> ToolSlot:
+    """``slot`` after ``move`` (checked against the slot table)."""
+    return attrs.evolve(slot, status=next_slot_status(slot.status, move), **changes)

@@ -44,7 +44,7 @@ class TaskStatus(enum.StrEnum):
     RUNNING = "running"
     #: Parked until every task in ``on`` is terminal.
     WAITING = "waiting"
-    #: Has an outcome but still owns live work (cancellation, issue 3).
+    #: Has an outcome but still owns live work (see cancellation.py).
     COMPLETING = "completing"
     #: Finished for ever; ``outcome`` is the durable receipt.
     TERMINAL = "terminal"
@@ -92,6 +92,111 @@ TOOL = "pi.tool"
 COMPACTION = "pi.compaction"
 
 
+class SubmissionType(enum.StrEnum):
+    #: A user input that a run answers.
+    INPUT = "input"
+    #: A passive write: an entry appended without starting a run.
+    WRITE = "write"
+
+
+class InvocationMode(enum.StrEnum):
+    """What host code of a custom task an invocation runs (``RunPhase.mode``)."""
+
+    #: The phase named by its checkpoint.
+    RUN = "run"
+    #: Its abort handler.
+    ABORT = "abort"
+
+
+class Replay(enum.StrEnum):
+    """A tool's promise about being run again after an interruption."""
+
+    #: Running it twice with the same arguments is harmless.
+    SAFE = "safe"
+    #: It may have changed the world: never re-run, settle as interrupted.
+    UNSAFE = "unsafe"
+
+
+class ExecutionMode(enum.StrEnum):
+    """How the calls of one tool round run."""
+
+    #: Every call of the round gets its task at once.
+    PARALLEL = "parallel"
+    #: One call at a time, in order (the next one's task is created when
+    #: the previous settles).
+    SEQUENTIAL = "sequential"
+
+
+class WaitPolicy(enum.StrEnum):
+    """When a waiting task is released (the wire values are the reference's)."""
+
+    #: Once every task in ``on`` is terminal, whatever its outcome.
+    ALL_SETTLED = "allSettled"
+    #: Like ALL_SETTLED, and a failure abort-marks the other live members.
+    FAIL_FAST = "failFast"
+
+
+class QueueMode(enum.StrEnum):
+    """How many queued items of one kind a boundary places."""
+
+    #: The first one (default).
+    ONE_AT_A_TIME = "one_at_a_time"
+    #: Every one.
+    ALL = "all"
+
+
+class Reason(enum.StrEnum):
+    """Why a submission settled ``unanswered`` or a task was blocked or
+    orphaned (``Submission.reason``; the model's failure reasons arrive from
+    the shell in ``ModelFailed.reason`` and are kept as given)."""
+
+    #: Withdrawn from the queue, or its run was aborted.
+    ABORTED = "aborted"
+    #: No model is configured for the conversation.
+    NO_MODEL = "no_model"
+    #: The provider failed (after the retries, when retryable).
+    MODEL_ERROR = "model_error"
+    #: The request does not fit the model's context window.
+    CONTEXT_OVERFLOW = "context_overflow"
+    #: The task responsible for the run broke its contract.
+    FAULTED = "faulted"
+    #: Blocked/orphaned: no definition of the task's kind is installed.
+    MISSING_TASK = "missing_task"
+    #: Blocked/orphaned: the installed definition is older than the task.
+    TASK_TOO_OLD = "task_too_old"
+    #: Blocked/orphaned: the task's migration to the installed version failed.
+    MIGRATION_FAILED = "migration_failed"
+
+
+class StopReason(enum.StrEnum):
+    """Stop reasons of assistant entries that the core decides (providers
+    report others, e.g. ``stop``/``length``, kept as given)."""
+
+    #: The answer asked for tools.
+    TOOL_USE = "tool_use"
+    #: The request failed; the entry holds the error message.
+    ERROR = "error"
+    #: A partial answer that never completed.
+    ABORTED = "aborted"
+
+
+class ResultCode(enum.StrEnum):
+    """``data.code`` of an error tool result (why the call has no normal result)."""
+
+    #: The tool is not installed or not offered to this agent.
+    TOOL_UNAVAILABLE = "tool_unavailable"
+    #: The arguments do not match the tool's schema.
+    INVALID_ARGUMENTS = "invalid_arguments"
+    #: A before-tool hook refused the call.
+    BLOCKED = "blocked"
+    #: The call itself is malformed.
+    INVALID_CALL = "invalid_call"
+    #: The call was aborted before it settled.
+    ABORTED = "aborted"
+    #: The tool body raised.
+    TOOL_ERROR = "tool_error"
+
+
 @attrs.frozen
 class ModelRef:
     """Which model a conversation talks to: ``provider:model_id``."""
@@ -115,7 +220,7 @@ class AgentConfig:
     cwd: str | None = None
     instructions: str | None = None
     tools: tuple[str, ...] | None = None
-    tool_execution: str = "parallel"
+    tool_execution: ExecutionMode = ExecutionMode.PARALLEL
 
 
 @attrs.frozen(kw_only=True)
@@ -128,8 +233,8 @@ class Settings:
     one queued item of that kind per boundary; ``all`` places every one.
     """
 
-    follow_up_mode: str = "one_at_a_time"
-    steering_mode: str = "one_at_a_time"
+    follow_up_mode: QueueMode = QueueMode.ONE_AT_A_TIME
+    steering_mode: QueueMode = QueueMode.ONE_AT_A_TIME
     retry: "RetryPolicy" = attrs.field(factory=lambda: RetryPolicy())
     #: Streamed partial answers are committed at most this often (ms).
     partial_interval_ms: int = 100
@@ -153,7 +258,8 @@ class RetryPolicy:
         return min(delay, self.max_delay_ms)
 
 
-QUEUE_MODES = ("one_at_a_time", "all")
+#: The queue modes' wire values (kept for callers that list them).
+QUEUE_MODES: tuple[str, ...] = tuple(QueueMode)
 
 
 @attrs.frozen(kw_only=True)
@@ -192,7 +298,8 @@ class Entry:
     tool_call_id: str | None = None
     tool_name: str | None = None
     is_error: bool = False
-    #: For assistant entries: stop, tool_use, length, error, aborted.
+    #: For assistant entries: a :class:`StopReason`, or the provider's own
+    #: (stop, length, ...).
     stop_reason: str | None = None
     usage: Usage | None = None
     #: The task whose commit appended the entry (None for admitted input).
@@ -208,13 +315,15 @@ class Submission:
 
     id: SubmissionId
     conversation_id: ConversationId
-    type: str  # "input" | "write"
+    type: SubmissionType
     status: SubmissionStatus
     request_id: str | None = None
     #: The user entry once placed (inputs) or the appended entry (writes).
     entry_id: EntryId | None = None
     #: The answering assistant entry (inputs that are done).
     answer_entry_id: EntryId | None = None
+    #: Why it settled unanswered: a :class:`Reason` value (or the shell's
+    #: model failure reason).
     reason: str | None = None
     detail: str | None = None
 
@@ -234,8 +343,9 @@ class Outcome:
 class Task:
     """A unit of work with a durable execution state.
 
-    ``checkpoint`` is a JSON object with a ``phase``; ``on`` lists the tasks a
-    waiting task waits for (policy ``allSettled``: any outcome releases it).
+    ``checkpoint`` is a JSON object with a ``phase`` (the built-in kinds read
+    it through typed records, see checkpoints.py); ``on`` lists the tasks a
+    waiting task waits for (``policy``: see :class:`WaitPolicy`).
     """
 
     id: TaskId
@@ -249,7 +359,7 @@ class Task:
     status: TaskStatus = TaskStatus.PENDING
     checkpoint: dict[str, Json] = attrs.field(factory=dict)
     on: tuple[TaskId, ...] = ()
-    policy: str = "allSettled"
+    policy: WaitPolicy = WaitPolicy.ALL_SETTLED
     outcome: Outcome | None = None
     memos: dict[str, Json] | None = None
     started_at: int | None = None
@@ -270,8 +380,10 @@ class ToolInfo:
     """What the core knows of an installed tool: its replay promise and mode."""
 
     name: str
-    replay: str = "unsafe"  # "safe" | "unsafe"
-    execution_mode: str = "parallel"  # "parallel" | "sequential"
+    # The shell's registry passes its (validated) strings; the converters
+    # make them members, so the catalog compares and serializes one way.
+    replay: Replay = attrs.field(default=Replay.UNSAFE, converter=Replay)
+    execution_mode: ExecutionMode = attrs.field(default=ExecutionMode.PARALLEL, converter=ExecutionMode)
 
 
 @attrs.frozen(kw_only=True)

@@ -10,7 +10,7 @@ creates the next generation, which prepares in the same step):
 - a ``running`` task already has an invocation (one at a time); terminal tasks
   are not in the live map at all, so they can never run again;
 - a task whose kind has no handler here stays pending (custom tasks arrive in
-  a later issue) - it is *blocked*, never dropped.
+  in custom.py) - it is *blocked* while no definition can run it, never dropped.
 
 All decisions of one step land in ONE commit (``Tx.finish``), placed before the
 acts it enables: intent before effect, and fewer transactions per round.
@@ -29,9 +29,9 @@ from collections.abc import Callable, Mapping
 import attrs
 
 from . import cancellation, custom, generation, tools
-from .effects import Tx
+from .draft import Tx
 from .events import Opened, RegistryChanged, Resumed
-from .lifecycle import task_to
+from .lifecycle import TaskMove, task_to
 from .model import GENERATION, TOOL, CoreInvariantError, Task, TaskId, TaskStatus
 from .ownership import owned_work
 from .state import State
@@ -106,7 +106,7 @@ def on_opened(tx: Tx, ev: Opened) -> None:
     )
     for task in sorted(ev.tasks, key=lambda t: t.id):
         if task.status is TaskStatus.RUNNING:
-            tx.put_task(task_to(task, "recover"))
+            tx.put_task(task_to(task, TaskMove.RECOVER))
 
 
 def on_resumed(tx: Tx, ev: Resumed) -> None:

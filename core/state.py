@@ -21,6 +21,7 @@ Documents
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 
 import attrs
@@ -38,6 +39,7 @@ from .model import (
     TaskId,
     TaskInfo,
     ToolInfo,
+    Usage,
 )
 
 AGENT_DOC = "pi.agent"
@@ -56,6 +58,17 @@ class RunInfo:
     inputs: tuple[SubmissionId, ...]
 
 
+class SlotStatus(enum.StrEnum):
+    """Where one call of the current round is (moves: lifecycle.SLOT_TRANSITIONS)."""
+
+    #: Its intent is not stored yet (task at ``call``, or no task yet).
+    PENDING = "pending"
+    #: Its ``execute`` intent is stored; the body runs (or will re-run).
+    RUNNING = "running"
+    #: Settled: its result entry exists (or its task ended without one).
+    DONE = "done"
+
+
 @attrs.frozen(kw_only=True)
 class ToolSlot:
     """One call of the current tool round, in call order."""
@@ -63,7 +76,7 @@ class ToolSlot:
     call_id: str
     name: str
     task_id: TaskId | None = None
-    status: str = "pending"  # pending | running | done
+    status: SlotStatus = SlotStatus.PENDING
     entry_id: EntryId | None = None
 
 
@@ -88,6 +101,20 @@ class UsageTotals:
     output_tokens: int = 0
     calls: int = 0
 
+    def __add__(self, other: UsageTotals) -> UsageTotals:
+        return UsageTotals(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            calls=self.calls + other.calls,
+        )
+
+    @classmethod
+    def one_call(cls, usage: Usage | None) -> UsageTotals:
+        """The totals of one call that reported ``usage`` (or nothing)."""
+        if usage is None:
+            return cls(calls=1)
+        return cls(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, calls=1)
+
 
 @attrs.frozen(kw_only=True)
 class UsageDoc:
@@ -97,10 +124,21 @@ class UsageDoc:
     tools: Mapping[str, UsageTotals] = attrs.field(factory=dict)
 
 
+class InboxMode(enum.StrEnum):
+    """What a queued item is, and so which boundary places it."""
+
+    #: An input placed at a final boundary (after the run answers).
+    FOLLOW_UP = "follow_up"
+    #: An input placed at the next boundary (after the current tool round).
+    STEER = "steer"
+    #: A passive write, placed at every boundary before user items.
+    WRITE = "write"
+
+
 @attrs.frozen(kw_only=True)
 class InboxItem:
     submission_id: SubmissionId
-    mode: str  # "follow_up" | "steer" | "write"
+    mode: InboxMode
     content: str
     #: For writes: the entry kind and data to append.
     kind: str | None = None

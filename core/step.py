@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import admission, handover, cancellation, custom, generation, scheduling, tools
-from .effects import Step, Tx
+from . import admission, cancellation, custom, generation, scheduling, settlement, tools
+from .draft import Tx
+from .effects import Step
 from .events import (
     EVENT_TYPES,
     AgentConfigurationRequested,
@@ -77,7 +78,7 @@ HANDLERS: Mapping[type, Callable[[Tx, Any], None]] = {
     ToolFinished: tools.on_tool_finished,
     ToolFailed: tools.on_tool_failed,
     ToolProcessStarted: tools.on_tool_process_started,
-    InvocationFailed: handover.on_invocation_failed,
+    InvocationFailed: settlement.on_invocation_failed,
 }
 assert set(HANDLERS) == set(EVENT_TYPES), "every event type needs exactly one handler"
 

@@ -3,31 +3,38 @@
 Theory of operation
 -------------------
 Input ``{assistant, call_id, name}`` names the call inside an assistant entry.
-Checkpoints (``phase``):
+``MACHINE`` below is the kind's phase table (phases.py applies it); the
+checkpoints are checkpoints.py's records:
 
 ======== ========================================================================
 call     nothing decided: resolve the tool, validate its arguments, run
          before-tool hooks (the shell's ``PrepareTool``). Safe to redo.
-execute  ``{arguments, replay}`` - the durable *intent*: the final arguments and
-         the replay promise the tool made when it was chosen. Stored BEFORE the
-         body runs; a crash after this point leaves "may have partially run".
+execute  ``arguments, replay[, process]`` - the durable *intent*: the final
+         arguments and the replay promise the tool made when it was chosen.
+         Stored BEFORE the body runs; a crash after this point leaves "may have
+         partially run".
 ======== ========================================================================
 
-Transitions (``PHASES`` is the table; ``ON_RESERVE`` maps each phase a
-task can be reserved at to its handler):
+The rows' effects:
 
-- reserve at ``call`` -> ``PrepareTool`` (reservation kept in memory only: if
+- ``(call, reserve)`` -> ``PrepareTool`` (reservation kept in memory only: if
   the process dies now, ``call`` simply runs again).
-- ``ToolPrepared`` -> commit ``running execute{arguments, replay}`` + ``RunTool``.
-- ``ToolRejected`` (unknown tool, invalid arguments, blocked) -> error result,
-  outcome ``completed`` (no intent was ever stored; nothing ran).
-- ``ToolFinished`` -> result entry + task ``completed`` + slot done - one commit.
-- ``ToolFailed`` (the body raised) -> error result, outcome ``failed`` (the
-  round continues: the generation waits with policy allSettled).
-- reserve at ``execute`` (only after a restart) -> re-run with the stored
+- ``(call, prepared)`` -> commit ``running execute{arguments, replay}`` +
+  ``RunTool``; a replay promise that is neither safe nor unsafe
+  (``prepared_invalid``) faults the task.
+- ``(call, rejected)`` (unknown tool, invalid arguments, blocked) -> error
+  result, outcome ``completed`` (no intent was ever stored; nothing ran).
+- ``(execute, finished)`` -> result entry + task ``completed`` + slot done -
+  one commit. ``(execute, failed)`` (the body raised) -> error result,
+  outcome ``failed`` (the round continues: the generation waits allSettled).
+- ``(execute, process_started)`` -> the body's OS process group recorded in
+  the checkpoint before the command runs (answered with ``Respond``).
+- reserve at ``execute`` (only after a restart): ``rerun`` with the stored
   arguments if the stored replay AND the currently installed tool both say
-  ``safe``; otherwise settle the error result
-  "Tool X was interrupted and may have partially run", outcome ``failed``.
+  ``safe``; otherwise ``interrupted``: settle the error result "Tool X was
+  interrupted and may have partially run", outcome ``failed``.
+- ``abort`` (both phases) -> error result "Tool X was aborted", outcome
+  ``aborted``. Nothing the body did is rolled back.
 
 Invariants: ``UnsafeToolRunsAtMostOnce``, ``OneResultPerCall`` (a task settles
 its call exactly once), ``IntentBeforeEffect``.
@@ -35,54 +42,73 @@ its call exactly once), ``IntentBeforeEffect``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import enum
+from collections.abc import Mapping
 
 import attrs
 
-from .effects import PrepareTool, Refusal, RunTool, Tx
-from .events import ToolFailed, ToolFinished, ToolPrepared, ToolProcessStarted, ToolRejected
-from .handover import fault, finish_task
-from .lifecycle import task_to
-from .state import UsageTotals
+from .checkpoints import CallCheckpoint, ExecuteCheckpoint, ToolPhase, parse_tool
+from .draft import Tx
+from .effects import PrepareTool, Refusal, RunTool
+from .events import PreparedCall, ToolFailed, ToolFinished, ToolPrepared, ToolProcessStarted, ToolRejected
+from .lifecycle import SlotMove, TaskMove, slot_to, task_to
 from .model import (
+    TOOL,
     Entry,
     EntryId,
     EntryKind,
     Outcome,
     OutcomeStatus,
+    Replay,
+    ResultCode,
     Task,
     TaskId,
-    TaskStatus,
     Usage,
 )
+from .phases import END, Machine, Row, Turn
+from .settlement import fault, finish_task
+from .state import UsageTotals
 
-PHASES: Mapping[tuple[str, str], str] = {
-    ("call", "reserve"): "call",
-    ("call", "prepared"): "execute",
-    ("call", "rejected"): "-",
-    ("execute", "process_started"): "execute",
-    ("execute", "finished"): "-",
-    ("execute", "failed"): "-",
-    ("execute", "reserve_rerun"): "execute",
-    ("execute", "reserve_interrupted"): "-",
-}
+
+class ToolInput(enum.StrEnum):
+    """What can happen to a tool task (the inputs of ``MACHINE``)."""
+
+    #: The scheduler picked it at ``call``.
+    RESERVE = "reserve"
+    #: Picked at ``execute`` after a restart; stored and current replay are safe.
+    RERUN = "reserve_rerun"
+    #: Picked at ``execute`` after a restart; the call may not run again.
+    INTERRUPTED = "reserve_interrupted"
+    #: The shell resolved and validated the call.
+    PREPARED = "prepared"
+    #: The shell's verdict carried a replay promise that is not one.
+    PREPARED_INVALID = "prepared_invalid"
+    #: The shell refused the call (unknown tool, invalid arguments, blocked).
+    REJECTED = "rejected"
+    #: The body started an OS process group.
+    PROCESS_STARTED = "process_started"
+    #: The body returned a result.
+    FINISHED = "finished"
+    #: The body raised.
+    FAILED = "failed"
+    #: Its abort handler runs.
+    ABORT = "abort"
 
 
 def interrupted_message(name: str) -> str:
     return f"Tool {name} was interrupted and may have partially run"
 
 
-def on_reserve(tx: Tx, task: Task) -> None:
-    handler = ON_RESERVE.get(task.phase or "")
-    if handler is None:
-        fault(tx, task, f"Task {task.id} has unknown phase {task.phase!r}")
-        return
-    handler(tx, task)
+def aborted_message(name: str) -> str:
+    return f"Tool {name} was aborted"
 
 
-def _prepare(tx: Tx, task: Task) -> None:
-    running = task_to(task, "reserve", started_at=task.started_at or tx.now)
-    tx.put_task(running, durable=False)
+# --- the rows' handlers ------------------------------------------------------
+
+
+def _prepare(turn: Turn, _: None) -> None:
+    task, tx = turn.task, turn.tx
+    turn.store(TaskMove.RESERVE, durable=False, started_at=task.started_at or tx.now)
     tx.act(
         PrepareTool(
             task_id=task.id,
@@ -95,101 +121,176 @@ def _prepare(tx: Tx, task: Task) -> None:
     )
 
 
-def _recover_execute(tx: Tx, task: Task) -> None:
-    name = str(task.input["name"])
-    stored = task.checkpoint.get("replay")
-    info = tx.catalog.get(name)
-    current = info.replay if info is not None else "unsafe"
-    running = task_to(task, "reserve")
-    if stored == "safe" and current == "safe":
-        tx.put_task(running, durable=False)
-        _run(tx, running)
+def _prepared(turn: Turn, ev: ToolPrepared | PreparedCall) -> None:
+    """Store the intent, mark the slot running, run the body."""
+    intent = ExecuteCheckpoint(arguments=dict(ev.arguments), replay=Replay(ev.replay))
+    execute = turn.store(TaskMove.CHECKPOINT, intent)
+    _move_slot(turn.tx, execute, SlotMove.START)
+    _run(turn.tx, execute, intent)
+
+
+def _prepared_invalid(turn: Turn, ev: ToolPrepared) -> None:
+    fault(turn.tx, turn.task, f"Task {turn.task.id}: replay must be 'safe' or 'unsafe', not {ev.replay!r}")
+
+
+def _rerun(turn: Turn, _: None) -> None:
+    cp = turn.checkpoint
+    assert isinstance(cp, ExecuteCheckpoint)
+    running = turn.store(TaskMove.RESERVE, durable=False)
+    _run(turn.tx, running, cp)
+
+
+def _interrupted(turn: Turn, _: None) -> None:
+    message = interrupted_message(str(turn.task.input["name"]))
+    _settle(turn.tx, turn.task, message, is_error=True, status=OutcomeStatus.FAILED, error=message)
+
+
+def _process_started(turn: Turn, ev: ToolProcessStarted) -> None:
+    """Record the process group in the ``execute`` checkpoint (durable
+    before the command runs), so an open after a crash can kill what was left
+    running; then answer the body."""
+    cp = turn.checkpoint
+    assert isinstance(cp, ExecuteCheckpoint)
+    task = turn.store(TaskMove.CHECKPOINT, attrs.evolve(cp, process=dict(ev.process)))
+    turn.tx.respond(ev.ticket, task.id)
+
+
+def _rejected(turn: Turn, ev: ToolRejected) -> None:
+    _settle(turn.tx, turn.task, ev.message, is_error=True, status=OutcomeStatus.COMPLETED, code=ev.code)
+
+
+def _finished(turn: Turn, ev: ToolFinished) -> None:
+    _settle(turn.tx, turn.task, ev.text, is_error=ev.is_error, status=OutcomeStatus.COMPLETED, usage=ev.usage)
+
+
+def _failed(turn: Turn, ev: ToolFailed) -> None:
+    name = str(turn.task.input["name"])
+    _settle(
+        turn.tx,
+        turn.task,
+        ev.message,
+        is_error=True,
+        status=OutcomeStatus.FAILED,
+        error=f"Tool {name} threw",
+        code=ResultCode.TOOL_ERROR,
+    )
+
+
+def _abort(turn: Turn, _: None) -> None:
+    """The abort handler (its invocation, if any, was cancelled; its owned
+    work drained): the call gets the error result "Tool X was aborted"."""
+    message = aborted_message(str(turn.task.input["name"]))
+    _settle(turn.tx, turn.task, message, is_error=True, status=OutcomeStatus.ABORTED, code=ResultCode.ABORTED)
+
+
+# --- the table ---------------------------------------------------------------
+
+_P, _I = ToolPhase, ToolInput
+
+PHASES: Mapping[tuple[enum.StrEnum, enum.StrEnum], Row] = {
+    (_P.CALL, _I.RESERVE): Row(handler=_prepare, next=_P.CALL),
+    (_P.CALL, _I.PREPARED): Row(handler=_prepared, next=_P.EXECUTE),
+    (_P.CALL, _I.PREPARED_INVALID): Row(handler=_prepared_invalid, next=END),
+    (_P.CALL, _I.REJECTED): Row(handler=_rejected, next=END),
+    (_P.CALL, _I.ABORT): Row(handler=_abort, next=END),
+    (_P.EXECUTE, _I.PROCESS_STARTED): Row(handler=_process_started, next=_P.EXECUTE),
+    (_P.EXECUTE, _I.FINISHED): Row(handler=_finished, next=END),
+    (_P.EXECUTE, _I.FAILED): Row(handler=_failed, next=END),
+    (_P.EXECUTE, _I.RERUN): Row(handler=_rerun, next=_P.EXECUTE),
+    (_P.EXECUTE, _I.INTERRUPTED): Row(handler=_interrupted, next=END),
+    (_P.EXECUTE, _I.ABORT): Row(handler=_abort, next=END),
+}
+# Not in the table: the shell's verdicts at execute and the body's reports at
+# call (such events are stale: their invocation ended).
+
+MACHINE = Machine(kind=TOOL, phases=ToolPhase, inputs=ToolInput, rows=PHASES, parse=parse_tool)
+
+
+# --- entry points (scheduler and events) --------------------------------------
+
+
+def replay_allows_rerun(tx: Tx, task: Task, cp: ExecuteCheckpoint) -> bool:
+    """An interrupted call runs again only if the promise stored with its
+    intent AND the tool installed now both say ``safe``."""
+    info = tx.catalog.get(str(task.input["name"]))
+    current = info.replay if info is not None else Replay.UNSAFE
+    return cp.replay == Replay.SAFE and current == Replay.SAFE
+
+
+def on_reserve(tx: Tx, task: Task) -> None:
+    cp = parse_tool(task.checkpoint)
+    if cp is None:
+        fault(tx, task, f"Task {task.id} has unknown phase {task.phase!r}")
         return
-    message = interrupted_message(name)
-    _settle(tx, running, message, is_error=True, status=OutcomeStatus.FAILED, error=message)
+    move = _I.RESERVE
+    if isinstance(cp, ExecuteCheckpoint):
+        move = _I.RERUN if replay_allows_rerun(tx, task, cp) else _I.INTERRUPTED
+    MACHINE.run(tx, task, cp, move)
 
 
-def run(tx: Tx, task: Task) -> None:
-    """Emit ``RunTool`` for a task whose ``execute`` intent is (being) stored."""
-    _run(tx, task)
+def on_abort(tx: Tx, task: Task) -> None:
+    cp = parse_tool(task.checkpoint)
+    if cp is None:
+        fault(tx, task, f"Task {task.id} has unknown phase {task.phase!r}")
+        return
+    MACHINE.run(tx, task, cp, _I.ABORT)
 
 
-def _run(tx: Tx, task: Task) -> None:
+def start_prepared(tx: Tx, tool: Task, prepared: PreparedCall) -> Task:
+    """A new tool task whose call the shell prepared with the model's answer:
+    reserved at birth (in memory), then the ``(call, prepared)`` row."""
+    running = task_to(tool, TaskMove.RESERVE, started_at=tx.now)
+    tx.put_task(running, durable=False)
+    MACHINE.run(tx, running, CallCheckpoint(), _I.PREPARED, prepared)
+    return tx.tasks[tool.id]
+
+
+def _event(tx: Tx, task_id: TaskId, move: ToolInput, event: object) -> bool:
+    """Apply ``move`` if the task is running at a phase with a row for it;
+    False for a stale event."""
+    found = MACHINE.running(tx, task_id)
+    if found is None or not MACHINE.accepts(found[1], move):
+        return False
+    MACHINE.run(tx, *found, move, event)
+    return True
+
+
+def on_tool_prepared(tx: Tx, ev: ToolPrepared) -> None:
+    valid = ev.replay in (Replay.SAFE, Replay.UNSAFE)
+    _event(tx, ev.task_id, _I.PREPARED if valid else _I.PREPARED_INVALID, ev)
+
+
+def on_tool_process_started(tx: Tx, ev: ToolProcessStarted) -> None:
+    if not _event(tx, ev.task_id, _I.PROCESS_STARTED, ev):
+        tx.refuse(ev.ticket, Refusal.INVALID, f"Task {ev.task_id} is not executing a tool")
+
+
+def on_tool_rejected(tx: Tx, ev: ToolRejected) -> None:
+    _event(tx, ev.task_id, _I.REJECTED, ev)
+
+
+def on_tool_finished(tx: Tx, ev: ToolFinished) -> None:
+    _event(tx, ev.task_id, _I.FINISHED, ev)
+
+
+def on_tool_failed(tx: Tx, ev: ToolFailed) -> None:
+    _event(tx, ev.task_id, _I.FAILED, ev)
+
+
+# --- helpers -----------------------------------------------------------------
+
+
+def _run(tx: Tx, task: Task, cp: ExecuteCheckpoint) -> None:
+    """``RunTool`` for a task whose ``execute`` intent is (being) stored."""
     tx.act(
         RunTool(
             task_id=task.id,
             conversation_id=task.conversation_id,
             call_id=str(task.input["call_id"]),
             name=str(task.input["name"]),
-            arguments=dict(task.checkpoint.get("arguments", {})),
+            arguments=dict(cp.arguments),
             cwd=tx.conv(task.conversation_id).agent.cwd,
         )
-    )
-
-
-def _expecting(tx: Tx, task_id: TaskId, phase: str) -> Task | None:
-    task = tx.tasks.get(task_id)
-    if task is None or task.status is not TaskStatus.RUNNING or task.phase != phase:
-        return None
-    return task
-
-
-def on_tool_prepared(tx: Tx, ev: ToolPrepared) -> None:
-    task = _expecting(tx, ev.task_id, "call")
-    if task is None:
-        return
-    if ev.replay not in ("safe", "unsafe"):
-        fault(tx, task, f"Task {task.id}: replay must be 'safe' or 'unsafe', not {ev.replay!r}")
-        return
-    execute = task_to(
-        task,
-        "checkpoint",
-        checkpoint={"phase": "execute", "arguments": dict(ev.arguments), "replay": ev.replay},
-    )
-    tx.put_task(execute)
-    _set_slot(tx, execute, status="running")
-    _run(tx, execute)
-
-
-def on_tool_process_started(tx: Tx, ev: ToolProcessStarted) -> None:
-    """Row ``(execute, process_started)``: the body started an OS process
-    group; record it in the ``execute`` checkpoint (durable before the
-    command runs), so an open after a crash can kill what was left running."""
-    task = _expecting(tx, ev.task_id, "execute")
-    if task is None:
-        tx.refuse(ev.ticket, Refusal.INVALID, f"Task {ev.task_id} is not executing a tool")
-        return
-    tx.put_task(task_to(task, "checkpoint", checkpoint={**task.checkpoint, "process": dict(ev.process)}))
-    tx.respond(ev.ticket, task.id)
-
-
-def on_tool_rejected(tx: Tx, ev: ToolRejected) -> None:
-    task = _expecting(tx, ev.task_id, "call")
-    if task is None:
-        return
-    _settle(tx, task, ev.message, is_error=True, status=OutcomeStatus.COMPLETED, code=ev.code)
-
-
-def on_tool_finished(tx: Tx, ev: ToolFinished) -> None:
-    task = _expecting(tx, ev.task_id, "execute")
-    if task is None:
-        return
-    _settle(tx, task, ev.text, is_error=ev.is_error, status=OutcomeStatus.COMPLETED, usage=ev.usage)
-
-
-def on_tool_failed(tx: Tx, ev: ToolFailed) -> None:
-    task = _expecting(tx, ev.task_id, "execute")
-    if task is None:
-        return
-    name = str(task.input["name"])
-    _settle(
-        tx,
-        task,
-        ev.message,
-        is_error=True,
-        status=OutcomeStatus.FAILED,
-        error=f"Tool {name} threw",
-        code="tool_error",
     )
 
 
@@ -228,45 +329,21 @@ def _settle(
             error={"message": error} if error is not None else None,
         ),
     )
-    _set_slot(tx, task, status="done", entry_id=entry.id)
+    _move_slot(tx, task, SlotMove.SETTLE, entry_id=entry.id)
     if usage is not None:
         name = str(task.input["name"])
-        conv = tx.conv(task.conversation_id)
-        old = conv.usage.tools.get(name, UsageTotals())
-        new = UsageTotals(
-            input_tokens=old.input_tokens + usage.input_tokens,
-            output_tokens=old.output_tokens + usage.output_tokens,
-            calls=old.calls + 1,
-        )
-        tx.set_usage(task.conversation_id, attrs.evolve(conv.usage, tools={**conv.usage.tools, name: new}))
+        doc = tx.conv(task.conversation_id).usage
+        total = doc.tools.get(name, UsageTotals()) + UsageTotals.one_call(usage)
+        tx.set_usage(task.conversation_id, attrs.evolve(doc, tools={**doc.tools, name: total}))
 
 
-def _set_slot(tx: Tx, task: Task, *, status: str, entry_id: EntryId | None = None) -> None:
+def _move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = None) -> None:
+    """Move the slot of ``task`` in the current round (lifecycle.py's slot table)."""
     live = tx.conv(task.conversation_id).live
     if live.tools is None:
         return
     tools = tuple(
-        attrs.evolve(s, status=status, entry_id=entry_id if entry_id is not None else s.entry_id)
-        if s.task_id == task.id
-        else s
+        slot_to(s, move, entry_id=entry_id if entry_id is not None else s.entry_id) if s.task_id == task.id else s
         for s in live.tools
     )
     tx.set_live(task.conversation_id, attrs.evolve(live, tools=tools))
-
-
-ON_RESERVE: Mapping[str, Callable[[Tx, Task], None]] = {
-    "call": _prepare,
-    "execute": _recover_execute,
-}
-
-
-def aborted_message(name: str) -> str:
-    return f"Tool {name} was aborted"
-
-
-def on_abort(tx: Tx, task: Task) -> None:
-    """The abort handler (its invocation, if any, was cancelled; its owned
-    work drained): the call gets the error result "Tool X was aborted" and the
-    task ends ``aborted``. Nothing the body did is rolled back."""
-    message = aborted_message(str(task.input["name"]))
-    _settle(tx, task, message, is_error=True, status=OutcomeStatus.ABORTED, code="aborted")

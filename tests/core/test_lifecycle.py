@@ -1,4 +1,4 @@
-"""The task and submission status tables are total: every (status, input) is a row or a loud error."""
+"""The task, submission and tool-slot status tables are total: every (status, input) is a row or a loud error."""
 
 from __future__ import annotations
 
@@ -7,12 +7,17 @@ from hypothesis import given
 from hypothesis.strategies import sampled_from
 
 from pidurable.core.lifecycle import (
+    SLOT_TRANSITIONS,
     SUBMISSION_INPUTS,
     SUBMISSION_TRANSITIONS,
     TASK_INPUTS,
     TASK_TRANSITIONS,
+    SlotMove,
+    TaskMove,
+    next_slot_status,
     next_submission_status,
     next_task_status,
+    slot_to,
     submission_to,
     task_to,
 )
@@ -29,6 +34,7 @@ from pidurable.core.model import (
     TaskId,
     TaskStatus,
 )
+from pidurable.core.state import SlotStatus, ToolSlot
 
 LIVE_STATUSES = [s for s in TaskStatus if s is not TaskStatus.TERMINAL]
 
@@ -181,3 +187,61 @@ def test_only_placed_inputs_are_answered() -> None:
         next_submission_status(SubmissionStatus.QUEUED, "fail")
     assert next_submission_status(SubmissionStatus.PLACED, "answer") is SubmissionStatus.DONE
     assert next_submission_status(SubmissionStatus.PLACED, "fail") is SubmissionStatus.UNANSWERED
+
+
+# --- moves that used to be reached through other moves --------------------------
+
+
+@pytest.mark.parametrize("status", [TaskStatus.PENDING, TaskStatus.WAITING])
+def test_pending_and_waiting_tasks_settle_by_their_own_rows(status: TaskStatus) -> None:
+    """A task whose outcome is decided without running code (an abort
+    handler, a fault, a finished tool round) finishes or is held straight
+    from pending/waiting - never via ``reserve``."""
+    outcome = Outcome(status=OutcomeStatus.ABORTED)
+    assert task_to(a_task(status), TaskMove.FINISH, outcome=outcome).status is TaskStatus.TERMINAL
+    assert task_to(a_task(status), TaskMove.HOLD, outcome=outcome).status is TaskStatus.COMPLETING
+
+
+def test_retry_and_release_return_a_running_task_to_pending() -> None:
+    """A backoff that ended (``retry``) and a custom phase whose definition
+    went away (``release``) are their own moves, not ``interrupt``."""
+    for move in (TaskMove.RETRY, TaskMove.RELEASE, TaskMove.INTERRUPT):
+        assert next_task_status(TaskStatus.RUNNING, move) is TaskStatus.PENDING
+        with pytest.raises(CoreInvariantError):
+            next_task_status(TaskStatus.WAITING, move)
+
+
+def test_a_waiting_task_can_wait_again() -> None:
+    """A sequential round's generation moves on to the next call's task
+    without leaving ``waiting``."""
+    waiting = task_to(a_task(TaskStatus.RUNNING), TaskMove.WAIT, on=(TaskId(8),))
+    again = task_to(waiting, TaskMove.WAIT, on=(TaskId(9),))
+    assert again.status is TaskStatus.WAITING and again.on == (9,)
+
+
+# --- tool slots -------------------------------------------------------------------
+
+SLOT_STATUSES: list[SlotStatus | None] = [None, *SlotStatus]
+
+
+@given(sampled_from(SLOT_STATUSES), sampled_from(SlotMove))
+def test_slot_moves_are_total(status: SlotStatus | None, move: SlotMove) -> None:
+    """A slot move is either a row of the slot table or raises CoreInvariantError."""
+    if (status, move) in SLOT_TRANSITIONS:
+        target = SLOT_TRANSITIONS[(status, move)]
+        assert next_slot_status(status, move) is target
+        if status is not None:
+            assert slot_to(ToolSlot(call_id="c1", name="t", status=status), move).status is target
+    else:
+        with pytest.raises(CoreInvariantError, match="not a transition"):
+            next_slot_status(status, move)
+        if status is not None:
+            with pytest.raises(CoreInvariantError):
+                slot_to(ToolSlot(call_id="c1", name="t", status=status), move)
+
+
+def test_a_settled_slot_never_moves_and_only_settle_reaches_done() -> None:
+    """DONE is final and entered only by ``settle``."""
+    for (status, move), target in SLOT_TRANSITIONS.items():
+        assert status is not SlotStatus.DONE
+        assert (target is SlotStatus.DONE) == (move is SlotMove.SETTLE)

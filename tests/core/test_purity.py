@@ -134,7 +134,7 @@ def test_checker_flags_forbidden_source(source: str) -> None:
         "from collections.abc import Mapping",
         "from . import generation, tools",
         "from .model import Task",
-        "from .effects import Tx",
+        "from .draft import Tx",
         "import enum\nfrom typing import Any",
         "ostrich = 1\nimport osmosis_lib",  # a prefix of 'os' is not 'os'
         "from pidurable.core import step",

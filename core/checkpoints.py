@@ -1,0 +1,233 @@
+"""Typed checkpoints of the built-in task kinds, and their one wire shape.
+
+Theory of operation
+-------------------
+A task's ``checkpoint`` is stored (and shown to hosts in ``TaskRecord``) as a
+JSON object with a ``phase``. Custom tasks keep that dict as it is: its shape
+is host code's business. The built-in kinds have one frozen record per phase,
+whose ``PHASE`` is its tag: :func:`parse` turns the stored dict into the
+record once, where a phase machine dispatches (phases.py), and :func:`to_dict`
+turns a record back into the dict that is stored, with the keys in the order
+the store has always had them (replay compares commits byte for byte, so this
+order is part of the format):
+
+========== ================================================================
+prepare    ``{phase, attempt}``
+request    ``{phase, attempt, model: {provider, model_id}, cutoff}``
+retry      ``{phase, attempt, until}``
+poll       ``{phase, attempt, model, cutoff, handle, poll_at}``
+tools      ``{phase, assistant, tools, pending}``
+call       ``{phase}``
+execute    ``{phase, arguments, replay[, process]}``
+========== ================================================================
+
+Must not touch: decisions. Handlers build records; the phase machine stores
+them; nothing else writes a built-in checkpoint.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any, ClassVar, TypeAlias
+
+import attrs
+
+from .model import CoreInvariantError, EntryId, Json, ModelRef, Replay, TaskId
+
+
+class GenerationPhase(enum.StrEnum):
+    """The phases of ``pi.generation`` (see generation.py's table)."""
+
+    #: Nothing pinned yet; the next reservation fixes model and cutoff.
+    PREPARE = "prepare"
+    #: The intent of one request: which model, and the newest entry it sees.
+    REQUEST = "request"
+    #: A retryable failure is waited out until ``until``.
+    RETRY = "retry"
+    #: A deferred answer is polled by its saved ``handle``.
+    POLL = "poll"
+    #: Waiting on the round's tool tasks (``pending``: sequential calls left).
+    TOOLS = "tools"
+
+
+class ToolPhase(enum.StrEnum):
+    """The phases of ``pi.tool`` (see tools.py's table)."""
+
+    #: Nothing decided: resolve, validate, run before-tool hooks.
+    CALL = "call"
+    #: The durable intent: final arguments and the replay promise.
+    EXECUTE = "execute"
+
+
+def _model_dict(model: ModelRef) -> dict[str, Json]:
+    return {"provider": model.provider, "model_id": model.model_id}
+
+
+@attrs.frozen(kw_only=True)
+class PrepareCheckpoint:
+    PHASE: ClassVar[GenerationPhase] = GenerationPhase.PREPARE
+    attempt: int = 1
+
+
+@attrs.frozen(kw_only=True)
+class RequestCheckpoint:
+    PHASE: ClassVar[GenerationPhase] = GenerationPhase.REQUEST
+    attempt: int
+    model: ModelRef
+    #: Ids are global and increasing: the request sees entries up to here.
+    cutoff: EntryId
+
+
+@attrs.frozen(kw_only=True)
+class RetryCheckpoint:
+    PHASE: ClassVar[GenerationPhase] = GenerationPhase.RETRY
+    #: The attempt that failed (the next one is ``attempt + 1``).
+    attempt: int
+    until: int
+
+
+@attrs.frozen(kw_only=True)
+class PollCheckpoint:
+    PHASE: ClassVar[GenerationPhase] = GenerationPhase.POLL
+    attempt: int
+    model: ModelRef
+    cutoff: EntryId
+    #: The provider's handle of the deferred answer (any JSON value).
+    handle: Json
+    poll_at: int
+
+
+@attrs.frozen(kw_only=True)
+class ToolsCheckpoint:
+    PHASE: ClassVar[GenerationPhase] = GenerationPhase.TOOLS
+    #: The assistant entry whose calls this round answers.
+    assistant: EntryId
+    #: Every tool task of the round created so far, in call order.
+    tools: tuple[TaskId, ...]
+    #: Call ids of a sequential batch that have no task yet, in order.
+    pending: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class CallCheckpoint:
+    PHASE: ClassVar[ToolPhase] = ToolPhase.CALL
+
+
+@attrs.frozen(kw_only=True)
+class ExecuteCheckpoint:
+    PHASE: ClassVar[ToolPhase] = ToolPhase.EXECUTE
+    arguments: dict[str, Json]
+    replay: Replay
+    #: The OS process group a running body started (pid, pgid, host, start).
+    process: dict[str, Json] | None = None
+
+
+GenerationCheckpoint: TypeAlias = (
+    PrepareCheckpoint | RequestCheckpoint | RetryCheckpoint | PollCheckpoint | ToolsCheckpoint
+)
+ToolCheckpoint: TypeAlias = CallCheckpoint | ExecuteCheckpoint
+Checkpoint: TypeAlias = GenerationCheckpoint | ToolCheckpoint
+
+
+def to_dict(cp: Checkpoint) -> dict[str, Json]:
+    """The stored JSON object of ``cp`` (key order as the store has it)."""
+    phase = str(cp.PHASE.value)
+    match cp:
+        case PrepareCheckpoint(attempt=attempt):
+            return {"phase": phase, "attempt": attempt}
+        case RequestCheckpoint(attempt=attempt, model=model, cutoff=cutoff):
+            return {"phase": phase, "attempt": attempt, "model": _model_dict(model), "cutoff": cutoff}
+        case RetryCheckpoint(attempt=attempt, until=until):
+            return {"phase": phase, "attempt": attempt, "until": until}
+        case PollCheckpoint():
+            return {
+                "phase": phase,
+                "attempt": cp.attempt,
+                "model": _model_dict(cp.model),
+                "cutoff": cp.cutoff,
+                "handle": cp.handle,
+                "poll_at": cp.poll_at,
+            }
+        case ToolsCheckpoint(assistant=assistant, tools=tools, pending=pending):
+            return {"phase": phase, "assistant": assistant, "tools": list(tools), "pending": list(pending)}
+        case CallCheckpoint():
+            return {"phase": phase}
+        case ExecuteCheckpoint(arguments=arguments, replay=replay, process=process):
+            out: dict[str, Json] = {"phase": phase, "arguments": dict(arguments), "replay": str(replay.value)}
+            if process is not None:
+                out["process"] = dict(process)
+            return out
+
+
+def _model(m: Mapping[str, Any]) -> ModelRef:
+    return ModelRef(provider=m["provider"], model_id=m["model_id"])
+
+
+def _generation(phase: GenerationPhase, cp: Mapping[str, Any]) -> GenerationCheckpoint:
+    match phase:
+        case GenerationPhase.PREPARE:
+            return PrepareCheckpoint(attempt=int(cp.get("attempt", 1)))
+        case GenerationPhase.REQUEST:
+            return RequestCheckpoint(
+                attempt=int(cp["attempt"]), model=_model(cp["model"]), cutoff=EntryId(int(cp["cutoff"]))
+            )
+        case GenerationPhase.RETRY:
+            return RetryCheckpoint(attempt=int(cp["attempt"]), until=int(cp["until"]))
+        case GenerationPhase.POLL:
+            return PollCheckpoint(
+                attempt=int(cp["attempt"]),
+                model=_model(cp["model"]),
+                cutoff=EntryId(int(cp["cutoff"])),
+                handle=cp["handle"],
+                poll_at=int(cp["poll_at"]),
+            )
+        case GenerationPhase.TOOLS:
+            return ToolsCheckpoint(
+                assistant=EntryId(int(cp["assistant"])),
+                tools=tuple(TaskId(int(t)) for t in cp.get("tools", [])),
+                pending=tuple(str(c) for c in cp.get("pending", [])),
+            )
+
+
+def _tool(phase: ToolPhase, cp: Mapping[str, Any]) -> ToolCheckpoint:
+    match phase:
+        case ToolPhase.CALL:
+            return CallCheckpoint()
+        case ToolPhase.EXECUTE:
+            # Anything but a stored "safe" promise is treated as unsafe: an
+            # interrupted call is then settled, never re-run.
+            replay = Replay.SAFE if cp.get("replay") == Replay.SAFE else Replay.UNSAFE
+            process = cp.get("process")
+            return ExecuteCheckpoint(
+                arguments=dict(cp.get("arguments", {})),
+                replay=replay,
+                process=dict(process) if process is not None else None,
+            )
+
+
+_GENERATION_PHASES = frozenset(GenerationPhase)
+_TOOL_PHASES = frozenset(ToolPhase)
+
+
+def parse_generation(cp: Mapping[str, Any]) -> GenerationCheckpoint | None:
+    """The typed checkpoint of a generation task; None for an unknown phase
+    (the task faults). A known phase with damaged fields is a loud error."""
+    phase = cp.get("phase")
+    if not isinstance(phase, str) or phase not in _GENERATION_PHASES:
+        return None
+    try:
+        return _generation(GenerationPhase(phase), cp)
+    except (KeyError, TypeError, ValueError) as e:
+        raise CoreInvariantError(f"damaged {phase} checkpoint {cp!r}: {e!r}") from None
+
+
+def parse_tool(cp: Mapping[str, Any]) -> ToolCheckpoint | None:
+    """The typed checkpoint of a tool task; None for an unknown phase."""
+    phase = cp.get("phase")
+    if not isinstance(phase, str) or phase not in _TOOL_PHASES:
+        return None
+    try:
+        return _tool(ToolPhase(phase), cp)
+    except (KeyError, TypeError, ValueError) as e:
+        raise CoreInvariantError(f"damaged {phase} checkpoint {cp!r}: {e!r}") from None

@@ -1,0 +1,210 @@
+"""The draft of one step: ``Tx``, the builder every handler writes into.
+
+Theory of operation
+-------------------
+``step`` makes one ``Tx`` from the input state and the event's ``now``, hands it
+to the event's handler and to the scheduling pass, and turns it into a frozen
+:class:`~pidurable.core.effects.Step` with :meth:`Tx.finish`. Handlers record
+decisions here: each ``put_*``/``set_*`` both updates the draft state and
+records the write (later writes of the same record replace earlier ones but
+keep their place, so a commit lists records in the order they were first
+touched); acts and replies are queued. ``finish`` emits ``[Commit(all writes),
+acts..., replies...]``: every intent is durable before any act starts, and a
+host hears an answer only once it is durable.
+
+Invariants: a ``Tx`` never escapes ``step``; the input state is never mutated
+(its mappings are copied on the first write); the draft's fields are exactly
+the fields of :class:`~pidurable.core.state.State` except the two that only
+``finish`` and ``on_opened`` set (``next_seq``, ``opened``).
+
+Must not touch: decisions. This module knows records and writes, not rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from .effects import (
+    Accepted,
+    Commit,
+    Effect,
+    PutAgent,
+    PutConversation,
+    PutEntry,
+    PutInbox,
+    PutLive,
+    PutSubmission,
+    PutTask,
+    PutUsage,
+    Refusal,
+    Refused,
+    Respond,
+    Step,
+    Write,
+    write_key,
+)
+from .model import (
+    AgentConfig,
+    ConversationId,
+    Entry,
+    Settings,
+    Submission,
+    SubmissionId,
+    Task,
+    TaskId,
+    TaskInfo,
+    TaskStatus,
+    ToolInfo,
+)
+from .state import ConvState, InboxItem, Live, State, UsageDoc
+
+#: State fields the draft does not carry: ``next_seq`` is advanced by
+#: ``finish`` (one per Commit), ``opened`` only by ``on_opened``.
+_NOT_DRAFTED = frozenset({"next_seq", "opened"})
+#: The state fields the draft carries, derived from State itself.
+DRAFT_FIELDS: tuple[str, ...] = tuple(f.name for f in attrs.fields(State) if f.name not in _NOT_DRAFTED)
+
+
+class Tx:
+    """The working draft of one step (local to one ``step`` call)."""
+
+    # The drafted State fields, as plain attributes (typed here for mypy;
+    # a test checks these names are exactly DRAFT_FIELDS).
+    next_id: int
+    conversations: Mapping[ConversationId, ConvState]
+    tasks: Mapping[TaskId, Task]
+    submissions: Mapping[SubmissionId, Submission]
+    catalog: Mapping[str, ToolInfo]
+    task_catalog: Mapping[str, TaskInfo]
+    invocations: frozenset[TaskId]
+    failed_migrations: Mapping[TaskId, int]
+    scheduling: bool
+    settings: Settings
+
+    def __init__(self, state: State, now: int) -> None:
+        self.now = now
+        self._writes: dict[tuple[str, int], Write] = {}
+        self._acts: list[Effect] = []
+        self._replies: list[Effect] = []
+        self.state = state
+
+    # The draft keeps the state's parts as plain fields, copied on first
+    # write (the input State's mappings are never mutated), and builds a new
+    # State once, in finish(): a step costs O(live), not O(puts x live).
+    @property
+    def state(self) -> State:
+        return attrs.evolve(self._base, **{name: getattr(self, name) for name in DRAFT_FIELDS})
+
+    @state.setter
+    def state(self, state: State) -> None:
+        self._base = state
+        for name in DRAFT_FIELDS:
+            setattr(self, name, getattr(state, name))
+        self._own: set[str] = set()
+
+    def _owned(self, name: str) -> dict[Any, Any]:
+        """The draft's own (mutable) copy of the mapping field ``name``."""
+        if name not in self._own:
+            setattr(self, name, dict(getattr(self, name)))
+            self._own.add(name)
+        return getattr(self, name)  # type: ignore[no-any-return]
+
+    # ids -------------------------------------------------------------------
+    def alloc_id(self) -> int:
+        i = self.next_id
+        self.next_id = i + 1
+        return i
+
+    # records ---------------------------------------------------------------
+    def write(self, w: Write) -> None:
+        self._writes[write_key(w)] = w
+
+    def put_task(self, task: Task, *, durable: bool = True) -> None:
+        """Replace a task in the draft; ``durable=False`` changes only memory
+        (a reservation whose intent is already stored)."""
+        tasks = self._owned("tasks")
+        if task.status is TaskStatus.TERMINAL:
+            tasks.pop(task.id, None)
+        else:
+            tasks[task.id] = task
+        if durable:
+            self.write(PutTask(task=task))
+
+    def put_submission(self, sub: Submission) -> None:
+        subs = self._owned("submissions")
+        if sub.settled:
+            subs.pop(sub.id, None)
+        else:
+            subs[sub.id] = sub
+        self.write(PutSubmission(submission=sub))
+
+    def put_entry(self, entry: Entry) -> None:
+        self.write(PutEntry(entry=entry))
+
+    def put_conversation(self, conv: ConvState) -> None:
+        self._owned("conversations")[conv.id] = conv
+        self.write(PutConversation(conversation=conv.conversation))
+        self.write(PutAgent(conversation_id=conv.id, agent=conv.agent))
+        self.write(PutLive(conversation_id=conv.id, live=conv.live))
+        self.write(PutInbox(conversation_id=conv.id, items=conv.inbox))
+
+    def conv(self, cid: ConversationId) -> ConvState:
+        return self.conversations[cid]
+
+    def _replace_conv(self, conv: ConvState) -> None:
+        self._owned("conversations")[conv.id] = conv
+
+    # documents: written only when they change ------------------------------
+    def set_live(self, cid: ConversationId, live: Live) -> None:
+        conv = self.conv(cid)
+        if conv.live == live:
+            return
+        self._replace_conv(attrs.evolve(conv, live=live))
+        self.write(PutLive(conversation_id=cid, live=live))
+
+    def set_inbox(self, cid: ConversationId, items: tuple[InboxItem, ...]) -> None:
+        conv = self.conv(cid)
+        if conv.inbox == items:
+            return
+        self._replace_conv(attrs.evolve(conv, inbox=items))
+        self.write(PutInbox(conversation_id=cid, items=items))
+
+    def set_usage(self, cid: ConversationId, usage: UsageDoc) -> None:
+        conv = self.conv(cid)
+        if conv.usage == usage:
+            return
+        self._replace_conv(attrs.evolve(conv, usage=usage))
+        self.write(PutUsage(conversation_id=cid, usage=usage))
+
+    def set_agent(self, cid: ConversationId, agent: AgentConfig) -> None:
+        conv = self.conv(cid)
+        if conv.agent == agent:
+            return
+        self._replace_conv(attrs.evolve(conv, agent=agent))
+        self.write(PutAgent(conversation_id=cid, agent=agent))
+
+    # effects ---------------------------------------------------------------
+    def act(self, effect: Effect) -> None:
+        self._acts.append(effect)
+
+    def respond(self, ticket: int, value: int | None = None, *, data: Any = None) -> None:
+        """Accept the host request ``ticket`` (answered after the commit)."""
+        self._replies.append(Respond(ticket=ticket, reply=Accepted(value=value, data=data)))
+
+    def refuse(self, ticket: int, kind: Refusal, message: str) -> None:
+        """Refuse the host request ``ticket``; the handler writes nothing."""
+        self._replies.append(Respond(ticket=ticket, reply=Refused(kind=kind, message=message)))
+
+    def finish(self) -> Step:
+        """The frozen result: ``[Commit(writes)?, acts..., replies...]``."""
+        effects: list[Effect] = []
+        state = self.state
+        if self._writes:
+            effects.append(Commit(seq=state.next_seq, writes=tuple(self._writes.values())))
+            state = attrs.evolve(state, next_seq=state.next_seq + 1)
+        effects.extend(self._acts)
+        effects.extend(self._replies)
+        return Step(state=state, effects=tuple(effects))

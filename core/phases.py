@@ -1,0 +1,126 @@
+"""Phase machines: the tables that drive the built-in task kinds.
+
+Theory of operation
+-------------------
+A built-in kind (``pi.generation``, ``pi.tool``) is a :class:`Machine`: a
+table ``(phase, input) -> Row(handler, next)`` and a parser from the stored
+checkpoint dict to the kind's typed records (checkpoints.py). Every decision
+about such a task goes through :meth:`Machine.run`:
+
+1. the stored checkpoint is parsed once into its typed record;
+2. the input (reserve, abort, or an event the caller has classified) selects
+   the row; a missing row is a bug and raises ``CoreInvariantError``;
+3. the row's handler runs with a :class:`Turn`; it decides, and stores the
+   task through :meth:`Turn.store`, which writes the record it is given as the
+   checkpoint of the row's ``next`` phase (a record of any other phase is
+   refused): handlers never write a phase;
+4. afterwards the task must be where the row says: at ``next``, or, for a
+   row whose ``next`` is ``END``, no longer at a phase (terminal, or held
+   ``completing``).
+
+Events from the shell can be stale (their invocation ended: the task moved
+on, or was interrupted). Callers ask :meth:`Machine.running` for the task and
+:meth:`Machine.accepts` for the row; an event whose row is absent at the
+task's current phase is stale and ignored, never guessed at.
+
+Must not touch: status tables (lifecycle.py), settlement rules.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from .checkpoints import Checkpoint, to_dict
+from .draft import Tx
+from .lifecycle import TaskMove, task_to
+from .model import CoreInvariantError, Task, TaskId, TaskStatus
+
+#: The ``next`` of a row that ends the task (it settles, or is held).
+END = None
+
+
+class Turn:
+    """One row being applied to one task (local to one ``Machine.run``)."""
+
+    def __init__(self, tx: Tx, task: Task, checkpoint: Checkpoint, next_phase: enum.StrEnum | None) -> None:
+        self.tx = tx
+        self.task = task
+        self.checkpoint = checkpoint
+        self.next = next_phase
+
+    def store(self, move: TaskMove, checkpoint: Checkpoint | None = None, *, durable: bool = True, **changes: Any) -> Task:
+        """Move the task (``move`` checked by lifecycle.py) to the row's next
+        phase, with ``checkpoint`` (the next phase's record) or, when the row
+        stays at its phase, the stored checkpoint unchanged."""
+        if self.next is END:
+            raise CoreInvariantError(f"task {self.task.id}: a row that ends the task stores no phase")
+        if checkpoint is not None:
+            if checkpoint.PHASE != self.next:
+                raise CoreInvariantError(
+                    f"task {self.task.id}: row leads to {self.next}, not {checkpoint.PHASE}"
+                )
+            changes["checkpoint"] = to_dict(checkpoint)
+            self.checkpoint = checkpoint
+        elif self.checkpoint.PHASE != self.next:
+            raise CoreInvariantError(f"task {self.task.id}: row leads to {self.next}; a new checkpoint is needed")
+        self.task = task_to(self.task, move, **changes)
+        self.tx.put_task(self.task, durable=durable)
+        return self.task
+
+
+Handler = Callable[[Turn, Any], None]
+
+
+@attrs.frozen(kw_only=True)
+class Row:
+    """What a (phase, input) pair does: the handler, and the phase it leads to."""
+
+    handler: Handler
+    next: enum.StrEnum | None
+
+
+@attrs.frozen(kw_only=True)
+class Machine:
+    """The phase table of one built-in task kind."""
+
+    kind: str
+    #: The phase enum and the input enum (for totality tests and diagrams).
+    phases: type[enum.StrEnum]
+    inputs: type[enum.StrEnum]
+    rows: Mapping[tuple[enum.StrEnum, enum.StrEnum], Row]
+    parse: Callable[[Mapping[str, Any]], Checkpoint | None]
+
+    def row(self, phase: enum.StrEnum, move: enum.StrEnum) -> Row:
+        """The row for (phase, input); a missing row is a loud bug."""
+        row = self.rows.get((phase, move))
+        if row is None:
+            raise CoreInvariantError(f"{self.kind}: no row for input {move!r} at phase {phase!r}")
+        return row
+
+    def accepts(self, checkpoint: Checkpoint, move: enum.StrEnum) -> bool:
+        return (checkpoint.PHASE, move) in self.rows
+
+    def running(self, tx: Tx, task_id: TaskId) -> tuple[Task, Checkpoint] | None:
+        """The task an event reports on, if it is still running at a known
+        phase (else the event is stale)."""
+        task = tx.tasks.get(task_id)
+        if task is None or task.status is not TaskStatus.RUNNING:
+            return None
+        checkpoint = self.parse(task.checkpoint)
+        return None if checkpoint is None else (task, checkpoint)
+
+    def run(self, tx: Tx, task: Task, checkpoint: Checkpoint, move: enum.StrEnum, event: Any = None) -> None:
+        """Apply the row (checkpoint.PHASE, move) to ``task``, then check the
+        task ended up where the row says."""
+        row = self.row(checkpoint.PHASE, move)
+        row.handler(Turn(tx, task, checkpoint, row.next), event)
+        after = tx.tasks.get(task.id)
+        if row.next is END:
+            if after is not None and after.status is not TaskStatus.COMPLETING:
+                raise CoreInvariantError(f"task {task.id}: row ({checkpoint.PHASE}, {move}) must end it")
+        elif after is None or after.phase != row.next:
+            raise CoreInvariantError(f"task {task.id}: row ({checkpoint.PHASE}, {move}) must lead to {row.next}")

@@ -1,0 +1,139 @@
+"""Tool rounds: the part of a generation task between its answer with tool
+calls and the hand-over to the next generation.
+
+Theory of operation
+-------------------
+These are the handlers of generation.py's rows that lead into and out of the
+``tools`` phase:
+
+- ``start_round`` (row ``tool_calls``): one ``pi.tool`` task per call, owned by
+  the generation (sequential: only the first; the rest stay ``pending`` in
+  the checkpoint), the round's slots in ``pi.live.tools``, the generation
+  ``waiting tools`` on them - all in the commit that holds the assistant
+  entry (``RoundIsAtomic``). A call the shell already prepared is born at
+  ``execute`` and runs at once.
+- ``next_call`` (row ``(tools, next_call)``): every task so far is terminal and
+  a sequential call is left: its task is created and the generation waits on
+  it.
+- ``round_done`` (row ``(tools, round_done)``): every call is settled: the
+  post-tools boundary places steering input, the generation ends
+  ``completed`` and a successor takes the run (runs.py) - one commit.
+
+Must not touch: tool tasks' own phases (tools.py's table).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from . import tools
+from .checkpoints import CallCheckpoint, ToolPhase, ToolsCheckpoint, to_dict
+from .draft import Tx
+from .events import PreparedCall
+from .inbox import boundary
+from .lifecycle import SlotMove, TaskMove, next_slot_status
+from .model import (
+    TOOL,
+    Entry,
+    EntryId,
+    ExecutionMode,
+    Outcome,
+    OutcomeStatus,
+    Replay,
+    Task,
+    TaskId,
+    ToolCall,
+)
+from .phases import Turn
+from .runs import hand_over
+from .settlement import finish_task
+from .state import ToolSlot
+
+
+def _is_sequential(tx: Tx, task: Task, calls: tuple[ToolCall, ...]) -> bool:
+    """The round runs one call at a time if the agent says so, or if any of
+    its tools does."""
+    if tx.conv(task.conversation_id).agent.tool_execution == ExecutionMode.SEQUENTIAL:
+        return True
+    for call in calls:
+        info = tx.catalog.get(call.name)
+        if info is not None and info.execution_mode == ExecutionMode.SEQUENTIAL:
+            return True
+    return False
+
+
+def create_tool_task(
+    tx: Tx, gen: Task, assistant: EntryId, call: ToolCall, prepared: PreparedCall | None = None
+) -> Task:
+    """A tool task for ``call``, owned by the generation. Normally born at
+    ``call``; a call the shell already prepared (``prepared``) is reserved at
+    birth and takes the ``(call, prepared)`` row at once: its ``execute``
+    intent is stored by this very commit and it runs (one event and one
+    commit fewer per call)."""
+    tool = Task(
+        id=TaskId(tx.alloc_id()),
+        conversation_id=gen.conversation_id,
+        kind=TOOL,
+        owner=gen.id,
+        input={"assistant": assistant, "call_id": call.id, "name": call.name},
+        checkpoint=to_dict(CallCheckpoint()),
+    )
+    if prepared is not None and prepared.replay in (Replay.SAFE, Replay.UNSAFE):
+        return tools.start_prepared(tx, tool, prepared)
+    tx.put_task(tool)
+    return tool
+
+
+def start_round(turn: Turn, entry: Entry, prepared: tuple[PreparedCall | None, ...] = ()) -> None:
+    """Row ``tool_calls``: the round's tasks, slots and the wait."""
+    tx, task = turn.tx, turn.task
+    sequential = _is_sequential(tx, task, entry.tool_calls)
+    slots: list[ToolSlot] = []
+    created: list[TaskId] = []
+    pending: list[str] = []
+    for i, call in enumerate(entry.tool_calls):
+        if sequential and created:
+            slots.append(ToolSlot(call_id=call.id, name=call.name, status=next_slot_status(None, SlotMove.OPEN)))
+            pending.append(call.id)
+            continue
+        tool = create_tool_task(tx, task, entry.id, call, prepared[i] if i < len(prepared) else None)
+        created.append(tool.id)
+        # A call born at execute has its intent stored already.
+        move = SlotMove.START if tool.phase == ToolPhase.EXECUTE else SlotMove.OPEN
+        slots.append(ToolSlot(call_id=call.id, name=call.name, task_id=tool.id, status=next_slot_status(None, move)))
+    round_ = ToolsCheckpoint(assistant=entry.id, tools=tuple(created), pending=tuple(pending))
+    turn.store(TaskMove.WAIT, round_, on=tuple(created))
+    live = tx.conv(task.conversation_id).live
+    tx.set_live(task.conversation_id, attrs.evolve(live, tools=tuple(slots), attempt=None))
+
+
+def next_call(turn: Turn, _: None) -> None:
+    """Row ``(tools, next_call)``: the next call of a sequential batch."""
+    tx, task, cp = turn.tx, turn.task, turn.checkpoint
+    assert isinstance(cp, ToolsCheckpoint)
+    live = tx.conv(task.conversation_id).live
+    slots = live.tools or ()
+    call_id = cp.pending[0]
+    slot = next(s for s in slots if s.call_id == call_id)
+    tool = create_tool_task(tx, task, cp.assistant, ToolCall(id=call_id, name=slot.name))
+    tx.set_live(
+        task.conversation_id,
+        attrs.evolve(
+            live,
+            tools=tuple(attrs.evolve(s, task_id=tool.id) if s.call_id == call_id else s for s in slots),
+        ),
+    )
+    rest = ToolsCheckpoint(assistant=cp.assistant, tools=(*cp.tools, tool.id), pending=cp.pending[1:])
+    turn.store(TaskMove.WAIT, rest, on=(tool.id,))
+
+
+def round_done(turn: Turn, _: None) -> None:
+    """Row ``(tools, round_done)``: the post-tools boundary, then the
+    generation ends ``completed {entry_id: assistant}`` and hands the run
+    over - one commit."""
+    tx, task, cp = turn.tx, turn.task, turn.checkpoint
+    assert isinstance(cp, ToolsCheckpoint)
+    steered = boundary(tx, task.conversation_id, final=False)
+    finish_task(tx, task, Outcome(status=OutcomeStatus.COMPLETED, result={"entry_id": cp.assistant}))
+    hand_over(tx, task, steered)
+

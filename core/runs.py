@@ -1,0 +1,111 @@
+"""Runs: starting one, handing it from generation to generation, ending it.
+
+Theory of operation
+-------------------
+A *run* is the work from placed input(s) to the final answer. It is recorded in
+the conversation's ``pi.live.run = {task_id, inputs}`` and is present exactly
+while the conversation is busy. The generation task named by ``task_id`` is the
+one responsible; when a tool round finishes, that generation ends (the caller
+finishes it) and a new one takes over (``G1 -> G2``) in the SAME commit, so
+there is never a moment where the run has no responsible task or two of them.
+
+Invariants
+- ``RunHasOneOwner``: ``live.run.task_id`` names a live generation task.
+- ``InputsSettleOnce``: ``end_run`` settles each listed input once; a
+  submission already settled is left as it is (first settlement wins).
+- Only the task named by ``live.run.task_id`` may end or hand over the run.
+
+Must not touch: the inbox (boundaries are ``inbox.py``'s), tool tasks, task
+outcomes (``settlement.py``'s).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from .checkpoints import PrepareCheckpoint, to_dict
+from .draft import Tx
+from .lifecycle import SubmissionMove, submission_to
+from .model import (
+    GENERATION,
+    ConversationId,
+    EntryId,
+    SubmissionId,
+    SubmissionStatus,
+    Task,
+    TaskId,
+    TaskStatus,
+)
+from .state import Live, RunInfo
+
+
+def create_generation(tx: Tx, cid: ConversationId) -> Task:
+    """A new conversation-owned generation task at ``prepare`` (attempt 1)."""
+    task = Task(
+        id=TaskId(tx.alloc_id()),
+        conversation_id=cid,
+        kind=GENERATION,
+        status=TaskStatus.PENDING,
+        checkpoint=to_dict(PrepareCheckpoint(attempt=1)),
+    )
+    tx.put_task(task)
+    return task
+
+
+def start_run(tx: Tx, cid: ConversationId, inputs: tuple[SubmissionId, ...]) -> Task:
+    """Make the conversation busy with a new run answering ``inputs``."""
+    gen = create_generation(tx, cid)
+    tx.set_live(cid, Live(run=RunInfo(task_id=gen.id, inputs=inputs)))
+    return gen
+
+
+def owns_run(tx: Tx, task: Task) -> bool:
+    run = tx.conv(task.conversation_id).live.run
+    return run is not None and run.task_id == task.id
+
+
+def hand_over(tx: Tx, gen: Task, steered: tuple[SubmissionId, ...]) -> Task:
+    """Give the run of ``gen`` (whose tool round is finished and which the
+    caller has just finished) to a successor created at ``prepare``:
+    ``live.run.task_id`` switched, the round's slots cleared, steered inputs
+    joined to the run. Part of the commit that finished ``gen``."""
+    successor = create_generation(tx, gen.conversation_id)
+    live = tx.conv(gen.conversation_id).live
+    run = live.run
+    assert run is not None and run.task_id == gen.id
+    tx.set_live(
+        gen.conversation_id,
+        attrs.evolve(
+            live,
+            run=RunInfo(task_id=successor.id, inputs=run.inputs + steered),
+            tools=None,
+            attempt=None,
+        ),
+    )
+    return successor
+
+
+def end_run(
+    tx: Tx,
+    gen: Task,
+    *,
+    status: SubmissionStatus,
+    answer: EntryId | None = None,
+    reason: str | None = None,
+    detail: str | None = None,
+) -> None:
+    """Settle the run's inputs and make the conversation idle.
+
+    Does nothing unless ``gen`` is the run's responsible task.
+    """
+    if not owns_run(tx, gen):
+        return
+    live = tx.conv(gen.conversation_id).live
+    assert live.run is not None
+    move = SubmissionMove.ANSWER if status is SubmissionStatus.DONE else SubmissionMove.FAIL
+    for sid in live.run.inputs:
+        sub = tx.submissions.get(sid)
+        if sub is None or sub.settled:
+            continue  # first settlement wins
+        tx.put_submission(submission_to(sub, move, answer_entry_id=answer, reason=reason, detail=detail))
+    tx.set_live(gen.conversation_id, Live())
