@@ -517,12 +517,7 @@ class Harness:
                 continue
             for target, part in ((models, doc.models), (tools, doc.tools)):
                 for key, u in part.items():
-                    old = target.get(key, UsageTotals())
-                    target[key] = UsageTotals(
-                        input_tokens=old.input_tokens + u.input_tokens,
-                        output_tokens=old.output_tokens + u.output_tokens,
-                        calls=old.calls + u.calls,
-                    )
+                    target[key] = target.get(key, UsageTotals()) + u
         return UsageDoc(models=models, tools=tools)
 
     async def inspect(self) -> list[TaskInspection]:

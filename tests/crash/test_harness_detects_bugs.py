@@ -38,12 +38,8 @@ def _sweep(scenario: Any) -> None:
 def test_rerunning_unsafe_tools_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A core that re-runs an interrupted unsafe tool breaks UnsafeToolRunsAtMostOnce."""
 
-    def always_rerun(tx: Any, task: Any) -> None:
-        running = core_tools.task_to(task, "reserve")
-        tx.put_task(running, durable=False)
-        core_tools._run(tx, running)
-
-    monkeypatch.setitem(core_tools.ON_RESERVE, "execute", always_rerun)
+    # The broken variant: reserve at ``execute`` always takes the rerun row.
+    monkeypatch.setattr(core_tools, "replay_allows_rerun", lambda tx, task, cp: True)
     with pytest.raises(AssertionError, match="UnsafeToolRunsAtMostOnce"):
         _sweep(UNSAFE)
 

@@ -1,0 +1,46 @@
+"""The step draft (core/draft.py) carries exactly the State's fields and never mutates its input."""
+
+from __future__ import annotations
+
+from typing import get_args, get_type_hints
+
+import attrs
+
+from pidurable.core import State
+from pidurable.core.draft import DRAFT_FIELDS, Tx
+from pidurable.core.effects import EFFECT_TYPES, WRITE_TYPES, Effect, Write
+from pidurable.core.events import EVENT_TYPES, Event
+from pidurable.core.state import UsageTotals
+
+from .helpers import opened_state
+
+
+def test_draft_fields_are_the_state_fields() -> None:
+    """Every State field but next_seq/opened is drafted, and each drafted
+    field is declared (typed) on Tx: adding a State field cannot be forgotten."""
+    names = {f.name for f in attrs.fields(State)}
+    assert set(DRAFT_FIELDS) == names - {"next_seq", "opened"}
+    assert set(DRAFT_FIELDS) <= set(get_type_hints(Tx))
+
+
+def test_draft_round_trips_the_state_without_touching_it() -> None:
+    """A draft with no decisions gives back an equal state; the input is unchanged."""
+    state = opened_state()
+    before = repr(state)
+    tx = Tx(state, 5)
+    tx._owned("tasks")
+    assert tx.finish().state == state
+    assert repr(state) == before
+
+
+def test_union_member_tuples_are_derived_from_the_unions() -> None:
+    """EVENT_TYPES / WRITE_TYPES / EFFECT_TYPES list exactly the union members."""
+    assert EVENT_TYPES == get_args(Event)
+    assert WRITE_TYPES == get_args(Write)
+    assert EFFECT_TYPES == get_args(Effect)
+
+
+def test_usage_totals_add() -> None:
+    """UsageTotals add field by field; one call counts its tokens and one call."""
+    a = UsageTotals(input_tokens=1, output_tokens=2, calls=3)
+    assert a + UsageTotals.one_call(None) == UsageTotals(input_tokens=1, output_tokens=2, calls=4)
