@@ -19,7 +19,7 @@ import pytest
 
 from pidurable.core.model import SubmissionStatus, TaskStatus
 from pidurable.shell.cli import main
-from pidurable.shell.demo import read_snapshot
+from pidurable.shell.cli.demo.report import read_snapshot
 
 CLI = [sys.executable, "-m", "pidurable.shell.cli"]
 
@@ -110,7 +110,7 @@ def test_inspect_a_store_held_by_a_live_process(tmp_path: Path) -> None:
     work.mkdir()
     db = tmp_path / "live.sqlite"
     child = subprocess.Popen(
-        [sys.executable, "-m", "pidurable.shell.demo", "child", "vienna", "--db", str(db), "--work", str(work), "--life", "1"],
+        [sys.executable, "-m", "pidurable.shell.cli.demo", "child", "vienna", "--db", str(db), "--work", str(work), "--life", "1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -239,14 +239,16 @@ def test_issue7_unknown_provider_names_the_configured_ones() -> None:
     import argparse
 
     from pidurable.core.model import ModelRef
-    from pidurable.shell.agent_cli import Problem, _models
+    from pidurable.shell.cli.agent import _models
+    from pidurable.shell.cli.common import EXIT_USAGE, CliError
 
     args = argparse.Namespace(api_key=None, base_url=None)
-    with pytest.raises(Problem, match=r"no anthropic provider is configured for anthropic:claude \(set ANTHROPIC_API_KEY.*configured: none$"):
+    with pytest.raises(CliError, match=r"no anthropic provider is configured for anthropic:claude \(set ANTHROPIC_API_KEY.*configured: none$") as refused:
         _models(args, ModelRef("anthropic", "claude"), env={})
-    with pytest.raises(Problem, match=r"set ANTHROPIC_API_KEY.*configured: openai$"):
+    assert refused.value.status == EXIT_USAGE
+    with pytest.raises(CliError, match=r"set ANTHROPIC_API_KEY.*configured: openai$"):
         _models(args, ModelRef("anthropic", "claude"), env={"OPENAI_API_KEY": "k"})
-    with pytest.raises(Problem, match=r"unknown provider 'olama' in olama:x \(known: anthropic, openai\); configured: anthropic, openai$"):
+    with pytest.raises(CliError, match=r"unknown provider 'olama' in olama:x \(known: anthropic, openai\); configured: anthropic, openai$"):
         _models(args, ModelRef("olama", "x"), env={"OPENAI_API_KEY": "k", "ANTHROPIC_API_KEY": "k"})
     # --api-key configures the asked-for provider
     flagged = argparse.Namespace(api_key="k", base_url="http://127.0.0.1:9")

@@ -398,7 +398,7 @@ async def test_issue7_recovery_report_says_a_safe_call_was_rerun(autojump_clock:
 
     from pidurable.core.model import ModelRef
     from pidurable.shell import AgentConfig, Harness, Input, MemoryStorage, Registry, define_tool
-    from pidurable.shell.agent_cli import AtOpen, recovery_report
+    from pidurable.shell.cli.agent import AtOpen, recovery_report
     from pidurable.shell.providers import ScriptedModels, reply, tool_call
 
     schema = {"type": "object", "properties": {}, "additionalProperties": False}

@@ -1,5 +1,5 @@
-"""``pidurable run``, ``resume``, ``chat`` and ``replay``: agents against real
-providers, from a terminal.
+"""``pidurable run``, ``resume`` and ``chat``: agents against real providers,
+from a terminal.
 
 Keys and base URLs come from ``OPENAI_API_KEY``/``OPENAI_BASE_URL`` and
 ``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL`` (or ``--api-key``/``--base-url``)
@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TextIO
@@ -28,16 +28,14 @@ from pidurable.core.model import GENERATION, TOOL, AgentConfig, ConversationId, 
 from pidurable.core.state import AGENT_DOC, LIVE_DOC
 from pidurable.core.tools import interrupted_message
 
-from .env import LocalEnv
-from .errors import InvalidInput
-from .harness import Conversation, Harness, Input
-from .journal import replay
-from .providers.models import Models
-from .registry import Registry
-from .storage import open_sqlite_storage
-from .storage.base import Storage
-from .storage.readonly import open_readonly
-from .tools.coding import TOOL_SETS, coding_tools, read_tools
+from ..env import LocalEnv
+from ..harness import Conversation, Harness, Input, SubmissionHandle
+from ..providers.models import Models
+from ..registry import Registry
+from ..storage import open_sqlite_storage
+from ..storage.base import Storage
+from ..tools.coding import TOOL_SETS, coding_tools, read_tools
+from .common import EXIT_USAGE, CliError, Subparsers, existing_store
 
 #: The tool sets ``--tools`` chooses from; the default is read-only.
 TOOL_CHOICES = ("read", "coding", "none")
@@ -46,14 +44,15 @@ TOOL_CHOICES = ("read", "coding", "none")
 PROVIDER_KEYS: Mapping[str, str] = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 
 
-class Problem(Exception):
-    """A user-facing error: the CLI prints it as one line."""
+def usage_error(message: str) -> CliError:
+    """A bad flag or an unusable provider: one line, exit status 2."""
+    return CliError(message, EXIT_USAGE)
 
 
 def parse_model(text: str) -> ModelRef:
     provider, sep, model_id = text.partition(":")
     if not sep or not provider or not model_id:
-        raise Problem(f"--model must look like PROVIDER:MODEL (e.g. openai:gpt-4o-mini), not {text!r}")
+        raise usage_error(f"--model must look like PROVIDER:MODEL (e.g. openai:gpt-4o-mini), not {text!r}")
     return ModelRef(provider, model_id)
 
 
@@ -70,8 +69,8 @@ def _models(args: argparse.Namespace, ref: ModelRef | None, env: Mapping[str, st
         configured = ", ".join(sorted(models.providers)) or "none"
         if ref.provider not in PROVIDER_KEYS:
             known = ", ".join(sorted(PROVIDER_KEYS))
-            raise Problem(f"unknown provider {ref.provider!r} in {ref} (known: {known}); configured: {configured}")
-        raise Problem(
+            raise usage_error(f"unknown provider {ref.provider!r} in {ref} (known: {known}); configured: {configured}")
+        raise usage_error(
             f"no {ref.provider} provider is configured for {ref} (set {PROVIDER_KEYS[ref.provider]}, "
             f"or pass --api-key); configured: {configured}"
         )
@@ -92,13 +91,6 @@ def _announce_tools(args: argparse.Namespace) -> None:
     names = ", ".join(t.name for t in TOOL_SETS[args.tools]) or "none"
     hint = "" if args.tools == "coding" else " (--tools coding adds write, edit and bash, which runs any command as you)"
     print(f"tools: {names}{hint}", file=sys.stderr)
-
-
-def _db(args: argparse.Namespace, *, must_exist: bool) -> Path:
-    path = Path(args.db)
-    if must_exist and not path.exists():
-        raise Problem(f"store {path} does not exist")
-    return path
 
 
 class Printer:
@@ -151,7 +143,7 @@ class Printer:
         self.out.flush()
 
 
-async def _follow(harness: Harness, conv: Conversation, printer: Printer, done: Any) -> None:
+async def _follow(harness: Harness, conv: Conversation, printer: Printer, done: Callable[[], bool]) -> None:
     """Print progress after every commit until ``done()`` holds."""
     rt = harness.runtime
     while True:
@@ -169,8 +161,8 @@ async def _session(args: argparse.Namespace) -> AsyncIterator[tuple[Harness, Con
     models = _models(args, ref)
     cwd = Path(args.cwd or ".").resolve()
     if not cwd.is_dir():
-        raise Problem(f"--cwd {args.cwd} is not a directory")
-    storage = open_sqlite_storage(_db(args, must_exist=False))
+        raise usage_error(f"--cwd {args.cwd} is not a directory")
+    storage = open_sqlite_storage(Path(args.db))
     _announce_tools(args)
     async with Harness.open(storage, models=models, registry=_registry(args), env=LocalEnv(cwd)) as harness:
         conv = await harness.root(agent=AgentConfig(model=ref, cwd=str(cwd)))
@@ -186,7 +178,7 @@ async def _run(args: argparse.Namespace) -> int:
     return status
 
 
-async def _until_settled(harness: Harness, conv: Conversation, sub: Any, printer: Printer) -> int:
+async def _until_settled(harness: Harness, conv: Conversation, sub: SubmissionHandle, printer: Printer) -> int:
     """Follow one submission; Ctrl-C aborts the conversation cleanly.
     0 if it ends done, else 1 (the reason printed on stderr)."""
     rt = harness.runtime
@@ -221,7 +213,7 @@ class AtOpen:
     live: tuple[Task, ...]
     kept: tuple[Task, ...]
     pending: tuple[Submission, ...]
-    last_entry: Mapping[int, int]
+    last_entry: Mapping[ConversationId, int]
 
     @classmethod
     def read(cls, storage: Storage) -> "AtOpen":
@@ -279,18 +271,18 @@ def _resume_cwd(args: argparse.Namespace, agent: AgentConfig | None) -> Path:
     if args.cwd:
         cwd = Path(args.cwd).resolve()
         if not cwd.is_dir():
-            raise Problem(f"--cwd {args.cwd} is not a directory")
+            raise usage_error(f"--cwd {args.cwd} is not a directory")
         return cwd
     if agent is not None and agent.cwd:
         cwd = Path(agent.cwd)
         if not cwd.is_dir():
-            raise Problem(f"the conversation's working directory {agent.cwd} does not exist (pass --cwd DIR)")
+            raise usage_error(f"the conversation's working directory {agent.cwd} does not exist (pass --cwd DIR)")
         return cwd.resolve()
     return Path(".").resolve()
 
 
 async def _resume(args: argparse.Namespace) -> int:
-    storage = open_sqlite_storage(_db(args, must_exist=True), create=False)  # never makes a store
+    storage = open_sqlite_storage(existing_store(args.db), create=False)  # never makes a store
     try:
         at_open = AtOpen.read(storage)
         agent: AgentConfig | None = storage.document(ConversationId(1), AGENT_DOC)
@@ -373,49 +365,20 @@ async def _chat(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay(args: argparse.Namespace) -> int:
-    store = open_readonly(_db(args, must_exist=True))
-    bad = 0
-    count = 0
-    try:
-        for t in replay(store):
-            count += 1
-            flag = "ok " if t.matches else "DIFF"
-            print(f"[{flag}] commit {t.seq}: {' + '.join(t.events)}")
-            if args.verbose or not t.matches:
-                for w in t.writes:
-                    print(f"        {w}")
-                if t.acts:
-                    print(f"        then: {', '.join(t.acts)}")
-            if not t.matches:
-                bad += 1
-                print(f"        stored:   {t.stored[:300]}")
-                print(f"        replayed: {t.replayed[:300]}")
-    finally:
-        store.close()
-    print(f"{count} commits replayed through the pure core: {count - bad} identical, {bad} different")
-    return 0 if bad == 0 else 1
+def cmd_run(args: argparse.Namespace) -> int:
+    return trio.run(_run, args)
 
 
-def run_command(args: argparse.Namespace) -> int:
-    try:
-        if args.command == "run":
-            return trio.run(_run, args)
-        if args.command == "resume":
-            return trio.run(_resume, args)
-        if args.command == "chat":
-            return trio.run(_chat, args)
-        if args.command == "replay":
-            return _replay(args)
-    except (Problem, InvalidInput) as e:
-        if getattr(args, "debug", False):
-            raise
-        print(f"pidurable: error: {e}", file=sys.stderr)
-        return 2
-    raise AssertionError(args.command)
+def cmd_resume(args: argparse.Namespace) -> int:
+    return trio.run(_resume, args)
 
 
-def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+def cmd_chat(args: argparse.Namespace) -> int:
+    return trio.run(_chat, args)
+
+
+def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
+    """``run``, ``resume`` and ``chat``."""
     model = argparse.ArgumentParser(add_help=False)
     model.add_argument("--db", metavar="FILE", required=True, help="the SQLite store")
     model.add_argument(
@@ -439,7 +402,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("prompt", metavar="PROMPT")
     p.add_argument("--model", required=True, metavar="PROVIDER:MODEL", help="e.g. openai:gpt-4o-mini")
     p.add_argument("--cwd", metavar="DIR", help="the working directory of the tools (default .)")
-    p.set_defaults(func=run_command)
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
         "resume",
@@ -452,7 +415,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--model", metavar="PROVIDER:MODEL", help="configure this model from now on (default: as stored)")
     p.add_argument("--cwd", metavar="DIR", help="use this working directory instead of the stored one")
-    p.set_defaults(func=run_command)
+    p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser(
         "chat",
@@ -464,15 +427,4 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--model", required=True, metavar="PROVIDER:MODEL", help="e.g. openai:gpt-4o-mini")
     p.add_argument("--cwd", metavar="DIR", help="the working directory of the tools (default .)")
-    p.set_defaults(func=run_command)
-
-    p = sub.add_parser(
-        "replay",
-        parents=[common],
-        help="re-run the journal through the pure core and compare",
-        description="Re-run the store's journal through the pure core from an empty state and compare each "
-        "produced commit with the stored one, byte for byte. Read-only; exits 1 if any commit differs.",
-    )
-    p.add_argument("--db", metavar="FILE", required=True, help="the SQLite store")
-    p.add_argument("-v", "--verbose", action="store_true", help="show every commit's writes")
-    p.set_defaults(func=run_command)
+    p.set_defaults(func=cmd_chat)

@@ -1,0 +1,7 @@
+"""``python -m pidurable.shell.cli``: the ``pidurable`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
