@@ -29,7 +29,7 @@ from .registry import (
     define_extension,
     define_tool,
 )
-from .runtime import Hooks
+from .loop import Hooks
 from .tasks import HookContext, TaskCommitError, TaskRuntime
 from .storage import MemoryStorage, SqliteStorage, open_sqlite_storage
 from .subagents import define_subagent_tool

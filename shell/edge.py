@@ -56,6 +56,7 @@ from pidurable.core.events import (
 from pidurable.core.model import AgentConfig, ModelRef, ToolCall, Usage
 
 from .errors import InvalidInput
+from .registry import ToolResult
 
 log = logging.getLogger("pidurable")
 
@@ -254,7 +255,7 @@ def _refuse_tool(ev: Any, error: EdgeError) -> Event:
     return ToolFailed(now=ev.now, task_id=ev.task_id, message=f"The tool's result cannot be stored: {error}")
 
 
-def _refuse_process(ev: Any, error: EdgeError) -> Event:
+def _refuse_process(ev: ToolProcessStarted, error: EdgeError) -> Event:
     return attrs.evolve(ev, process={"error": str(error)})
 
 
@@ -285,10 +286,12 @@ def clean_event(event: Event) -> Event:
     if refuse is None:
         return event
     try:
-        return _clean_fields(event, type(event).TAG)  # type: ignore[attr-defined,no-any-return]
+        cleaned: Event = _clean_fields(event, type(event).TAG)
     except EdgeError as e:
-        log.warning("refused a value from outside (%s): %s", type(event).TAG, e)  # type: ignore[attr-defined]
-        return _clean_fields(refuse(event, e), "refusal")  # type: ignore[no-any-return]
+        log.warning("refused a value from outside (%s): %s", type(event).TAG, e)
+        refused: Event = _clean_fields(refuse(event, e), "refusal")
+        return refused
+    return cleaned
 
 
 def reply_problem(reply: Any) -> str | None:
@@ -314,13 +317,13 @@ def reply_problem(reply: Any) -> str | None:
     return None
 
 
-def tool_result(name: str, result: Any, result_type: type) -> Any:
+def tool_result(name: str, result: object) -> ToolResult:
     """Whatever ``execute`` (or an ``after_tool`` hook) returned, as a
-    checked ``result_type`` (``ToolResult``) with valid text; raises
-    EdgeError for anything else."""
+    checked ``ToolResult`` with valid text; raises EdgeError for anything
+    else."""
     if isinstance(result, str):
-        return result_type(text=clean_text(str(result)))
-    if not isinstance(result, result_type):
+        return ToolResult(text=clean_text(str(result)))
+    if not isinstance(result, ToolResult):
         raise EdgeError(f"Tool {name} returned {type(result).__name__}, not str or ToolResult")
     text = getattr(result, "text")
     if not isinstance(text, str):
@@ -391,7 +394,7 @@ def check_json_object(value: Any, what: str) -> dict[str, Any] | None:
     return value
 
 
-def check_agent(agent: Any, what: str = "agent") -> AgentConfig | None:
+def check_agent(agent: object, what: str = "agent") -> AgentConfig | None:
     """An ``AgentConfig`` from the host, checked field by field (a list of
     tool names becomes a tuple)."""
     if agent is None:

@@ -2,17 +2,29 @@
 
 Handles are thin: every call either sends an event to the reducer and waits
 for its answer (``submit``, ``root``, ``configure``) or reads committed state
-from storage (``transcript``, ``record``, ``task``...). Nothing a host sees
-was not durably committed first.
+(``transcript``, ``record``, ``task``...). Nothing a host sees was not durably
+committed first. Which reads come from the reducer's ``State`` and which from
+storage is decided in docs/concepts.md ("One read model"): liveness questions
+(``idle``, ``inspect``, the waits) from ``State``, records and history from
+storage.
+
+Every read is ``async`` although today's stores answer without awaiting: the
+API (API.md) names them awaited, and a store over the network (PostgreSQL)
+will await I/O there; making them sync now would break every host when it
+does. Calls that only send an event (``resume``, ``update_settings``) are
+async for the same reason: their signature must not depend on the backend.
+
+The facade reaches the loop (``loop.py``) and never the other way round: the
+loop and the interpreters see this object only as the opaque value host code
+is handed (``ToolCallContext.harness``, ``HookContext.harness``).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
-
 import logging
+from typing import Any
 
 import attrs
 import trio
@@ -52,10 +64,13 @@ from pidurable.core.state import AGENT_DOC, USAGE_DOC, UsageDoc, UsageTotals
 from .env import kill_recorded_process
 from .edge import check_agent, check_choice, check_id, check_json_object, check_text
 from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound, accepted
+from .interpreters import Interpreters
+from .interpreters.ports import HostPort
+from .loop import Hooks, Loop
+from .providers.base import Models
 from .registry import Registry
-from .tasks import create_task
-from .runtime import Hooks, Runtime
 from .storage.base import Storage
+from .tasks import create_task
 
 log = logging.getLogger("pidurable")
 
@@ -100,7 +115,7 @@ def _unwrap(resp: Respond, conversation_id: int | None = None) -> int:
 @attrs.frozen
 class SubmissionHandle:
     id: SubmissionId
-    _rt: Runtime = attrs.field(repr=False, eq=False)
+    _rt: Loop = attrs.field(repr=False, eq=False)
 
     async def record(self) -> Submission:
         _live(self._rt)
@@ -113,7 +128,8 @@ class SubmissionHandle:
         """The settled record (``done`` or ``unanswered``), once durable."""
         _live(self._rt)
 
-        return await self._rt.wait_record(  # type: ignore[no-any-return]
+        return await self._rt.wait_record(
+            Submission,
             self.id, lambda: self._rt.storage.submission(self.id), lambda rec: rec.settled
         )
 
@@ -126,7 +142,7 @@ class SubmissionHandle:
         return result
 
 
-async def abort_submission(rt: Runtime, submission_id: int, conversation_id: int | None) -> str:
+async def abort_submission(rt: Loop, submission_id: int, conversation_id: int | None) -> str:
     resp = await rt.request(
         lambda ticket, now: SubmissionAbortRequested(
             now=now,
@@ -141,7 +157,7 @@ async def abort_submission(rt: Runtime, submission_id: int, conversation_id: int
 @attrs.frozen
 class Conversation:
     id: ConversationId
-    _rt: Runtime = attrs.field(repr=False, eq=False)
+    _rt: Loop = attrs.field(repr=False, eq=False)
 
     async def submit(self, item: "Input | Write") -> SubmissionHandle:
         """Durably accept ``item``; returns once accepted (not answered).
@@ -231,7 +247,7 @@ class Conversation:
     async def wait_idle(self) -> None:
         """Return once no live non-background task is reached from here."""
         _live(self._rt)
-        await self._rt.wait_committed(lambda: True if self._idle_now() else None)
+        await self._rt.wait_until(lambda: True if self._idle_now() else None)
 
     async def abort(self, background: bool = False) -> None:
         """Abort the conversation's task tree (``background=True`` also its
@@ -254,7 +270,7 @@ class Conversation:
             still = any(t in st.state.tasks or t in st.inflight for t in marked)
             return True if not still and self._idle_now() else None
 
-        await self._rt.wait_committed(done)
+        await self._rt.wait_until(done)
 
     async def owned_by(self) -> int | None:
         _live(self._rt)
@@ -263,10 +279,12 @@ class Conversation:
 
 
 class Harness:
-    """An open store plus the runtime that drives it. Use ``Harness.open``."""
+    """An open store plus the loop that drives it. Use ``Harness.open``."""
 
-    def __init__(self, rt: Runtime) -> None:
-        self._rt = rt
+    def __init__(self, loop: Loop, registry: Registry) -> None:
+        self._rt = loop
+        #: what host code started from here reaches (``create_task``)
+        self._host = HostPort(loop=loop, tasks=loop.storage, registry=registry, harness=self)
 
     @classmethod
     @asynccontextmanager
@@ -274,9 +292,9 @@ class Harness:
         cls,
         storage: Storage,
         *,
-        models: Any,
+        models: Models | None,
         registry: Registry,
-        env: Any = None,
+        env: object = None,
         settings: Any = None,
         resume: bool = True,
         hooks: Hooks | None = None,
@@ -295,17 +313,11 @@ class Harness:
         except BaseException:
             storage.close()
             raise
-        rt = Runtime(
-            storage=storage,
-            models=models,
-            registry=registry,
-            env=env,
-            store_id=loaded.store_id,
-            hooks=hooks,
-            clock=clock,
+        rt = Loop(storage=storage, store_id=loaded.store_id, hooks=hooks, clock=clock)
+        harness = cls(rt, registry)
+        interpreters = Interpreters.build(
+            host=harness._host, entries=storage, context=rt.context, models=models, env=env, store_id=loaded.store_id
         )
-        harness = cls(rt)
-        rt.harness = harness
         unsubscribe = registry.subscribe(
             lambda: rt.send(
                 RegistryChanged(now=rt.clock(), catalog=registry.catalog(), task_catalog=registry.task_catalog())
@@ -313,7 +325,7 @@ class Harness:
         )
         try:
             async with trio.open_nursery() as nursery:
-                rt.nursery = nursery
+                rt.start(nursery, interpreters)
                 await nursery.start(rt.run)
                 # Step Opened inline: when open() returns, the state is loaded
                 # and recovery is committed (reads like inspect() see it).
@@ -334,8 +346,7 @@ class Harness:
                 try:
                     yield harness
                 finally:
-                    rt.closed = True
-                    rt._committed.set()
+                    rt.close()
                     nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             leaves = _leaves(group)
@@ -416,7 +427,8 @@ class Harness:
         if self._rt.storage.task(TaskId(task_id)) is None:
             raise NotFound(f"Task {task_id} does not exist")
 
-        return await self._rt.wait_record(  # type: ignore[no-any-return]
+        return await self._rt.wait_record(
+            Task,
             task_id, lambda: self._rt.storage.task(TaskId(task_id)), lambda t: t.status == "terminal"
         )
 
@@ -437,7 +449,7 @@ class Harness:
                 else None
             )
 
-        await self._rt.wait_committed(idle)
+        await self._rt.wait_until(idle)
 
     async def abort_task(self, task_id: int) -> str:
         """Mark a task for abort: ``marked`` or ``terminal``. Its abort runs
@@ -450,7 +462,7 @@ class Harness:
         )
         _unwrap(resp)
         # join the invocation the mark cancelled (its body has left when we return)
-        await self._rt.wait_committed(lambda: True if TaskId(task_id) not in self._rt.inflight else None)
+        await self._rt.wait_until(lambda: True if TaskId(task_id) not in self._rt.inflight else None)
         return str(accepted(resp).data)
 
     async def create_conversation(
@@ -503,7 +515,7 @@ class Harness:
         its id once durable. It runs when scheduling is on."""
         _live(self._rt)
         check_text(kind, "kind", empty=False)
-        return await create_task(self._rt, kind, input or {}, conversation_id, background=background)
+        return await create_task(self._host, kind, input or {}, conversation_id, background=background)
 
     async def usage(self) -> UsageDoc:
         """Token usage summed over every conversation's ``pi.usage``: per
@@ -535,8 +547,9 @@ class Harness:
         ]
 
     @property
-    def runtime(self) -> Runtime:
-        """The reducer and its state (for tests, benchmarks and tools)."""
+    def runtime(self) -> Loop:
+        """The reducer loop and its state (for tests, benchmarks and tools):
+        ``state``, ``storage``, ``store_id``, ``inflight``, ``next_commit()``."""
         return self._rt
 
 
@@ -544,7 +557,7 @@ class Harness:
 WHEN_BUSY = ("follow_up", "steer", "reject")
 
 
-def _live(rt: Runtime) -> None:
+def _live(rt: Loop) -> None:
     """Every API call after close raises ``HarnessClosed``."""
     if rt.closed:
         raise HarnessClosed("Harness is closed; open a new one on the store")

@@ -4,23 +4,29 @@ Every durable operation here is an event to the reducer, answered after its
 commit: ``commit`` (the task's next state), ``create_task`` (an owned child
 task), ``memo`` (first writer wins). Values must be strict JSON; anything else
 is refused here with a readable error (the phase then faults) instead of
-reaching the store.
+reaching the store. Both contexts reach the shell only through a narrow port
+(``interpreters/ports.py``): a ``Requester`` for memos, a ``HostPort`` for
+phases - never the loop or its state.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
 from pidurable.core.effects import Refused
 from pidurable.core.events import MemoRequested, TaskCommitRequested, TaskCreationRequested
-from pidurable.core.model import ConversationId, Outcome, OutcomeStatus, TaskId
+from pidurable.core.model import ConversationId, Outcome, OutcomeStatus, Task, TaskId
 
 from .edge import check_json, check_text
 from .errors import InvalidInput
+from .interpreters.ports import HostPort, Requester
+
+if TYPE_CHECKING:
+    from .harness import Harness
 
 _MISSING: Any = object()
 
@@ -41,7 +47,7 @@ def _outcome(value: Any) -> Outcome:
     raise InvalidInput("outcome must be an Outcome or a dict with a 'status'")
 
 
-async def memo(rt: Any, task_id: int, name: str, candidate: Any = _MISSING) -> Any:
+async def memo(rt: Requester, task_id: int, name: str, candidate: Any = _MISSING) -> Any:
     """Read the memo ``name`` of a task, or set it if absent (first writer
     wins, survives restarts, dropped when the task ends)."""
     check_text(name, "a memo name", empty=False)
@@ -71,8 +77,8 @@ class HookContext:
 
     task_id: int
     conversation_id: int
-    harness: Any
-    _rt: Any = attrs.field(repr=False)
+    harness: Harness
+    _rt: Requester = attrs.field(repr=False)
 
     async def memo(self, name: str, candidate: Any = _MISSING) -> Any:
         return await memo(self._rt, self.task_id, name, candidate)
@@ -81,12 +87,12 @@ class HookContext:
 class TaskRuntime:
     """The durable operations a custom task phase (or abort handler) may use."""
 
-    def __init__(self, rt: Any, task: Any, mode: str) -> None:
-        self._rt = rt
+    def __init__(self, port: HostPort, task: Task, mode: str) -> None:
+        self._rt = port
         self.task_id: int = task.id
         self.conversation_id: ConversationId = task.conversation_id
         self.mode = mode
-        self.harness = rt.harness
+        self.harness: Harness = port.harness
 
     def now(self) -> int:
         """The harness clock, in milliseconds."""
@@ -116,7 +122,7 @@ class TaskRuntime:
             check_json(out.error, "outcome error")
         ids = tuple(TaskId(int(t)) for t in on)
         for tid in ids:
-            if self._rt.storage.task(tid) is None:
+            if self._rt.tasks.task(tid) is None:
                 raise TaskCommitError(f"Task {tid} does not exist")
         resp = await self._rt.request(
             lambda ticket, now: TaskCommitRequested(
@@ -139,7 +145,7 @@ class TaskRuntime:
         return await create_task(self._rt, kind, input or {}, self.conversation_id, owner=self.task_id)
 
     async def memo(self, name: str, candidate: Any = _MISSING) -> Any:
-        return await memo(self._rt, self.task_id, name, candidate)
+        return await memo(self._rt.loop, self.task_id, name, candidate)
 
     async def sleep(self, until: int) -> None:
         """Wait until the harness clock reaches ``until`` (ms). Store the
@@ -151,7 +157,7 @@ class TaskRuntime:
 
 
 async def create_task(
-    rt: Any,
+    rt: HostPort,
     kind: str,
     input: dict[str, Any],
     conversation_id: int,

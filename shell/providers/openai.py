@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 import httpx
@@ -152,7 +152,7 @@ class HTTPAdapter:
         except ValueError as e:
             raise malformed(f"{self.label} response body", raw, e) from None
 
-    async def events(self, resp: httpx.Response) -> AsyncIterator[tuple[str, Any]]:
+    async def events(self, resp: httpx.Response) -> AsyncGenerator[tuple[str, Any], None]:
         """The stream's ``(event name, data)`` pairs; ``data`` is the parsed
         JSON, or the raw string for the ``[DONE]`` sentinel."""
         async with contextlib.aclosing(EventSource(resp).aiter_sse()) as sses:

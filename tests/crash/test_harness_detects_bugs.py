@@ -7,11 +7,9 @@ from typing import Any
 
 import pytest
 
-import trio
-
 from pidurable.core import tools as core_tools
 from pidurable.shell import MemoryStorage
-from pidurable.shell.runtime import INTERPRETERS, Runtime
+from pidurable.shell.loop import Loop
 
 from harness import World, check_all, run_life
 from scenarios import CONFIG_FIX, UNSAFE
@@ -46,23 +44,9 @@ def test_rerunning_unsafe_tools_is_caught(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_act_before_commit_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A shell that starts acts before the commit holding their intent is
-    durable breaks the invariants (an unsafe tool runs twice after a crash)."""
-
-    def acts_first(self: Any) -> None:
-        commits, acts = self._commits, self._acts
-        self._commits, self._acts = [], []
-        for effect in acts:
-            self._before(effect)
-            INTERPRETERS[type(effect)](self, effect)
-        if commits:
-            for effect, _ in commits:
-                self._before(effect)
-            self.storage.commit_many([(c.seq, c.writes, evs) for c, evs in commits])
-            for effect, _ in commits:
-                self._committed_writes(effect)
-            self._committed.set()
-            self._committed = trio.Event()
-
-    monkeypatch.setattr(Runtime, "_flush", acts_first)
+    durable breaks the invariants (an unsafe tool runs twice after a crash).
+    The mutant is the real loop with its one ordering switch flipped: the
+    real persist and act paths run, in the wrong order."""
+    monkeypatch.setattr(Loop, "PERSIST_BEFORE_ACTING", False)
     with pytest.raises(AssertionError, match="UnsafeToolRunsAtMostOnce|SameOutcome|OneResultPerCall|IntentBeforeRequest|IntentBeforeEffect"):
         _sweep(CONFIG_FIX)

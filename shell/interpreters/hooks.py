@@ -1,0 +1,96 @@
+"""Extension hooks: host code the shell runs around model requests and tools.
+
+Owns the three hook loops (``before_tool``, ``after_tool``, ``before_request``)
+and what a raising hook means: a raising ``before_tool`` blocks the call (the
+error result "Tool call blocked: <message>"); a raising observer
+(``after_tool``, ``before_request``) is reported to the ``pidurable`` logger
+and skipped. Hooks see a ``HookContext`` (who asks, the asking task's memos,
+the facade handed through opaque); nothing here touches ``State``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from pidurable.core.effects import RunTool
+from pidurable.core.model import ConversationId, TaskId, ToolCall
+
+from ..edge import tool_result
+from ..providers.base import ModelRequest
+from ..registry import Registry, ToolResult
+from ..tasks import HookContext
+from .ports import Requester
+
+if TYPE_CHECKING:
+    from ..harness import Harness
+
+log = logging.getLogger("pidurable")
+
+
+class Blocked(Exception):
+    """A ``before_tool`` hook refused the call (its message is the reason)."""
+
+
+@attrs.frozen(kw_only=True)
+class HookRunner:
+    """Runs the registry's hooks, in extension install order."""
+
+    registry: Registry
+    loop: Requester
+    harness: Harness
+
+    def _context(self, task_id: int, conversation_id: int) -> HookContext:
+        return HookContext(task_id, conversation_id, self.harness, self.loop)
+
+    def before_tool_installed(self) -> bool:
+        return bool(self.registry.hooks("before_tool"))
+
+    async def before_tool(self, task_id: TaskId, conversation_id: ConversationId, call: ToolCall) -> dict[str, Any]:
+        """The call's final arguments; raises :class:`Blocked`."""
+        ctx = self._context(task_id, conversation_id)
+        arguments = dict(call.arguments)
+        for hook in self.registry.hooks("before_tool"):
+            try:
+                changed = await hook(ctx, attrs.evolve(call, arguments=arguments))
+            except Exception as e:  # a raising hook blocks the call
+                raise Blocked(f"Tool call blocked: {e}") from e
+            if changed is not None:
+                arguments = dict(changed)
+        return arguments
+
+    async def after_tool(self, effect: RunTool, result: ToolResult) -> ToolResult:
+        hooks = self.registry.hooks("after_tool")
+        if not hooks:
+            return result
+        ctx = self._context(effect.task_id, effect.conversation_id)
+        call = ToolCall(id=effect.call_id, name=effect.name, arguments=dict(effect.arguments))
+        for hook in hooks:
+            try:
+                replaced = await hook(ctx, call, result)
+            except Exception as e:  # an observer failing does not fail the call: reported
+                log.warning("after_tool hook %r raised (task %s): %s", hook, effect.task_id, e, exc_info=e)
+                continue
+            if replaced is not None:
+                result = tool_result(call.name, replaced)
+        return result
+
+    async def before_request(self, request: ModelRequest) -> ModelRequest:
+        """``before_request`` hooks may replace the messages of this request
+        only (nothing is stored)."""
+        hooks = self.registry.hooks("before_request")
+        if not hooks:
+            return request
+        ctx = self._context(request.task_id, request.conversation_id)
+        messages = list(request.messages)
+        for hook in hooks:
+            try:
+                replaced = await hook(ctx, list(messages))
+            except Exception as e:  # reported; the request goes on unchanged by it
+                log.warning("before_request hook %r raised (task %s): %s", hook, request.task_id, e, exc_info=e)
+                continue
+            if replaced is not None:
+                messages = list(replaced)
+        return attrs.evolve(request, messages=tuple(messages))

@@ -1,0 +1,210 @@
+"""Model calls: ``CallModel``, ``PollModel``, ``CancelDeferred``.
+
+Builds the request from the context cache up to the effect's pinned
+``cutoff`` (plus the rendered system prompt and the tools the agent's filter
+offers), lets ``before_request`` hooks replace its messages, runs the
+provider, streams throttled partials (``ModelStreamed``, at most one per
+``partial_interval_ms``, each through the reducer) and reports the outcome as
+exactly ONE event: ``ModelResponded`` (with the reply's calls pre-validated,
+``prepared``), ``ModelDeferred`` or ``ModelFailed``. A provider that raises
+something other than ``ModelError`` (a bug) still ends in ``ModelFailed``:
+the run never strands. Nothing here touches ``State``; the throttle interval
+is read from it by the loop and passed in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+import trio
+
+from pidurable.core.context import Message
+from pidurable.core.effects import CallModel, CancelDeferred, PollModel
+from pidurable.core.events import ModelDeferred, ModelFailed, ModelResponded, ModelStreamed
+
+from ..context_cache import ContextCache
+from ..edge import reply_problem
+from ..providers.base import ModelDeferredReply, ModelError, ModelReply, ModelRequest, Models, OnPartial, ToolSpec
+from ..registry import Registry
+from .hooks import HookRunner
+from .ports import Reporter
+from .tools import prepared_calls
+
+log = logging.getLogger("pidurable")
+
+Reply = ModelReply | ModelDeferredReply
+
+
+@runtime_checkable
+class Polling(Protocol):
+    """A provider that can fetch a deferred response by its handle."""
+
+    async def poll(self, request: ModelRequest, handle: Any) -> Reply: ...
+
+
+@runtime_checkable
+class Cancelling(Protocol):
+    """A provider that can withdraw a deferred response."""
+
+    async def cancel(self, handle: Any) -> None: ...
+
+
+@attrs.frozen(kw_only=True)
+class ModelInterpreter:
+    loop: Reporter
+    models: Models | None
+    registry: Registry
+    hooks: HookRunner
+    context: ContextCache
+
+    async def call(self, effect: CallModel, interval_ms: int) -> None:
+        provider = self.models.resolve(effect.model) if self.models is not None else None
+        if provider is None:
+            self._no_model(effect)
+            return
+        request = await self.hooks.before_request(self._request(effect))
+        await self._answer(effect, interval_ms, lambda on_partial: provider.complete(request, on_partial=on_partial))
+
+    async def poll(self, effect: PollModel, interval_ms: int) -> None:
+        provider = self.models.resolve(effect.model) if self.models is not None else None
+        if provider is None:
+            self._no_model(effect)
+            return
+        if not isinstance(provider, Polling):
+            ref = effect.model
+            self._fail(effect, f"Provider {ref.provider} cannot poll deferred responses (model {ref.model_id})")
+            return
+        request = self._request(effect)
+        await self._answer(effect, interval_ms, lambda on_partial: provider.poll(request, effect.handle))
+
+    def cancel_deferred(self, effect: CancelDeferred) -> Callable[[], Awaitable[None]] | None:
+        """Best effort (the abort already settled durably): the job to start,
+        or None if the provider cannot cancel."""
+        provider = self.models.resolve(effect.model) if self.models is not None else None
+        if not isinstance(provider, Cancelling):
+            return None
+        cancel = provider.cancel
+
+        async def best_effort() -> None:
+            try:
+                await cancel(effect.handle)
+            except Exception as e:  # best effort: reported, nothing else depends on it
+                log.warning("cancelling deferred response %r failed: %s", effect.handle, e)
+
+        return best_effort
+
+    def _offered(self, allowed: tuple[str, ...] | None) -> list[ToolSpec]:
+        """The tools a request offers: every installed one, or exactly the
+        agent's filter, in its order (names not installed are skipped)."""
+        installed = self.registry.tools()
+        tools = list(installed.values()) if allowed is None else [installed[n] for n in allowed if n in installed]
+        return [ToolSpec(name=t.name, description=t.description, parameters=t.parameters) for t in tools]
+
+    def _request(self, effect: CallModel | PollModel) -> ModelRequest:
+        messages: tuple[Message, ...] = ()
+        turn = 0
+        if effect.cutoff is not None:
+            found, turn = self.context.view(effect.conversation_id, effect.cutoff)
+            messages = tuple(found)
+        if effect.system is not None:
+            messages = (Message(role="system", text=effect.system), *messages)
+        return ModelRequest(
+            turn=turn,
+            model=effect.model,
+            messages=messages,
+            tools=tuple(self._offered(effect.tools)),
+            conversation_id=effect.conversation_id,
+            task_id=effect.task_id,
+            attempt=effect.attempt,
+        )
+
+    def _fail(self, effect: CallModel | PollModel, message: str, reason: str = "model_error") -> None:
+        self.loop.send(
+            ModelFailed(
+                now=self.loop.clock(), task_id=effect.task_id, attempt=effect.attempt, reason=reason, message=message
+            )
+        )
+
+    def _no_model(self, effect: CallModel | PollModel) -> None:
+        ref = effect.model
+        self._fail(effect, f"Model {ref.provider}/{ref.model_id} is not available", "no_model")
+
+    async def _answer(
+        self, effect: CallModel | PollModel, interval_ms: int, call: Callable[[OnPartial], Awaitable[object]]
+    ) -> None:
+        """Run a provider call; stream throttled partials; report the outcome
+        as exactly one event (responded, deferred or failed)."""
+        loop = self.loop
+        latest: list[str | None] = [None]
+        interval = max(interval_ms, 1) / 1000
+
+        def on_partial(text: str) -> None:
+            if text:
+                latest[0] = text
+
+        async def pump() -> None:
+            # trailing-edge throttle: at most one partial per interval, and
+            # each one goes through the reducer (one commit in flight)
+            sent: str | None = None
+            while True:
+                await trio.sleep(interval)
+                if latest[0] is not None and latest[0] != sent:
+                    sent = latest[0]
+                    loop.send(ModelStreamed(now=loop.clock(), task_id=effect.task_id, attempt=effect.attempt, text=sent))
+
+        failure: Exception | None = None
+        reply: object = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump)
+            try:
+                reply = await call(on_partial)
+            except Exception as e:  # reported below, outside the nursery
+                failure = e
+            nursery.cancel_scope.cancel()
+        task_id, attempt = effect.task_id, effect.attempt
+        if isinstance(failure, ModelError):
+            reason = "context_overflow" if failure.overflow else "model_error"
+            loop.send(
+                ModelFailed(
+                    now=loop.clock(),
+                    task_id=task_id,
+                    attempt=attempt,
+                    message=str(failure),
+                    retryable=failure.retryable,
+                    retry_after_ms=failure.retry_after_ms,
+                    reason=reason,
+                )
+            )
+            return
+        if failure is not None:  # a provider bug must not strand the run
+            message = f"{type(failure).__name__}: {failure}"
+            loop.send(ModelFailed(now=loop.clock(), task_id=task_id, attempt=attempt, message=message))
+            return
+        problem = reply_problem(reply)
+        if problem is not None:
+            log.warning("task %s: %s", task_id, problem)
+            self._fail(effect, problem)
+            return
+        if isinstance(reply, ModelDeferredReply):
+            loop.send(
+                ModelDeferred(
+                    now=loop.clock(), task_id=task_id, attempt=attempt, handle=reply.handle, poll_after_ms=reply.poll_after_ms
+                )
+            )
+            return
+        assert isinstance(reply, ModelReply)  # reply_problem checked it
+        loop.send(
+            ModelResponded(
+                now=loop.clock(),
+                task_id=task_id,
+                attempt=attempt,
+                text=reply.text,
+                tool_calls=reply.tool_calls,
+                stop_reason=reply.stop_reason,
+                usage=reply.usage,
+                prepared=prepared_calls(self.registry, reply.tool_calls, effect.tools),
+            )
+        )

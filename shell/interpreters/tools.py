@@ -1,0 +1,196 @@
+"""Tool calls: resolution and validation (one path), preparation, execution.
+
+``check_call`` is the ONE validation of a model's tool call: resolve the name
+among the installed tools the agent's filter offers, then validate the
+arguments against the tool's JSON schema (``check_arguments``, which also
+re-validates arguments a ``before_tool`` hook rewrote). Three places use it:
+the model interpreter pre-validating a reply's calls (``prepared_calls``, so
+tool tasks can be born at ``execute`` in the round's own commit), and the
+``PrepareTool`` effect without hooks (inline) or with hooks (a child).
+
+``RunTool`` runs the tool body with the durably recorded arguments and reports
+``ToolFinished`` or ``ToolFailed`` (a raising tool, or a result that is not
+one, is an error result). Nothing here touches ``State``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from pidurable.core.effects import PrepareTool, Refused, RunTool
+from pidurable.core.events import PreparedCall, ToolFailed, ToolFinished, ToolPrepared, ToolProcessStarted, ToolRejected
+from pidurable.core.model import TaskId, ToolCall
+
+from ..context_cache import ContextCache
+from ..edge import tool_result
+from ..env import describe_process
+from ..registry import Registry, ToolCallContext, ToolDefinition, ToolResult
+from .hooks import Blocked, HookRunner
+from .ports import EntryReads, Requester
+
+if TYPE_CHECKING:
+    from ..harness import Harness
+
+
+@attrs.frozen
+class Rejection:
+    """Why a tool call cannot run: ``code`` for the core, ``message`` for the model."""
+
+    code: str
+    message: str
+
+
+def offered_tool(registry: Registry, name: object, allowed: tuple[str, ...] | None) -> ToolDefinition | None:
+    """The installed tool ``name`` if the agent's filter offers it."""
+    if not isinstance(name, str) or (allowed is not None and name not in allowed):
+        return None
+    return registry.tool(name)
+
+
+def check_arguments(tool: ToolDefinition, arguments: object) -> Rejection | None:
+    problem = tool.validate(arguments)
+    if problem is None:
+        return None
+    return Rejection("invalid_arguments", f"Invalid arguments for tool {tool.name}: {problem}")
+
+
+def check_call(registry: Registry, call: ToolCall, allowed: tuple[str, ...] | None) -> ToolDefinition | Rejection:
+    """The one validation of a tool call: its tool, or why it cannot run."""
+    tool = offered_tool(registry, call.name, allowed)
+    if tool is None:
+        return Rejection("tool_unavailable", f"Tool {call.name} is not available")
+    return check_arguments(tool, call.arguments) or tool
+
+
+def prepared_calls(
+    registry: Registry, calls: tuple[ToolCall, ...], allowed: tuple[str, ...] | None
+) -> tuple[PreparedCall | None, ...]:
+    """Validate a reply's calls now, so their tool tasks can be born at
+    ``execute`` in the round's own commit. Not when before-tool hooks are
+    installed (they run in the ``call`` phase); a call that does not resolve
+    or validate gets None and takes the ``call`` phase, which answers it with
+    the error result."""
+    if not calls or registry.hooks("before_tool"):
+        return ()
+    out: list[PreparedCall | None] = []
+    for call in calls:
+        checked = check_call(registry, call, allowed)
+        if isinstance(checked, ToolDefinition):
+            out.append(PreparedCall(arguments=dict(call.arguments), replay=checked.replay))
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+@attrs.frozen(kw_only=True)
+class ToolInterpreter:
+    """``PrepareTool`` and ``RunTool``."""
+
+    loop: Requester
+    registry: Registry
+    hooks: HookRunner
+    #: recently committed assistant entries (the call to prepare is read here first)
+    context: ContextCache
+    storage: EntryReads
+    #: where tools touch the world (opaque to the shell)
+    env: object
+    store_id: str
+    harness: Harness
+
+    def needs_child(self) -> bool:
+        """Preparing is short and bounded (done inline, no task per call)
+        unless before-tool hooks are installed: they are host code."""
+        return self.hooks.before_tool_installed()
+
+    def _reject(self, effect: PrepareTool, rejection: Rejection) -> None:
+        self.loop.send(
+            ToolRejected(now=self.loop.clock(), task_id=effect.task_id, code=rejection.code, message=rejection.message)
+        )
+
+    def _resolve(self, effect: PrepareTool) -> tuple[ToolCall, ToolDefinition] | None:
+        """The call and its tool, or None after sending the rejection."""
+        entry = self.context.entry(effect.assistant_entry_id) or self.storage.entry(effect.assistant_entry_id)
+        call = None if entry is None else next((c for c in entry.tool_calls if c.id == effect.call_id), None)
+        if call is None:
+            message = f"Tool call {effect.call_id} not found in entry {effect.assistant_entry_id}"
+            self._reject(effect, Rejection("invalid_call", message))
+            return None
+        checked = check_call(self.registry, call, effect.tools)
+        if isinstance(checked, Rejection):
+            self._reject(effect, checked)
+            return None
+        return call, checked
+
+    def _prepared(self, effect: PrepareTool, arguments: Mapping[str, Any], tool: ToolDefinition) -> None:
+        self.loop.send(
+            ToolPrepared(now=self.loop.clock(), task_id=effect.task_id, arguments=dict(arguments), replay=tool.replay)
+        )
+
+    def prepare(self, effect: PrepareTool) -> None:
+        """Inline: the answer is the next event."""
+        resolved = self._resolve(effect)
+        if resolved is not None:
+            call, tool = resolved
+            self._prepared(effect, call.arguments, tool)
+
+    async def prepare_with_hooks(self, effect: PrepareTool) -> None:
+        resolved = self._resolve(effect)
+        if resolved is None:
+            return
+        call, tool = resolved
+        try:
+            arguments = await self.hooks.before_tool(effect.task_id, effect.conversation_id, call)
+        except Blocked as e:
+            self._reject(effect, Rejection("blocked", str(e)))
+            return
+        rejection = check_arguments(tool, arguments)
+        if rejection is not None:
+            self._reject(effect, rejection)
+            return
+        self._prepared(effect, arguments, tool)
+
+    async def record_process(self, task_id: TaskId, pid: int) -> None:
+        """``ToolCallContext.record_process``: commit the process group into
+        the tool's checkpoint and wait until it is durable."""
+        process = describe_process(pid)
+        resp = await self.loop.request(
+            lambda ticket, now: ToolProcessStarted(now=now, ticket=ticket, task_id=task_id, process=process)
+        )
+        if isinstance(resp.reply, Refused):
+            raise RuntimeError(resp.reply.message)
+
+    async def run(self, effect: RunTool) -> None:
+        now = self.loop.clock
+        tool = self.registry.tool(effect.name)
+        if tool is None:
+            self.loop.send(ToolFailed(now=now(), task_id=effect.task_id, message=f"Tool {effect.name} is not installed"))
+            return
+
+        async def record(pid: int) -> None:
+            await self.record_process(effect.task_id, pid)
+
+        ctx = ToolCallContext(
+            env=self.env,
+            task_id=effect.task_id,
+            conversation_id=effect.conversation_id,
+            call_id=effect.call_id,
+            harness=self.harness,
+            idempotency_key=f"{self.store_id}:tool:{effect.task_id}",
+            cwd=effect.cwd,
+            record=record,
+        )
+        try:
+            result = tool_result(effect.name, await tool.execute(ctx, dict(effect.arguments)))
+            result = await self.hooks.after_tool(effect, result)
+        except Exception as e:  # a raising tool (or a result that is not one) is an error result
+            self.loop.send(ToolFailed(now=now(), task_id=effect.task_id, message=str(e) or type(e).__name__))
+            return
+        self.loop.send(
+            ToolFinished(now=now(), task_id=effect.task_id, text=result.text, is_error=result.is_error, usage=result.usage)
+        )
+
+
+__all__ = ["Rejection", "ToolInterpreter", "ToolResult", "check_arguments", "check_call", "offered_tool", "prepared_calls"]

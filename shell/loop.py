@@ -1,0 +1,359 @@
+"""The reducer loop: take events, step, run effects in order, commit in batches.
+
+Theory of operation (the per-effect contract; docs/contract.md says it for hosts)
+------------------------------------------------------------------------------
+One task owns ``State``. It takes ready events from one memory channel (up to
+``MAX_BATCH`` at once), steps each through the pure ``step`` and then runs the
+effects of the whole batch: first ALL their commits in ONE storage
+transaction, then the acts in the order the core returned them. What the shell
+guarantees, per effect kind:
+
+- ``Commit``: durable before any later effect starts (persist, then act). It
+  journals, in the same transaction, every event stepped since the previous
+  commit, exactly as stepped (enriched, cleaned), so the journal replays.
+  Batching keeps the order: every act of the batch starts after every commit
+  of the batch; an event that reads storage (``enrich.py``) first flushes the
+  batch so far, so its read sees every earlier decision.
+- ``Respond``: answers the host call holding its ticket. It is an act, so it
+  never runs before the commit it answers is durable.
+- ``CallModel``, ``PollModel``, ``PrepareTool`` with hooks, ``RunTool``,
+  ``RunPhase``, ``MigrateTask``, ``Sleep``: a child of the harness nursery in a
+  cancel scope kept in ``inflight[task_id]``; it reports back only by sending
+  events (``interpreters/``). If it raises, ``InvocationFailed`` faults its task
+  (logged to ``pidurable``); when it leaves, its scope is dropped and waiters
+  wake, so an abort can join the work it stopped.
+- ``PrepareTool`` without hooks: inline (short, bounded); its answer is the
+  next event. ``CancelDeferred``: a best-effort child, outside ``inflight``.
+- ``Cancel``: cancels the task's scope. The cancelled invocation reports
+  nothing more the core needs: the core already settled the task in the
+  commit that preceded ``Cancel`` and drops any late result as stale (a phase
+  still reports ``PhaseReturned(cancelled=True)``); its leaving is accounted
+  for in ``inflight``, which ``abort`` waits on.
+
+``hooks.before_effect(i, effect)`` runs before every effect, commits included
+(``i`` counts effects in this process life): the seam where crash tests kill
+the shell. Host waits use one primitive, ``wait_until(check)``, re-checked
+after every commit and every invocation leaving.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import ClassVar, TypeVar, assert_never
+
+import attrs
+import trio
+
+from pidurable.core import step as core_step
+from pidurable.core.effects import (
+    CallModel,
+    Cancel,
+    CancelDeferred,
+    Commit,
+    Effect,
+    MigrateTask,
+    PollModel,
+    PrepareTool,
+    PutEntry,
+    PutSubmission,
+    PutTask,
+    Respond,
+    RunPhase,
+    RunTool,
+    Sleep,
+)
+from pidurable.core.events import Event, InvocationFailed
+from pidurable.core.model import Submission, Task, TaskId
+from pidurable.core.state import State
+
+from .clock import trio_anchored_clock
+from .context_cache import ContextCache
+from .edge import clean_event
+from .enrich import enrich, needs_lookup
+from .errors import HarnessClosed
+from .interpreters import Interpreters
+from .interpreters.ports import MakeEvent
+from .interpreters.tasks import sleep
+from .storage.base import Storage
+
+#: At most this many ready events are stepped before their effects run.
+MAX_BATCH = 64
+
+log = logging.getLogger("pidurable")
+
+T = TypeVar("T")
+R = TypeVar("R", Submission, Task)
+
+
+class Hooks:
+    """Test seam. Production uses this no-op."""
+
+    def before_effect(self, index: int, effect: Effect) -> None:
+        pass
+
+
+@attrs.define
+class _Ticket:
+    done: trio.Event = attrs.field(factory=trio.Event)
+    response: Respond | None = None
+
+
+class Loop:
+    """The reducer. Interpreters reach it only as a ``Requester`` port."""
+
+    #: The known-bad variant's switch (acts before their commits), flipped only
+    #: by tests/crash/test_harness_detects_bugs.py to prove the sweep catches it.
+    PERSIST_BEFORE_ACTING: ClassVar[bool] = True
+
+    def __init__(
+        self, *, storage: Storage, store_id: str, hooks: Hooks | None = None, clock: Callable[[], int] | None = None
+    ) -> None:
+        self.storage = storage
+        self.store_id = store_id
+        self.hooks = hooks or Hooks()
+        self.clock: Callable[[], int] = clock or trio_anchored_clock()
+        self.state = State()
+        self.context = ContextCache(lambda cid: self.storage.entries(cid))
+        self.interpreters: Interpreters | None = None
+        self.nursery: trio.Nursery | None = None
+        self.inflight: dict[TaskId, trio.CancelScope] = {}
+        self.closed = False
+        self.effect_index = 0
+        self.steps = 0
+        #: Records host calls wait for, by id: the newest committed version
+        #: (filled by commits, so a waiter need not re-read storage).
+        self.watched: dict[int, Submission | Task | None] = {}
+        self._watchers: dict[int, int] = {}
+        self._send, self._recv = trio.open_memory_channel[Event](math.inf)
+        self._journal: list[Event] = []
+        self._commits: list[tuple[Commit, list[Event]]] = []
+        self._acts: list[Effect] = []
+        self._tickets: dict[int, _Ticket] = {}
+        self._next_ticket = 1
+        self._changed = trio.Event()
+
+    def start(self, nursery: trio.Nursery, interpreters: Interpreters) -> None:
+        self.nursery, self.interpreters = nursery, interpreters
+
+    def close(self) -> None:
+        """Refuse further calls and wake every waiter (it then raises)."""
+        self.closed = True
+        self._wake()
+
+    # --- feeding events ---------------------------------------------------
+    def send(self, event: Event) -> None:
+        """Queue an event for the reducer. Outside values in the results of
+        effects are made strict JSON / valid UTF-8 here (``edge.py``)."""
+        if not self.closed:
+            self._send.send_nowait(clean_event(event))
+
+    async def request(self, make: MakeEvent) -> Respond:
+        """Send a host event carrying a fresh ticket; wait for its Respond."""
+        if self.closed:
+            raise HarnessClosed("Harness is closed")
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        t = _Ticket()
+        self._tickets[ticket] = t
+        self.send(make(ticket, self.clock()))
+        await t.done.wait()
+        assert t.response is not None
+        return t.response
+
+    # --- waiting: one primitive ---------------------------------------------
+    async def wait_until(self, check: Callable[[], T | None]) -> T:
+        """``check()`` once it is not None, re-checked after every commit and
+        every invocation leaving; raises ``HarnessClosed`` once closed."""
+        while True:
+            changed = self._changed
+            result = check()
+            if result is not None:
+                return result
+            if self.closed:
+                raise HarnessClosed("Harness is closed")
+            await changed.wait()
+
+    async def wait_record(
+        self, kind: type[R], record_id: int, load: Callable[[], R | None], done: Callable[[R], bool]
+    ) -> R:
+        """The committed ``kind`` record ``record_id`` once it satisfies
+        ``done``: reads storage once, then follows the commits in memory
+        (``watched``), re-checked through ``wait_until``."""
+        record = load()
+        if record is not None and done(record):
+            return record
+        self.watched.setdefault(record_id, record)
+        self._watchers[record_id] = self._watchers.get(record_id, 0) + 1
+
+        def settled() -> R | None:
+            now = self.watched.get(record_id)
+            return now if isinstance(now, kind) and done(now) else None
+
+        try:
+            return await self.wait_until(settled)
+        finally:
+            self._watchers[record_id] -= 1
+            if not self._watchers[record_id]:
+                del self._watchers[record_id]
+                self.watched.pop(record_id, None)
+
+    async def next_commit(self) -> None:
+        """Wait for the next commit (or invocation leaving, or the close)."""
+        changed = self._changed
+        await self.wait_until(lambda: True if changed.is_set() else None)
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    # --- the reducer ------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            batch = [await self._recv.receive()]
+            while len(batch) < MAX_BATCH:
+                try:
+                    batch.append(self._recv.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            self.handle_batch(batch)
+
+    def handle(self, event: Event) -> None:
+        """Step one event and run its effects (``Harness.open`` steps ``Opened`` so)."""
+        self.handle_batch([event])
+
+    def handle_batch(self, events: list[Event]) -> None:
+        for event in events:
+            if needs_lookup(event):
+                self._flush()  # the read must see every earlier decision
+                event = enrich(event, self.state, self.storage)
+            self._journal.append(event)
+            result = core_step(self.state, event)
+            self.state = result.state
+            self.steps += 1
+            for effect in result.effects:
+                if isinstance(effect, Commit):
+                    # the commit journals every event stepped since the last one
+                    self._commits.append((effect, self._journal))
+                    self._journal = []
+                else:
+                    self._acts.append(effect)
+        self._flush()
+
+    def _flush(self) -> None:
+        commits, acts = self._commits, self._acts
+        self._commits, self._acts = [], []
+        if self.PERSIST_BEFORE_ACTING:
+            self._persist(commits)
+            self._act_all(acts)
+        else:  # the known-bad variant: never in production
+            self._act_all(acts)
+            self._persist(commits)
+
+    def _persist(self, commits: list[tuple[Commit, list[Event]]]) -> None:
+        if not commits:
+            return
+        for effect, _ in commits:
+            self._before(effect)
+        self.storage.commit_many([(c.seq, c.writes, evs) for c, evs in commits])
+        for effect, _ in commits:
+            self._committed_writes(effect)
+        self._wake()
+
+    def _committed_writes(self, effect: Commit) -> None:
+        for w in effect.writes:
+            if isinstance(w, PutEntry):
+                self.context.on_entry(w.entry)
+            elif isinstance(w, PutSubmission) and w.submission.id in self.watched:
+                self.watched[w.submission.id] = w.submission
+            elif isinstance(w, PutTask) and w.task.id in self.watched:
+                self.watched[w.task.id] = w.task
+
+    def _act_all(self, acts: list[Effect]) -> None:
+        for effect in acts:
+            self._before(effect)
+            try:
+                self._act(effect)
+            except Exception as e:  # one effect failing never stops the harness
+                self._invocation_failed(effect, e)
+
+    def _before(self, effect: Effect) -> None:
+        index = self.effect_index
+        self.effect_index += 1
+        self.hooks.before_effect(index, effect)
+
+    # --- acts ------------------------------------------------------------------
+    def _act(self, effect: Effect) -> None:
+        do = self.interpreters
+        assert do is not None and self.nursery is not None, "Loop.start() first"
+        match effect:
+            case Commit():
+                raise AssertionError("a commit is persisted by _flush, never acted")
+            case CallModel():
+                self._spawn(effect, partial(do.models.call, effect, self.state.settings.partial_interval_ms))
+            case PollModel():
+                self._spawn(effect, partial(do.models.poll, effect, self.state.settings.partial_interval_ms))
+            case CancelDeferred():
+                job = do.models.cancel_deferred(effect)
+                if job is not None:
+                    self.nursery.start_soon(job)
+            case PrepareTool():
+                if do.tools.needs_child():
+                    self._spawn(effect, partial(do.tools.prepare_with_hooks, effect))
+                else:
+                    do.tools.prepare(effect)
+            case RunTool():
+                self._spawn(effect, partial(do.tools.run, effect))
+            case RunPhase():
+                task = self.state.tasks.get(effect.task_id)  # a read-only snapshot, at dispatch
+                self._spawn(effect, partial(do.tasks.run_phase, effect, task))
+            case MigrateTask():
+                self._spawn(effect, partial(do.tasks.migrate, effect))
+            case Sleep():
+                self._spawn(effect, partial(sleep, self, effect))
+            case Cancel():
+                scope = self.inflight.get(effect.task_id)
+                if scope is not None:
+                    scope.cancel()
+            case Respond():
+                t = self._tickets.pop(effect.ticket, None)
+                if t is not None:
+                    t.response = effect
+                    t.done.set()
+            case _:
+                assert_never(effect)
+
+    def _spawn(
+        self,
+        effect: CallModel | PollModel | PrepareTool | RunTool | RunPhase | MigrateTask | Sleep,
+        job: Callable[[], Awaitable[None]],
+    ) -> None:
+        assert self.nursery is not None
+        task_id = effect.task_id
+        scope = trio.CancelScope()
+        self.inflight[task_id] = scope
+
+        async def guarded() -> None:
+            try:
+                with scope:
+                    await job()
+            except Exception as e:  # a bug in one invocation faults its task only
+                self._invocation_failed(effect, e)
+            finally:
+                if self.inflight.get(task_id) is scope:
+                    del self.inflight[task_id]
+                    self._wake()
+
+        self.nursery.start_soon(guarded)
+
+    def _invocation_failed(self, effect: Effect, error: Exception) -> None:
+        """Interpreting ``effect`` raised: report it, and fault its task (the
+        run it serves settles ``unanswered/faulted``); other work goes on."""
+        task_id: TaskId | None = getattr(effect, "task_id", None)
+        log.error("interpreting %s for task %s failed", type(effect).__name__, task_id, exc_info=error)
+        if task_id is not None:
+            message = f"Internal error while running {type(effect).__name__}: {type(error).__name__}: {error}"
+            self.send(InvocationFailed(now=self.clock(), task_id=task_id, message=message))
