@@ -21,7 +21,7 @@ is handed (``ToolCallContext.harness``, ``HookContext.harness``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 import logging
 from typing import Any
@@ -295,7 +295,7 @@ class Harness:
         models: Models | None,
         registry: Registry,
         env: object = None,
-        settings: Any = None,
+        settings: Settings | None = None,
         resume: bool = True,
         hooks: Hooks | None = None,
         clock: Callable[[], int] | None = None,
@@ -576,7 +576,7 @@ def _check_settings(settings: Any) -> None:
         raise InvalidInput(problem)
 
 
-def _kill_leftover_processes(tasks: Any) -> None:
+def _kill_leftover_processes(tasks: Iterable[Task]) -> None:
     """A tool command a dead harness left running (its process group is
     recorded in the tool's ``execute`` checkpoint before the command starts)
     is killed before recovery decides about the call."""

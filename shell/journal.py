@@ -9,8 +9,8 @@ recorded run debuggable step by step (``pidurable replay --db FILE``).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
 
 import attrs
 
@@ -18,7 +18,13 @@ from pidurable.core import State, step
 from pidurable.core.effects import Commit
 
 from .storage import codec
-from .storage.base import writes_json
+from .storage.base import JournalRow, writes_json
+
+
+class JournalReads(Protocol):
+    """What replay reads: the journal, oldest commit first."""
+
+    def journal(self) -> Sequence[JournalRow]: ...
 
 
 @attrs.frozen(kw_only=True)
@@ -51,7 +57,7 @@ def _describe_write(w: dict[str, Any]) -> str:
     return f"{kind} of conversation {w.get('conversation_id')}"
 
 
-def replay(storage: Any) -> Iterator[Transition]:
+def replay(storage: JournalReads) -> Iterator[Transition]:
     """Yield one Transition per stored commit, in order."""
     state = State()
     for row in storage.journal():

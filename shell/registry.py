@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import jsonschema
 
-from pidurable.core.model import TaskInfo, ToolInfo, Usage
+from pidurable.core.model import Task, TaskInfo, ToolInfo, Usage
+
+if TYPE_CHECKING:  # for annotations only: the facade and task contexts import this module
+    from .harness import Harness
+    from .tasks import TaskRuntime
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 
@@ -44,11 +48,12 @@ class ToolCallContext:
     de-duplicate requests, so a re-run after a crash is recognised there.
     """
 
+    #: where tools touch the world (a ``LocalEnv``, or what the host passed)
     env: Any
     task_id: int
     conversation_id: int
     call_id: str
-    harness: Any
+    harness: Harness
     idempotency_key: str
     #: The conversation's working directory (its agent's ``cwd``): tools run
     #: there, inside the env's root. None means the env's root.
@@ -173,7 +178,7 @@ class Progress:
     outcome: Any = None
 
 
-Phase = Callable[[Any, Any], Awaitable["Progress | None"]]
+Phase = Callable[[Task, "TaskRuntime"], Awaitable["Progress | None"]]
 
 
 @attrs.frozen(kw_only=True)

@@ -41,7 +41,9 @@ def define_subagent_tool(
         else:
             child_agent = checked
             if child_agent is not None and (child_agent.model is None or child_agent.cwd is None):
-                caller = await (await harness.conversation(call.conversation_id)).agent()
+                conversation = await harness.conversation(call.conversation_id)
+                assert conversation is not None, "a tool runs in a conversation that exists"
+                caller = await conversation.agent()
                 child_agent = attrs.evolve(
                     child_agent, model=child_agent.model or caller.model, cwd=child_agent.cwd or caller.cwd
                 )
