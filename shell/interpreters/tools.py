@@ -27,7 +27,7 @@ from pidurable.core.model import TaskId, ToolCall
 from ..context_cache import ContextCache
 from ..edge import tool_result
 from ..env import describe_process
-from ..registry import Registry, ToolCallContext, ToolDefinition, ToolResult
+from ..registry import Registry, ToolCallContext, ToolDefinition
 from .hooks import Blocked, HookRunner
 from .ports import EntryReads, Requester
 
@@ -193,4 +193,4 @@ class ToolInterpreter:
         )
 
 
-__all__ = ["Rejection", "ToolInterpreter", "ToolResult", "check_arguments", "check_call", "offered_tool", "prepared_calls"]
+__all__ = ["Rejection", "ToolInterpreter", "check_arguments", "check_call", "offered_tool", "prepared_calls"]
