@@ -53,7 +53,8 @@ from pidurable.core.events import (
     ToolProcessStarted,
     ToolRejected,
 )
-from pidurable.core.model import AgentConfig, ModelRef, ToolCall, Usage
+from pidurable.core.admission import check_settings
+from pidurable.core.model import AgentConfig, ModelRef, Settings, ToolCall, Usage
 
 from .errors import InvalidInput
 from .registry import ToolResult
@@ -423,3 +424,18 @@ def check_agent(agent: object, what: str = "agent") -> AgentConfig | None:
             agent = attrs.evolve(agent, tools=tuple(tools))
     check_choice(agent.tool_execution, f"{what}.tool_execution", ("parallel", "sequential"))
     return agent
+
+
+def check_id_number(value: object, what: str) -> None:
+    """A host-given record id: an int (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{what} must be an int, not {type(value).__name__}")
+
+
+def check_settings_object(settings: object) -> None:
+    """Host ``Settings``: the right class, values the core accepts."""
+    if not isinstance(settings, Settings):
+        raise InvalidInput(f"settings must be a pidurable.shell.Settings, not {type(settings).__name__}")
+    problem = check_settings(settings)
+    if problem is not None:
+        raise InvalidInput(problem)

@@ -30,12 +30,14 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
+
+from pidurable.core.model import TOOL, Task
 
 log = logging.getLogger("pidurable")
 
@@ -275,3 +277,13 @@ def kill_recorded_process(record: Mapping[str, Any]) -> bool:
         return False
     log.info("killed leftover process group %d (record %r)", pgid, record)
     return True
+
+
+def kill_leftover_processes(tasks: Iterable[Task]) -> None:
+    """A tool command a dead harness left running (its process group is
+    recorded in the tool's ``execute`` checkpoint before the command starts)
+    is killed before recovery decides about the call."""
+    for task in tasks:
+        process = task.checkpoint.get("process") if task.kind == TOOL else None
+        if isinstance(process, dict) and kill_recorded_process(process):
+            log.warning("killed the process group a dead harness left running for tool task %s", task.id)

@@ -21,9 +21,8 @@ is handed (``ToolCallContext.harness``, ``HookContext.harness``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-import logging
 from typing import Any
 
 import attrs
@@ -31,7 +30,6 @@ import trio
 
 from pidurable.core.context import Message, context_messages
 from pidurable.core.effects import Respond
-from pidurable.core.admission import check_settings
 from pidurable.core.ownership import conversation_is_idle
 from pidurable.core.scheduling import TaskInspection, inspect_tasks
 from pidurable.core.events import (
@@ -49,7 +47,6 @@ from pidurable.core.events import (
     WriteSubmitted,
 )
 from pidurable.core.model import (
-    TOOL,
     AgentConfig,
     ConversationId,
     Entry,
@@ -61,8 +58,16 @@ from pidurable.core.model import (
 )
 from pidurable.core.state import AGENT_DOC, USAGE_DOC, UsageDoc, UsageTotals
 
-from .env import kill_recorded_process
-from .edge import check_agent, check_choice, check_id, check_json_object, check_text
+from .env import kill_leftover_processes
+from .edge import (
+    check_agent,
+    check_choice,
+    check_id,
+    check_id_number,
+    check_json_object,
+    check_settings_object,
+    check_text,
+)
 from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound, accepted
 from .interpreters import Interpreters
 from .interpreters.ports import HostPort
@@ -71,8 +76,6 @@ from .providers.base import Models
 from .registry import Registry
 from .storage.base import Storage
 from .tasks import create_task
-
-log = logging.getLogger("pidurable")
 
 # Records returned to hosts are the core's frozen attrs records.
 EntryRecord = Entry
@@ -307,9 +310,9 @@ class Harness:
             if not isinstance(registry, Registry):
                 raise InvalidInput("registry must be a pidurable.shell.Registry")
             settings = settings if settings is not None else Settings()
-            _check_settings(settings)
+            check_settings_object(settings)
             loaded = storage.load()
-            _kill_leftover_processes(loaded.tasks)
+            kill_leftover_processes(loaded.tasks)
         except BaseException:
             storage.close()
             raise
@@ -374,7 +377,7 @@ class Harness:
 
     async def conversation(self, conversation_id: int) -> Conversation | None:
         _live(self._rt)
-        _check_id_number(conversation_id, "conversation_id")
+        check_id_number(conversation_id, "conversation_id")
         if self._rt.storage.conversation(ConversationId(conversation_id)) is None:
             return None
         return Conversation(ConversationId(conversation_id), self._rt)
@@ -387,7 +390,7 @@ class Harness:
     async def update_settings(self, settings: Settings) -> None:
         """Replace the host settings (queue modes); read at the next decision."""
         _live(self._rt)
-        _check_settings(settings)
+        check_settings_object(settings)
         self._rt.send(SettingsChanged(now=self._rt.clock(), settings=settings))
 
     # --- submissions and tasks --------------------------------------------------------
@@ -395,24 +398,24 @@ class Harness:
         """``aborted`` (was queued: now ``unanswered/aborted``),
         ``already_placed``, ``settled`` or ``not_found``."""
         _live(self._rt)
-        _check_id_number(submission_id, "submission_id")
+        check_id_number(submission_id, "submission_id")
         return await abort_submission(self._rt, submission_id, conversation_id)
 
     async def submission(self, submission_id: int) -> SubmissionHandle | None:
         _live(self._rt)
-        _check_id_number(submission_id, "submission_id")
+        check_id_number(submission_id, "submission_id")
         if self._rt.storage.submission(SubmissionId(submission_id)) is None:
             return None
         return SubmissionHandle(SubmissionId(submission_id), self._rt)
 
     async def entry(self, entry_id: int) -> Entry | None:
         _live(self._rt)
-        _check_id_number(entry_id, "entry_id")
+        check_id_number(entry_id, "entry_id")
         return self._rt.storage.entry(entry_id)
 
     async def task(self, task_id: int) -> Task | None:
         _live(self._rt)
-        _check_id_number(task_id, "task_id")
+        check_id_number(task_id, "task_id")
         return self._rt.storage.task(TaskId(task_id))
 
     async def tasks(self, conversation_id: int | None = None, live_only: bool = False) -> list[Task]:
@@ -423,7 +426,7 @@ class Harness:
     async def wait_for_task(self, task_id: int) -> Task:
         """The terminal record of the task, once durable."""
         _live(self._rt)
-        _check_id_number(task_id, "task_id")
+        check_id_number(task_id, "task_id")
         if self._rt.storage.task(TaskId(task_id)) is None:
             raise NotFound(f"Task {task_id} does not exist")
 
@@ -456,7 +459,7 @@ class Harness:
         once its owned work is gone; ``wait_for_task`` waits for the end.
         An unknown id raises ``NotFound``."""
         _live(self._rt)
-        _check_id_number(task_id, "task_id")
+        check_id_number(task_id, "task_id")
         resp = await self._rt.request(
             lambda ticket, now: TaskAbortRequested(now=now, ticket=ticket, task_id=TaskId(task_id))
         )
@@ -481,7 +484,7 @@ class Harness:
         _live(self._rt)
         agent = check_agent(agent)
         if owner_task_id is not None:
-            _check_id_number(owner_task_id, "owner_task_id")
+            check_id_number(owner_task_id, "owner_task_id")
         if ownership is not None:
             if ownership == "ownerless" or (isinstance(ownership, dict) and ownership.get("kind") == "ownerless"):
                 pass
@@ -561,29 +564,6 @@ def _live(rt: Loop) -> None:
     """Every API call after close raises ``HarnessClosed``."""
     if rt.closed:
         raise HarnessClosed("Harness is closed; open a new one on the store")
-
-
-def _check_id_number(value: Any, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInput(f"{what} must be an int, not {type(value).__name__}")
-
-
-def _check_settings(settings: Any) -> None:
-    if not isinstance(settings, Settings):
-        raise InvalidInput(f"settings must be a pidurable.shell.Settings, not {type(settings).__name__}")
-    problem = check_settings(settings)
-    if problem is not None:
-        raise InvalidInput(problem)
-
-
-def _kill_leftover_processes(tasks: Iterable[Task]) -> None:
-    """A tool command a dead harness left running (its process group is
-    recorded in the tool's ``execute`` checkpoint before the command starts)
-    is killed before recovery decides about the call."""
-    for task in tasks:
-        process = task.checkpoint.get("process") if task.kind == TOOL else None
-        if isinstance(process, dict) and kill_recorded_process(process):
-            log.warning("killed the process group a dead harness left running for tool task %s", task.id)
 
 
 def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
