@@ -60,6 +60,13 @@ class ToolPhase(enum.StrEnum):
     EXECUTE = "execute"
 
 
+#: The plain strings written to the store (never the enum members).
+_WIRE_PHASE: dict[enum.StrEnum, str] = {p: str(p.value) for p in (*GenerationPhase, *ToolPhase)}
+_WIRE_REPLAY: dict[Replay, str] = {r: str(r.value) for r in Replay}
+#: The replay promise read back from the store (anything else: unsafe).
+REPLAYS: dict[str, Replay] = {str(r.value): r for r in Replay}
+
+
 def _model_dict(model: ModelRef) -> dict[str, Json]:
     return {"provider": model.provider, "model_id": model.model_id}
 
@@ -132,7 +139,7 @@ Checkpoint: TypeAlias = GenerationCheckpoint | ToolCheckpoint
 
 def to_dict(cp: Checkpoint) -> dict[str, Json]:
     """The stored JSON object of ``cp`` (key order as the store has it)."""
-    phase = str(cp.PHASE.value)
+    phase = _WIRE_PHASE[cp.PHASE]
     match cp:
         case PrepareCheckpoint(attempt=attempt):
             return {"phase": phase, "attempt": attempt}
@@ -154,9 +161,10 @@ def to_dict(cp: Checkpoint) -> dict[str, Json]:
         case CallCheckpoint():
             return {"phase": phase}
         case ExecuteCheckpoint(arguments=arguments, replay=replay, process=process):
-            out: dict[str, Json] = {"phase": phase, "arguments": dict(arguments), "replay": str(replay.value)}
+            # Payload dicts are treated as immutable: shared, never copied here.
+            out: dict[str, Json] = {"phase": phase, "arguments": arguments, "replay": _WIRE_REPLAY[replay]}
             if process is not None:
-                out["process"] = dict(process)
+                out["process"] = process
             return out
 
 
@@ -197,17 +205,14 @@ def _tool(phase: ToolPhase, cp: Mapping[str, Any]) -> ToolCheckpoint:
         case ToolPhase.EXECUTE:
             # Anything but a stored "safe" promise is treated as unsafe: an
             # interrupted call is then settled, never re-run.
-            replay = Replay.SAFE if cp.get("replay") == Replay.SAFE else Replay.UNSAFE
-            process = cp.get("process")
-            return ExecuteCheckpoint(
-                arguments=dict(cp.get("arguments", {})),
-                replay=replay,
-                process=dict(process) if process is not None else None,
-            )
+            replay = Replay.SAFE if cp.get("replay") == "safe" else Replay.UNSAFE
+            return ExecuteCheckpoint(arguments=cp.get("arguments", {}), replay=replay, process=cp.get("process"))
 
 
-_GENERATION_PHASES = frozenset(GenerationPhase)
-_TOOL_PHASES = frozenset(ToolPhase)
+# Plain-dict lookups instead of Enum(value) calls and ``.value`` reads:
+# parse and to_dict run on every step of a built-in task.
+_GENERATION_PHASES: dict[str, GenerationPhase] = {str(p.value): p for p in GenerationPhase}
+_TOOL_PHASES: dict[str, ToolPhase] = {str(p.value): p for p in ToolPhase}
 
 
 def parse_generation(cp: Mapping[str, Any]) -> GenerationCheckpoint | None:
@@ -217,7 +222,7 @@ def parse_generation(cp: Mapping[str, Any]) -> GenerationCheckpoint | None:
     if not isinstance(phase, str) or phase not in _GENERATION_PHASES:
         return None
     try:
-        return _generation(GenerationPhase(phase), cp)
+        return _generation(_GENERATION_PHASES[phase], cp)
     except (KeyError, TypeError, ValueError) as e:
         raise CoreInvariantError(f"damaged {phase} checkpoint {cp!r}: {e!r}") from None
 
@@ -228,6 +233,6 @@ def parse_tool(cp: Mapping[str, Any]) -> ToolCheckpoint | None:
     if not isinstance(phase, str) or phase not in _TOOL_PHASES:
         return None
     try:
-        return _tool(ToolPhase(phase), cp)
+        return _tool(_TOOL_PHASES[phase], cp)
     except (KeyError, TypeError, ValueError) as e:
         raise CoreInvariantError(f"damaged {phase} checkpoint {cp!r}: {e!r}") from None

@@ -23,6 +23,7 @@ Must not touch: decisions. This module knows records and writes, not rules.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from operator import attrgetter
 from typing import Any
 
 import attrs
@@ -66,6 +67,8 @@ from .state import ConvState, InboxItem, Live, State, UsageDoc
 _NOT_DRAFTED = frozenset({"next_seq", "opened"})
 #: The state fields the draft carries, derived from State itself.
 DRAFT_FIELDS: tuple[str, ...] = tuple(f.name for f in attrs.fields(State) if f.name not in _NOT_DRAFTED)
+# One C-level call reads every drafted field (of a State, or of the draft).
+_read_drafted = attrgetter(*DRAFT_FIELDS)
 
 
 class Tx:
@@ -96,13 +99,18 @@ class Tx:
     # State once, in finish(): a step costs O(live), not O(puts x live).
     @property
     def state(self) -> State:
-        return attrs.evolve(self._base, **{name: getattr(self, name) for name in DRAFT_FIELDS})
+        base = self._base
+        return State(
+            next_seq=base.next_seq, opened=base.opened, **dict(zip(DRAFT_FIELDS, _read_drafted(self)))
+        )
 
     @state.setter
     def state(self, state: State) -> None:
         self._base = state
-        for name in DRAFT_FIELDS:
-            setattr(self, name, getattr(state, name))
+        # setattr, not __dict__.update: touching __dict__ would turn off
+        # CPython's fast attribute access for every later tx.<field>.
+        for name, value in zip(DRAFT_FIELDS, _read_drafted(state)):
+            setattr(self, name, value)
         self._own: set[str] = set()
 
     def _owned(self, name: str) -> dict[Any, Any]:

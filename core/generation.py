@@ -90,6 +90,11 @@ from .settlement import fault, finish_task
 from .state import UsageTotals
 
 
+# isinstance() targets for rows shared by two phases (tuples: cheaper than unions).
+_ASKED = (RequestCheckpoint, PollCheckpoint)
+_TIMED = (RetryCheckpoint, PollCheckpoint)
+
+
 class GenerationInput(enum.StrEnum):
     """What can happen to a generation task (the inputs of ``MACHINE``)."""
 
@@ -161,7 +166,7 @@ def _wait_timer(turn: Turn, _: None) -> None:
 
 def _deadline(turn: Turn) -> int:
     cp = turn.checkpoint
-    assert isinstance(cp, RetryCheckpoint | PollCheckpoint)
+    assert isinstance(cp, _TIMED)
     return cp.until if isinstance(cp, RetryCheckpoint) else cp.poll_at
 
 
@@ -203,7 +208,7 @@ def _deferred(turn: Turn, ev: ModelDeferred) -> None:
     """Save the handle and the next poll time; after a restart the SAME
     handle is polled - a second request is never sent."""
     tx, task, cp = turn.tx, turn.task, turn.checkpoint
-    assert isinstance(cp, RequestCheckpoint | PollCheckpoint)
+    assert isinstance(cp, _ASKED)
     poll_at = ev.now + max(int(ev.poll_after_ms), 0)
     if isinstance(cp, PollCheckpoint):
         poll_at = max(poll_at, cp.poll_at + 1)
@@ -255,7 +260,7 @@ def _tool_calls(turn: Turn, ev: ModelResponded) -> None:
 def _backoff(turn: Turn, ev: ModelFailed) -> None:
     """A retryable failure with retries left: a durable backoff."""
     tx, task, cp = turn.tx, turn.task, turn.checkpoint
-    assert isinstance(cp, RequestCheckpoint | PollCheckpoint)
+    assert isinstance(cp, _ASKED)
     _failure_entry(turn, ev)
     until = ev.now + tx.settings.retry.delay_ms(cp.attempt, ev.retry_after_ms)
     turn.store(TaskMove.CHECKPOINT, RetryCheckpoint(attempt=cp.attempt, until=until))
@@ -269,7 +274,7 @@ def _failed(turn: Turn, ev: ModelFailed) -> None:
     left: the run ends with its inputs ``unanswered`` and the provider's
     message as detail."""
     cp = turn.checkpoint
-    assert isinstance(cp, RequestCheckpoint | PollCheckpoint)
+    assert isinstance(cp, _ASKED)
     _failure_entry(turn, ev)
     message = ev.message
     if ev.retryable and ev.reason == Reason.MODEL_ERROR and turn.tx.settings.retry.enabled:
@@ -398,7 +403,7 @@ def _expecting(
     if found is None:
         return None
     task, cp = found
-    if not isinstance(cp, RequestCheckpoint | PollCheckpoint) or cp.attempt != attempt:
+    if not isinstance(cp, _ASKED) or cp.attempt != attempt:
         return None
     return (task, cp) if MACHINE.accepts(cp, move) else None
 
@@ -439,7 +444,7 @@ def on_timer_fired(tx: Tx, ev: TimerFired) -> None:
     if found is None or not MACHINE.accepts(found[1], _I.TIMER_FIRED):
         return
     task, cp = found
-    assert isinstance(cp, RetryCheckpoint | PollCheckpoint)
+    assert isinstance(cp, _TIMED)
     if (cp.until if isinstance(cp, RetryCheckpoint) else cp.poll_at) == ev.until:
         MACHINE.run(tx, task, cp, _I.TIMER_FIRED, ev)
 
@@ -501,7 +506,7 @@ def _call_model(tx: Tx, task: Task, cp: RequestCheckpoint) -> None:
 def _count_usage(turn: Turn, usage: Usage | None) -> None:
     """One model call (and its tokens, if reported) in ``pi.usage``."""
     cp = turn.checkpoint
-    assert isinstance(cp, RequestCheckpoint | PollCheckpoint)
+    assert isinstance(cp, _ASKED)
     key = str(cp.model)
     cid = turn.task.conversation_id
     doc = turn.tx.conv(cid).usage

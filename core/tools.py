@@ -47,7 +47,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from .checkpoints import CallCheckpoint, ExecuteCheckpoint, ToolPhase, parse_tool
+from .checkpoints import REPLAYS, CallCheckpoint, ExecuteCheckpoint, ToolPhase, parse_tool
 from .draft import Tx
 from .effects import PrepareTool, Refusal, RunTool
 from .events import PreparedCall, ToolFailed, ToolFinished, ToolPrepared, ToolProcessStarted, ToolRejected
@@ -63,6 +63,7 @@ from .model import (
     ResultCode,
     Task,
     TaskId,
+    TaskStatus,
     Usage,
 )
 from .phases import END, Machine, Row, Turn
@@ -122,9 +123,14 @@ def _prepare(turn: Turn, _: None) -> None:
 
 
 def _prepared(turn: Turn, ev: ToolPrepared | PreparedCall) -> None:
-    """Store the intent, mark the slot running, run the body."""
-    intent = ExecuteCheckpoint(arguments=dict(ev.arguments), replay=Replay(ev.replay))
-    execute = turn.store(TaskMove.CHECKPOINT, intent)
+    """Store the intent, mark the slot running, run the body. A call the
+    shell prepared with the model's answer is still pending (born in this
+    step): this row reserves it."""
+    intent = ExecuteCheckpoint(arguments=dict(ev.arguments), replay=REPLAYS[ev.replay])
+    if turn.task.status is TaskStatus.PENDING:
+        execute = turn.store(TaskMove.RESERVE, intent, started_at=turn.tx.now)
+    else:
+        execute = turn.store(TaskMove.CHECKPOINT, intent)
     _move_slot(turn.tx, execute, SlotMove.START)
     _run(turn.tx, execute, intent)
 
@@ -237,11 +243,9 @@ def on_abort(tx: Tx, task: Task) -> None:
 
 
 def start_prepared(tx: Tx, tool: Task, prepared: PreparedCall) -> Task:
-    """A new tool task whose call the shell prepared with the model's answer:
-    reserved at birth (in memory), then the ``(call, prepared)`` row."""
-    running = task_to(tool, TaskMove.RESERVE, started_at=tx.now)
-    tx.put_task(running, durable=False)
-    MACHINE.run(tx, running, CallCheckpoint(), _I.PREPARED, prepared)
+    """A new tool task whose call the shell prepared with the model's answer
+    takes the ``(call, prepared)`` row at birth (reserved by it)."""
+    MACHINE.run(tx, tool, CallCheckpoint(), _I.PREPARED, prepared)
     return tx.tasks[tool.id]
 
 
