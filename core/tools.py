@@ -51,7 +51,7 @@ from .checkpoints import REPLAYS, CallCheckpoint, ExecuteCheckpoint, ToolPhase, 
 from .draft import Tx
 from .effects import PrepareTool, Refusal, RunTool
 from .events import PreparedCall, ToolFailed, ToolFinished, ToolPrepared, ToolProcessStarted, ToolRejected
-from .lifecycle import SlotMove, TaskMove, slot_to, task_to
+from .lifecycle import SlotMove, TaskMove, slot_to
 from .model import (
     TOOL,
     Entry,
