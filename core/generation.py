@@ -52,6 +52,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from .live import LiveMove, live_to
 from . import rounds
 from .checkpoints import (
     GenerationPhase,
@@ -139,7 +140,7 @@ def _prepare(turn: Turn, _: None) -> None:
     # an id below next_id, every later one above it.
     request = RequestCheckpoint(attempt=cp.attempt, model=model, cutoff=EntryId(tx.next_id - 1))
     running = turn.store(TaskMove.RESERVE, request, started_at=task.started_at or tx.now)
-    tx.set_live(task.conversation_id, attrs.evolve(conv.live, attempt=cp.attempt))
+    tx.set_live(task.conversation_id, live_to(conv.live, LiveMove.ASK, attempt=cp.attempt))
     _call_model(tx, running, request)
 
 
@@ -177,7 +178,7 @@ def _retry(turn: Turn, _: TimerFired) -> None:
     tx, task, cp = turn.tx, turn.task, turn.checkpoint
     assert isinstance(cp, RetryCheckpoint)
     live = tx.conv(task.conversation_id).live
-    tx.set_live(task.conversation_id, attrs.evolve(live, retry_at=None, retry_error=None))
+    tx.set_live(task.conversation_id, live_to(live, LiveMove.RETRY, retry_at=None, retry_error=None))
     turn.store(TaskMove.RETRY, PrepareCheckpoint(attempt=cp.attempt + 1))
 
 
@@ -201,7 +202,7 @@ def _poll(turn: Turn, _: TimerFired) -> None:
 
 def _streamed(turn: Turn, ev: ModelStreamed) -> None:
     live = turn.tx.conv(turn.task.conversation_id).live
-    turn.tx.set_live(turn.task.conversation_id, attrs.evolve(live, partial=ev.text))
+    turn.tx.set_live(turn.task.conversation_id, live_to(live, LiveMove.STREAM, partial=ev.text))
 
 
 def _deferred(turn: Turn, ev: ModelDeferred) -> None:
@@ -215,7 +216,7 @@ def _deferred(turn: Turn, ev: ModelDeferred) -> None:
     polling = PollCheckpoint(attempt=cp.attempt, model=cp.model, cutoff=cp.cutoff, handle=ev.handle, poll_at=poll_at)
     turn.store(TaskMove.CHECKPOINT, polling)
     live = tx.conv(task.conversation_id).live
-    tx.set_live(task.conversation_id, attrs.evolve(live, partial=None, poll_at=poll_at))
+    tx.set_live(task.conversation_id, live_to(live, LiveMove.DEFER, partial=None, poll_at=poll_at))
     tx.act(Sleep(task_id=task.id, until=poll_at))
 
 
@@ -238,7 +239,7 @@ def _responded(turn: Turn, ev: ModelResponded) -> Entry:
     _count_usage(turn, ev.usage)
     live = tx.conv(task.conversation_id).live
     if live.partial is not None or live.poll_at is not None:
-        tx.set_live(task.conversation_id, attrs.evolve(live, partial=None, poll_at=None))
+        tx.set_live(task.conversation_id, live_to(live, LiveMove.ANSWERED, partial=None, poll_at=None))
     return entry
 
 
@@ -265,7 +266,7 @@ def _backoff(turn: Turn, ev: ModelFailed) -> None:
     until = ev.now + tx.settings.retry.delay_ms(cp.attempt, ev.retry_after_ms)
     turn.store(TaskMove.CHECKPOINT, RetryCheckpoint(attempt=cp.attempt, until=until))
     live = tx.conv(task.conversation_id).live
-    tx.set_live(task.conversation_id, attrs.evolve(live, retry_at=until, retry_error=ev.message))
+    tx.set_live(task.conversation_id, live_to(live, LiveMove.BACK_OFF, retry_at=until, retry_error=ev.message))
     tx.act(Sleep(task_id=task.id, until=until))
 
 
@@ -289,7 +290,7 @@ def _failure_entry(turn: Turn, ev: ModelFailed) -> None:
     convert_partial(tx, task)
     live = tx.conv(task.conversation_id).live
     if live.poll_at is not None:
-        tx.set_live(task.conversation_id, attrs.evolve(live, poll_at=None))
+        tx.set_live(task.conversation_id, live_to(live, LiveMove.STOP_POLLING, poll_at=None))
     if ev.reason != Reason.NO_MODEL:
         _count_usage(turn, None)
         _assistant_entry(tx, task, ev.message, stop_reason=StopReason.ERROR, is_error=True)
@@ -460,7 +461,7 @@ def convert_partial(tx: Tx, task: Task) -> None:
     if live.partial is None:
         return
     _assistant_entry(tx, task, live.partial, stop_reason=StopReason.ABORTED)
-    tx.set_live(task.conversation_id, attrs.evolve(live, partial=None))
+    tx.set_live(task.conversation_id, live_to(live, LiveMove.DROP_PARTIAL, partial=None))
 
 
 def _assistant_entry(tx: Tx, task: Task, text: str, *, stop_reason: str, is_error: bool = False) -> Entry:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import attrs
 
+from .live import LiveMove, live_to
 from . import tools
 from .checkpoints import CallCheckpoint, ToolPhase, ToolsCheckpoint, to_dict
 from .draft import Tx
@@ -104,7 +105,7 @@ def start_round(turn: Turn, entry: Entry, prepared: tuple[PreparedCall | None, .
     round_ = ToolsCheckpoint(assistant=entry.id, tools=tuple(created), pending=tuple(pending))
     turn.store(TaskMove.WAIT, round_, on=tuple(created))
     live = tx.conv(task.conversation_id).live
-    tx.set_live(task.conversation_id, attrs.evolve(live, tools=tuple(slots), attempt=None))
+    tx.set_live(task.conversation_id, live_to(live, LiveMove.ROUND, tools=tuple(slots), attempt=None))
 
 
 def next_call(turn: Turn, _: None) -> None:
@@ -118,8 +119,9 @@ def next_call(turn: Turn, _: None) -> None:
     tool = create_tool_task(tx, task, cp.assistant, ToolCall(id=call_id, name=slot.name))
     tx.set_live(
         task.conversation_id,
-        attrs.evolve(
+        live_to(
             live,
+            LiveMove.SLOT,
             tools=tuple(attrs.evolve(s, task_id=tool.id) if s.call_id == call_id else s for s in slots),
         ),
     )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import attrs
 
+from .live import LiveMove, live_to
 from .checkpoints import PrepareCheckpoint, to_dict
 from .draft import Tx
 from .lifecycle import SubmissionMove, submission_to
@@ -55,7 +56,7 @@ def create_generation(tx: Tx, cid: ConversationId) -> Task:
 def start_run(tx: Tx, cid: ConversationId, inputs: tuple[SubmissionId, ...]) -> Task:
     """Make the conversation busy with a new run answering ``inputs``."""
     gen = create_generation(tx, cid)
-    tx.set_live(cid, Live(run=RunInfo(task_id=gen.id, inputs=inputs)))
+    tx.set_live(cid, live_to(tx.conv(cid).live, LiveMove.START, run=RunInfo(task_id=gen.id, inputs=inputs)))
     return gen
 
 
@@ -75,8 +76,9 @@ def hand_over(tx: Tx, gen: Task, steered: tuple[SubmissionId, ...]) -> Task:
     assert run is not None and run.task_id == gen.id
     tx.set_live(
         gen.conversation_id,
-        attrs.evolve(
+        live_to(
             live,
+            LiveMove.HAND_OVER,
             run=RunInfo(task_id=successor.id, inputs=run.inputs + steered),
             tools=None,
             attempt=None,
@@ -108,4 +110,4 @@ def end_run(
         if sub is None or sub.settled:
             continue  # first settlement wins
         tx.put_submission(submission_to(sub, move, answer_entry_id=answer, reason=reason, detail=detail))
-    tx.set_live(gen.conversation_id, Live())
+    tx.set_live(gen.conversation_id, live_to(live, LiveMove.END))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import attrs
 
+from .live import LiveMove, live_to
 from .draft import Tx
 from .effects import Cancel
 from .events import InvocationFailed
@@ -103,4 +104,4 @@ def cleanup(tx: Tx, task: Task, *, reason: Reason, detail: str | None) -> None:
     live = tx.conv(task.conversation_id).live
     if live.tools is not None and any(s.task_id == task.id for s in live.tools):
         tools = tuple(slot_to(s, SlotMove.SETTLE) if s.task_id == task.id else s for s in live.tools)
-        tx.set_live(task.conversation_id, attrs.evolve(live, tools=tools))
+        tx.set_live(task.conversation_id, live_to(live, LiveMove.SLOT, tools=tools))

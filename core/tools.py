@@ -47,6 +47,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from .live import LiveMove, live_to
 from .checkpoints import REPLAYS, CallCheckpoint, ExecuteCheckpoint, ToolPhase, parse_tool
 from .draft import Tx
 from .effects import PrepareTool, Refusal, RunTool
@@ -350,4 +351,4 @@ def _move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None =
         slot_to(s, move, entry_id=entry_id if entry_id is not None else s.entry_id) if s.task_id == task.id else s
         for s in live.tools
     )
-    tx.set_live(task.conversation_id, attrs.evolve(live, tools=tools))
+    tx.set_live(task.conversation_id, live_to(live, LiveMove.SLOT, tools=tools))

@@ -2,7 +2,7 @@
 
 The diagrams in ``specs/diagrams.md`` are generated from the tables the code
 runs on - the task and submission lifecycles and the tool-slot table
-(core/lifecycle.py), the phase tables of the built-in kinds
+(core/lifecycle.py), the progress table of ``pi.live`` (core/live.py), the phase tables of the built-in kinds
 (core/generation.py, core/tools.py) - never drawn by hand.
 ``tests/core/test_diagrams.py`` regenerates them in memory and fails when the
 checked-in file is stale; run this script after changing a table.
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pidurable.core import generation, tools
 from pidurable.core.lifecycle import SLOT_TRANSITIONS, SUBMISSION_TRANSITIONS, TASK_TRANSITIONS
+from pidurable.core.live import LIVE_TRANSITIONS
 from pidurable.core.phases import END, Machine
 
 OUT = Path(__file__).resolve().parent / "diagrams.md"
@@ -70,6 +71,7 @@ def render() -> str:
         _block("Generation phases (pi.generation)", "core/generation.py MACHINE", _machine(generation.MACHINE)),
         _block("Tool phases (pi.tool)", "core/tools.py MACHINE", _machine(tools.MACHINE)),
         _block("Tool slots (pi.live.tools)", "core/lifecycle.py SLOT_TRANSITIONS", _status_table(SLOT_TRANSITIONS)),
+        _block("Conversation progress (pi.live)", "core/live.py LIVE_TRANSITIONS", _status_table(LIVE_TRANSITIONS)),
     ]
     return "\n".join([HEADER, *sections])
 

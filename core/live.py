@@ -1,0 +1,149 @@
+"""The progress a busy conversation shows in ``pi.live``, as a table.
+
+Theory of operation
+-------------------
+``pi.live`` tells a watcher what a conversation is doing right now: which run
+(``run``), which request attempt is out (``attempt``), the streamed partial
+answer (``partial``), a retry being waited out (``retry_at``/``retry_error``),
+a deferred answer being polled (``poll_at``), the current tool round's slots
+(``tools``). Its fields are not independent: together they form one
+*progress* state (:func:`progress`), and every change goes through
+:func:`live_to`, which looks the move up in ``LIVE_TRANSITIONS`` and checks
+that the new fields really are the row's state. A move that is not a row, or
+fields that do not match it, raise :class:`CoreInvariantError` - the same
+discipline as the task, submission and slot tables in ``lifecycle.py``.
+
+Not in the table: moves out of ``idle`` other than ``start`` (an idle
+conversation has nothing to show), and ``start`` on a busy one (a run starts
+only on an idle conversation).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from .model import CoreInvariantError
+from .state import Live
+
+
+class Progress(enum.StrEnum):
+    """What a conversation's ``pi.live`` shows (derived from its fields)."""
+
+    #: No run.
+    IDLE = "idle"
+    #: A run whose current generation has not sent its request yet.
+    STARTED = "started"
+    #: A request is out (``attempt``).
+    ASKING = "asking"
+    #: Part of the answer has streamed in (``partial``).
+    STREAMING = "streaming"
+    #: A retryable error is being waited out (``retry_at``).
+    RETRYING = "retrying"
+    #: A deferred answer is being polled (``poll_at``).
+    POLLING = "polling"
+    #: A tool round runs (``tools``).
+    TOOLS = "tools"
+
+
+class LiveMove(enum.StrEnum):
+    """The inputs of the progress table."""
+
+    #: A run starts on an idle conversation.
+    START = "start"
+    #: A generation prepared its request (``attempt``).
+    ASK = "ask"
+    #: A throttled partial of the answer arrived.
+    STREAM = "stream"
+    #: The partial becomes an ``aborted`` entry (a resend, an abort, a failure).
+    DROP_PARTIAL = "drop_partial"
+    #: The provider deferred the answer (poll at ``poll_at``).
+    DEFER = "defer"
+    #: Polling stopped (the answer or a failure arrived).
+    STOP_POLLING = "stop_polling"
+    #: The answer (or round) entry was stored: partial and polling cleared.
+    ANSWERED = "answered"
+    #: A retryable error: wait until ``retry_at``.
+    BACK_OFF = "back_off"
+    #: The backoff ended; the next attempt prepares.
+    RETRY = "retry"
+    #: A tool round started (``tools``; the request is done).
+    ROUND = "round"
+    #: A slot of the round moved.
+    SLOT = "slot"
+    #: The round's successor generation took the run (slots cleared).
+    HAND_OVER = "hand_over"
+    #: The run ended: the conversation is idle.
+    END = "end"
+
+
+P = Progress
+LIVE_TRANSITIONS: Mapping[tuple[Progress, LiveMove], Progress] = {
+    (P.IDLE, LiveMove.START): P.STARTED,
+    (P.STARTED, LiveMove.ASK): P.ASKING,
+    (P.ASKING, LiveMove.ASK): P.ASKING,
+    (P.ASKING, LiveMove.STREAM): P.STREAMING,
+    (P.STREAMING, LiveMove.STREAM): P.STREAMING,
+    (P.STREAMING, LiveMove.DROP_PARTIAL): P.ASKING,
+    (P.ASKING, LiveMove.DEFER): P.POLLING,
+    (P.STREAMING, LiveMove.DEFER): P.POLLING,
+    (P.POLLING, LiveMove.DEFER): P.POLLING,
+    (P.POLLING, LiveMove.STOP_POLLING): P.ASKING,
+    (P.STREAMING, LiveMove.ANSWERED): P.ASKING,
+    (P.POLLING, LiveMove.ANSWERED): P.ASKING,
+    (P.ASKING, LiveMove.BACK_OFF): P.RETRYING,
+    (P.RETRYING, LiveMove.RETRY): P.ASKING,
+    (P.ASKING, LiveMove.ROUND): P.TOOLS,
+    (P.TOOLS, LiveMove.SLOT): P.TOOLS,
+    (P.TOOLS, LiveMove.HAND_OVER): P.STARTED,
+    # a round whose slots are not in pi.live (a document written without
+    # them) still hands over
+    (P.ASKING, LiveMove.HAND_OVER): P.STARTED,
+    (P.STARTED, LiveMove.HAND_OVER): P.STARTED,
+    **{(p, LiveMove.END): P.IDLE for p in Progress if p is not P.IDLE},
+}
+
+
+def progress(live: Live) -> Progress:
+    """The progress state ``live``'s fields amount to."""
+    if live.run is None:
+        return P.IDLE
+    if live.retry_at is not None:
+        return P.RETRYING
+    if live.poll_at is not None:
+        return P.POLLING
+    if live.partial is not None:
+        return P.STREAMING
+    if live.tools is not None:
+        return P.TOOLS
+    if live.attempt is not None:
+        return P.ASKING
+    return P.STARTED
+
+
+def next_progress(current: Progress, move: LiveMove) -> Progress:
+    try:
+        return LIVE_TRANSITIONS[(current, move)]
+    except KeyError:
+        raise CoreInvariantError(f"pi.live move {move!r} from {current.value!r} is not a transition") from None
+
+
+def live_to(live: Live, move: LiveMove, **changes: Any) -> Live:
+    """``live`` after ``move`` (checked against the table) with the field
+    changes the move makes; ``start`` and ``end`` build a fresh document."""
+    target = next_progress(progress(live), move)
+    if move is LiveMove.START:
+        new = Live(**changes)
+    elif move is LiveMove.END:
+        new = Live()
+    else:
+        new = attrs.evolve(live, **changes)
+    if progress(new) is not target:
+        raise CoreInvariantError(
+            f"pi.live move {move.value!r} from {progress(live).value!r} should reach {target.value!r}, "
+            f"but its fields say {progress(new).value!r}"
+        )
+    return new
