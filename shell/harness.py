@@ -131,7 +131,7 @@ class SubmissionHandle:
         """The settled record (``done`` or ``unanswered``), once durable."""
         _live(self._rt)
 
-        return await self._rt.wait_record(
+        return await self._rt.waits.record(
             Submission,
             self.id, lambda: self._rt.storage.submission(self.id), lambda rec: rec.settled
         )
@@ -250,7 +250,7 @@ class Conversation:
     async def wait_idle(self) -> None:
         """Return once no live non-background task is reached from here."""
         _live(self._rt)
-        await self._rt.wait_until(lambda: True if self._idle_now() else None)
+        await self._rt.waits.until(lambda: True if self._idle_now() else None)
 
     async def abort(self, background: bool = False) -> None:
         """Abort the conversation's task tree (``background=True`` also its
@@ -273,7 +273,7 @@ class Conversation:
             still = any(t in st.state.tasks or t in st.inflight for t in marked)
             return True if not still and self._idle_now() else None
 
-        await self._rt.wait_until(done)
+        await self._rt.waits.until(done)
 
     async def owned_by(self) -> int | None:
         _live(self._rt)
@@ -357,7 +357,7 @@ class Harness:
                 raise leaves[0] from None
             raise
         finally:
-            rt.closed = True
+            rt.close()
             unsubscribe()
             storage.close()
 
@@ -430,7 +430,7 @@ class Harness:
         if self._rt.storage.task(TaskId(task_id)) is None:
             raise NotFound(f"Task {task_id} does not exist")
 
-        return await self._rt.wait_record(
+        return await self._rt.waits.record(
             Task,
             task_id, lambda: self._rt.storage.task(TaskId(task_id)), lambda t: t.status == "terminal"
         )
@@ -452,7 +452,7 @@ class Harness:
                 else None
             )
 
-        await self._rt.wait_until(idle)
+        await self._rt.waits.until(idle)
 
     async def abort_task(self, task_id: int) -> str:
         """Mark a task for abort: ``marked`` or ``terminal``. Its abort runs
@@ -465,7 +465,7 @@ class Harness:
         )
         _unwrap(resp)
         # join the invocation the mark cancelled (its body has left when we return)
-        await self._rt.wait_until(lambda: True if TaskId(task_id) not in self._rt.inflight else None)
+        await self._rt.waits.until(lambda: True if TaskId(task_id) not in self._rt.inflight else None)
         return str(accepted(resp).data)
 
     async def create_conversation(

@@ -32,8 +32,8 @@ guarantees, per effect kind:
 
 ``hooks.before_effect(i, effect)`` runs before every effect, commits included
 (``i`` counts effects in this process life): the seam where crash tests kill
-the shell. Host waits use one primitive, ``wait_until(check)``, re-checked
-after every commit and every invocation leaving.
+the shell. Host waits use one primitive, ``waits.until(check)``
+(``waits.py``), re-checked after every commit and every invocation leaving.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import ClassVar, TypeVar, assert_never
+from typing import ClassVar, assert_never
 
 import attrs
 import trio
@@ -58,47 +58,35 @@ from pidurable.core.effects import (
     PollModel,
     PrepareTool,
     PutEntry,
-    PutSubmission,
-    PutTask,
     Respond,
     RunPhase,
     RunTool,
     Sleep,
 )
 from pidurable.core.events import Event, InvocationFailed
-from pidurable.core.model import Submission, Task, TaskId
+from pidurable.core.model import TaskId
 from pidurable.core.state import State
 
 from .clock import trio_anchored_clock
 from .context_cache import ContextCache
 from .edge import clean_event
 from .enrich import enrich, needs_lookup
-from .errors import HarnessClosed
 from .interpreters import Interpreters
 from .interpreters.ports import MakeEvent
 from .interpreters.tasks import sleep
 from .storage.base import Storage
+from .waits import Waits
 
 #: At most this many ready events are stepped before their effects run.
 MAX_BATCH = 64
 
 log = logging.getLogger("pidurable")
 
-T = TypeVar("T")
-R = TypeVar("R", Submission, Task)
-
-
 class Hooks:
     """Test seam. Production uses this no-op."""
 
     def before_effect(self, index: int, effect: Effect) -> None:
         pass
-
-
-@attrs.define
-class _Ticket:
-    done: trio.Event = attrs.field(factory=trio.Event)
-    response: Respond | None = None
 
 
 class Loop:
@@ -120,28 +108,25 @@ class Loop:
         self.interpreters: Interpreters | None = None
         self.nursery: trio.Nursery | None = None
         self.inflight: dict[TaskId, trio.CancelScope] = {}
-        self.closed = False
+        #: Host waits and request tickets (``waits.py``).
+        self.waits = Waits()
         self.effect_index = 0
         self.steps = 0
-        #: Records host calls wait for, by id: the newest committed version
-        #: (filled by commits, so a waiter need not re-read storage).
-        self.watched: dict[int, Submission | Task | None] = {}
-        self._watchers: dict[int, int] = {}
         self._send, self._recv = trio.open_memory_channel[Event](math.inf)
         self._journal: list[Event] = []
         self._commits: list[tuple[Commit, list[Event]]] = []
         self._acts: list[Effect] = []
-        self._tickets: dict[int, _Ticket] = {}
-        self._next_ticket = 1
-        self._changed = trio.Event()
 
     def start(self, nursery: trio.Nursery, interpreters: Interpreters) -> None:
         self.nursery, self.interpreters = nursery, interpreters
 
+    @property
+    def closed(self) -> bool:
+        return self.waits.closed
+
     def close(self) -> None:
         """Refuse further calls and wake every waiter (it then raises)."""
-        self.closed = True
-        self._wake()
+        self.waits.close()
 
     # --- feeding events ---------------------------------------------------
     def send(self, event: Event) -> None:
@@ -152,62 +137,13 @@ class Loop:
 
     async def request(self, make: MakeEvent) -> Respond:
         """Send a host event carrying a fresh ticket; wait for its Respond."""
-        if self.closed:
-            raise HarnessClosed("Harness is closed")
-        ticket = self._next_ticket
-        self._next_ticket += 1
-        t = _Ticket()
-        self._tickets[ticket] = t
-        self.send(make(ticket, self.clock()))
-        await t.done.wait()
-        assert t.response is not None
-        return t.response
-
-    # --- waiting: one primitive ---------------------------------------------
-    async def wait_until(self, check: Callable[[], T | None]) -> T:
-        """``check()`` once it is not None, re-checked after every commit and
-        every invocation leaving; raises ``HarnessClosed`` once closed."""
-        while True:
-            changed = self._changed
-            result = check()
-            if result is not None:
-                return result
-            if self.closed:
-                raise HarnessClosed("Harness is closed")
-            await changed.wait()
-
-    async def wait_record(
-        self, kind: type[R], record_id: int, load: Callable[[], R | None], done: Callable[[R], bool]
-    ) -> R:
-        """The committed ``kind`` record ``record_id`` once it satisfies
-        ``done``: reads storage once, then follows the commits in memory
-        (``watched``), re-checked through ``wait_until``."""
-        record = load()
-        if record is not None and done(record):
-            return record
-        self.watched.setdefault(record_id, record)
-        self._watchers[record_id] = self._watchers.get(record_id, 0) + 1
-
-        def settled() -> R | None:
-            now = self.watched.get(record_id)
-            return now if isinstance(now, kind) and done(now) else None
-
-        try:
-            return await self.wait_until(settled)
-        finally:
-            self._watchers[record_id] -= 1
-            if not self._watchers[record_id]:
-                del self._watchers[record_id]
-                self.watched.pop(record_id, None)
+        number, ticket = self.waits.ticket()
+        self.send(make(number, self.clock()))
+        return await ticket.wait()
 
     async def next_commit(self) -> None:
         """Wait for the next commit (or invocation leaving, or the close)."""
-        changed = self._changed
-        await self.wait_until(lambda: True if changed.is_set() else None)
-
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+        await self.waits.next_commit()
 
     # --- the reducer ------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -260,17 +196,11 @@ class Loop:
             self._before(effect)
         self.storage.commit_many([(c.seq, c.writes, evs) for c, evs in commits])
         for effect, _ in commits:
-            self._committed_writes(effect)
-        self._wake()
-
-    def _committed_writes(self, effect: Commit) -> None:
-        for w in effect.writes:
-            if isinstance(w, PutEntry):
-                self.context.on_entry(w.entry)
-            elif isinstance(w, PutSubmission) and w.submission.id in self.watched:
-                self.watched[w.submission.id] = w.submission
-            elif isinstance(w, PutTask) and w.task.id in self.watched:
-                self.watched[w.task.id] = w.task
+            for w in effect.writes:
+                if isinstance(w, PutEntry):
+                    self.context.on_entry(w.entry)
+            self.waits.committed(effect.writes)
+        self.waits.wake()
 
     def _act_all(self, acts: list[Effect]) -> None:
         for effect in acts:
@@ -319,10 +249,7 @@ class Loop:
                 if scope is not None:
                     scope.cancel()
             case Respond():
-                t = self._tickets.pop(effect.ticket, None)
-                if t is not None:
-                    t.response = effect
-                    t.done.set()
+                self.waits.answer(effect)
             case _:
                 assert_never(effect)
 
@@ -345,7 +272,7 @@ class Loop:
             finally:
                 if self.inflight.get(task_id) is scope:
                     del self.inflight[task_id]
-                    self._wake()
+                    self.waits.wake()
 
         self.nursery.start_soon(guarded)
 

@@ -1,0 +1,125 @@
+"""Host waits: one primitive, re-checked after every commit.
+
+Theory of operation
+-------------------
+Every host call that waits - for a ``Respond`` to its request, for a record
+to settle, for a conversation to go idle - waits through :class:`Waits`.
+``until(check)`` returns ``check()`` once it is not None; it is re-checked
+each time the loop calls :meth:`Waits.wake` (after every batch of commits and
+whenever an invocation leaves) and raises ``HarnessClosed`` once the harness
+closed. ``record()`` waits for one stored record: it reads storage once and
+then follows the versions the commits write (``watched``), so a waiter never
+re-reads storage per commit. Tickets pair a host request with the
+``Respond`` that answers it (an act: never before its commit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+import attrs
+import trio
+
+from pidurable.core.effects import PutSubmission, PutTask, Respond, Write
+from pidurable.core.model import Submission, Task
+
+from .errors import HarnessClosed
+
+T = TypeVar("T")
+R = TypeVar("R", Submission, Task)
+
+
+@attrs.define
+class Ticket:
+    """A host request waiting for its ``Respond``."""
+
+    done: trio.Event = attrs.field(factory=trio.Event)
+    response: Respond | None = None
+
+    async def wait(self) -> Respond:
+        await self.done.wait()
+        assert self.response is not None
+        return self.response
+
+
+class Waits:
+    def __init__(self) -> None:
+        self.closed = False
+        self._changed = trio.Event()
+        #: Records host calls wait for, by id: the newest committed version.
+        self.watched: dict[int, Submission | Task | None] = {}
+        self._watchers: dict[int, int] = {}
+        self._tickets: dict[int, Ticket] = {}
+        self._next_ticket = 1
+
+    def close(self) -> None:
+        """Every waiter wakes and raises ``HarnessClosed``."""
+        self.closed = True
+        self.wake()
+
+    def wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    # --- tickets ------------------------------------------------------------------
+    def ticket(self) -> tuple[int, Ticket]:
+        if self.closed:
+            raise HarnessClosed("Harness is closed")
+        number = self._next_ticket
+        self._next_ticket += 1
+        t = self._tickets[number] = Ticket()
+        return number, t
+
+    def answer(self, effect: Respond) -> None:
+        t = self._tickets.pop(effect.ticket, None)
+        if t is not None:
+            t.response = effect
+            t.done.set()
+
+    # --- the one primitive ------------------------------------------------------------
+    async def until(self, check: Callable[[], T | None]) -> T:
+        """``check()`` once it is not None; raises ``HarnessClosed`` once closed."""
+        while True:
+            changed = self._changed
+            result = check()
+            if result is not None:
+                return result
+            if self.closed:
+                raise HarnessClosed("Harness is closed")
+            await changed.wait()
+
+    async def record(self, kind: type[R], record_id: int, load: Callable[[], R | None], done: Callable[[R], bool]) -> R:
+        """The committed ``kind`` record ``record_id`` once it satisfies ``done``."""
+        record = load()
+        if record is not None and done(record):
+            return record
+        self.watched.setdefault(record_id, record)
+        self._watchers[record_id] = self._watchers.get(record_id, 0) + 1
+
+        def settled() -> R | None:
+            now = self.watched.get(record_id)
+            return now if isinstance(now, kind) and done(now) else None
+
+        try:
+            return await self.until(settled)
+        finally:
+            self._watchers[record_id] -= 1
+            if not self._watchers[record_id]:
+                del self._watchers[record_id]
+                self.watched.pop(record_id, None)
+
+    async def next_commit(self) -> None:
+        """Wait for the next wake (a commit, an invocation leaving, the close)."""
+        changed = self._changed
+        await self.until(lambda: True if changed.is_set() else None)
+
+    def committed(self, writes: Iterable[Write]) -> None:
+        """Follow the watched records a commit wrote."""
+        if not self.watched:
+            return
+        for w in writes:
+            if isinstance(w, PutSubmission) and w.submission.id in self.watched:
+                self.watched[w.submission.id] = w.submission
+            elif isinstance(w, PutTask) and w.task.id in self.watched:
+                self.watched[w.task.id] = w.task
