@@ -37,6 +37,7 @@ from .runs import start_run
 from .inbox import append_entry, append_user, boundary, enqueue
 from .lifecycle import SubmissionMove, next_submission_status, submission_to
 from .model import (
+    SubmissionAbortResult,
     QUEUE_MODES,
     ROOT_CONVERSATION_ID,
     AgentConfig,
@@ -199,18 +200,18 @@ def on_submission_abort_requested(tx: Tx, ev: SubmissionAbortRequested) -> None:
     conversation) ``not_found``."""
     sub = tx.submissions.get(ev.submission_id) or ev.known
     if sub is None or (ev.conversation_id is not None and sub.conversation_id != ev.conversation_id):
-        tx.respond(ev.ticket, data="not_found")
+        tx.respond(ev.ticket, data=SubmissionAbortResult.NOT_FOUND)
         return
     if sub.settled:
-        tx.respond(ev.ticket, sub.id, data="settled")
+        tx.respond(ev.ticket, sub.id, data=SubmissionAbortResult.SETTLED)
         return
     if sub.status is SubmissionStatus.PLACED:
-        tx.respond(ev.ticket, sub.id, data="already_placed")
+        tx.respond(ev.ticket, sub.id, data=SubmissionAbortResult.ALREADY_PLACED)
         return
     cid = sub.conversation_id
     tx.set_inbox(cid, tuple(i for i in tx.conv(cid).inbox if i.submission_id != sub.id))
     tx.put_submission(submission_to(sub, SubmissionMove.WITHDRAW, reason=Reason.ABORTED))
-    tx.respond(ev.ticket, sub.id, data="aborted")
+    tx.respond(ev.ticket, sub.id, data=SubmissionAbortResult.ABORTED)
 
 
 def on_settings_changed(tx: Tx, ev: SettingsChanged) -> None:

@@ -39,6 +39,7 @@ from .events import ConversationAbortRequested, ConversationCreationRequested, T
 from .inbox import withdraw_inputs
 from .lifecycle import TaskMove, task_to
 from .model import (
+    TaskAbortResult,
     Conversation,
     ConversationId,
     Outcome,
@@ -75,12 +76,12 @@ def on_task_abort_requested(tx: Tx, ev: TaskAbortRequested) -> None:
     task = tx.tasks.get(ev.task_id)
     if task is None:
         if ev.known is not None:
-            tx.respond(ev.ticket, ev.task_id, data="terminal")
+            tx.respond(ev.ticket, ev.task_id, data=TaskAbortResult.TERMINAL)
         else:
             tx.refuse(ev.ticket, Refusal.NOT_FOUND, f"Task {ev.task_id} does not exist")
         return
     marked = mark(tx, task)
-    tx.respond(ev.ticket, ev.task_id, data="marked")
+    tx.respond(ev.ticket, ev.task_id, data=TaskAbortResult.MARKED)
     if marked.status is TaskStatus.COMPLETING:
         return  # its outcome is held; the mark cascades into its owned work
 

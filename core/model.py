@@ -145,6 +145,28 @@ class QueueMode(enum.StrEnum):
     ALL = "all"
 
 
+class SubmissionAbortResult(enum.StrEnum):
+    """What ``abort_submission`` found (the host receives the member)."""
+
+    #: It was queued: now ``unanswered/aborted``.
+    ABORTED = "aborted"
+    #: It was already placed: a run answers it (abort the conversation).
+    ALREADY_PLACED = "already_placed"
+    #: It had settled already; nothing changed.
+    SETTLED = "settled"
+    #: No such submission (in that conversation).
+    NOT_FOUND = "not_found"
+
+
+class TaskAbortResult(enum.StrEnum):
+    """What ``abort_task`` did."""
+
+    #: The live task now carries an abort mark.
+    MARKED = "marked"
+    #: It was terminal already; nothing changed.
+    TERMINAL = "terminal"
+
+
 class Reason(enum.StrEnum):
     """Why a submission settled ``unanswered`` or a task was blocked or
     orphaned (``Submission.reason``; the model's failure reasons arrive from

@@ -52,8 +52,10 @@ from pidurable.core.model import (
     Entry,
     Settings,
     Submission,
+    SubmissionAbortResult,
     SubmissionId,
     Task,
+    TaskAbortResult,
     TaskId,
 )
 from pidurable.core.state import AGENT_DOC, USAGE_DOC, UsageDoc, UsageTotals
@@ -136,16 +138,16 @@ class SubmissionHandle:
             self.id, lambda: self._rt.storage.submission(self.id), lambda rec: rec.settled
         )
 
-    async def abort(self) -> str:
+    async def abort(self) -> SubmissionAbortResult:
         """Withdraw it if still queued: ``aborted``, ``already_placed`` or
         ``settled``."""
         result = await abort_submission(self._rt, self.id, None)
-        if result == "not_found":
+        if result is SubmissionAbortResult.NOT_FOUND:
             raise NotFound(f"Submission {self.id} does not exist")
         return result
 
 
-async def abort_submission(rt: Loop, submission_id: int, conversation_id: int | None) -> str:
+async def abort_submission(rt: Loop, submission_id: int, conversation_id: int | None) -> SubmissionAbortResult:
     resp = await rt.request(
         lambda ticket, now: SubmissionAbortRequested(
             now=now,
@@ -154,7 +156,7 @@ async def abort_submission(rt: Loop, submission_id: int, conversation_id: int | 
             conversation_id=None if conversation_id is None else ConversationId(conversation_id),
         )
     )
-    return str(accepted(resp).data)
+    return SubmissionAbortResult(accepted(resp).data)
 
 
 @attrs.frozen
@@ -394,7 +396,7 @@ class Harness:
         self._rt.send(SettingsChanged(now=self._rt.clock(), settings=settings))
 
     # --- submissions and tasks --------------------------------------------------------
-    async def abort_submission(self, submission_id: int, conversation_id: int | None = None) -> str:
+    async def abort_submission(self, submission_id: int, conversation_id: int | None = None) -> SubmissionAbortResult:
         """``aborted`` (was queued: now ``unanswered/aborted``),
         ``already_placed``, ``settled`` or ``not_found``."""
         _live(self._rt)
@@ -454,7 +456,7 @@ class Harness:
 
         await self._rt.waits.until(idle)
 
-    async def abort_task(self, task_id: int) -> str:
+    async def abort_task(self, task_id: int) -> TaskAbortResult:
         """Mark a task for abort: ``marked`` or ``terminal``. Its abort runs
         once its owned work is gone; ``wait_for_task`` waits for the end.
         An unknown id raises ``NotFound``."""
@@ -466,7 +468,7 @@ class Harness:
         _unwrap(resp)
         # join the invocation the mark cancelled (its body has left when we return)
         await self._rt.waits.until(lambda: True if TaskId(task_id) not in self._rt.inflight else None)
-        return str(accepted(resp).data)
+        return TaskAbortResult(accepted(resp).data)
 
     async def create_conversation(
         self,
