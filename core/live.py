@@ -134,7 +134,8 @@ def next_progress(current: Progress, move: LiveMove) -> Progress:
 def live_to(live: Live, move: LiveMove, **changes: Any) -> Live:
     """``live`` after ``move`` (checked against the table) with the field
     changes the move makes; ``start`` and ``end`` build a fresh document."""
-    target = next_progress(progress(live), move)
+    current = progress(live)
+    target = next_progress(current, move)
     if move is LiveMove.START:
         new = Live(**changes)
     elif move is LiveMove.END:
@@ -143,7 +144,7 @@ def live_to(live: Live, move: LiveMove, **changes: Any) -> Live:
         new = attrs.evolve(live, **changes)
     if progress(new) is not target:
         raise CoreInvariantError(
-            f"pi.live move {move.value!r} from {progress(live).value!r} should reach {target.value!r}, "
+            f"pi.live move {move.value!r} from {current.value!r} should reach {target.value!r}, "
             f"but its fields say {progress(new).value!r}"
         )
     return new

@@ -76,7 +76,22 @@ def reply(
 class ScriptedModels:
     """Answers every model ref; records the requests it saw."""
 
-    def __init__(self, script: Sequence[ScriptedReply] | Callable[[ModelRequest], ScriptedReply]) -> None:
+    def __init__(
+        self,
+        script: Sequence[ScriptedReply] | Callable[[ModelRequest], ScriptedReply],
+        *,
+        keep_requests: int | None = 100,
+    ) -> None:
+        """``keep_requests``: how many of the newest requests ``requests``
+        keeps (None: every one). A long run holds only the last few, so a
+        benchmark's memory does not grow with the number of rounds;
+        ``request_count`` counts them all."""
+        bad = isinstance(keep_requests, bool) or not isinstance(keep_requests, int) or keep_requests < 0
+        if keep_requests is not None and bad:
+            raise ValueError(f"keep_requests must be None or an int >= 0, not {keep_requests!r}")
+        self._keep = keep_requests
+        #: Every request ever answered, counted (``requests`` may hold fewer).
+        self.request_count = 0
         self._fn = script if callable(script) else None
         self._replies: tuple[ScriptedReply, ...] = () if callable(script) else tuple(script)
         self.requests: list[ModelRequest] = []
@@ -106,7 +121,10 @@ class ScriptedModels:
     async def complete(
         self, request: ModelRequest, on_partial: Callable[[str], None] | None = None
     ) -> "ModelReply | ModelDeferredReply":
+        self.request_count += 1
         self.requests.append(request)
+        if self._keep is not None and len(self.requests) > self._keep:
+            del self.requests[: len(self.requests) - self._keep]
         if self._fn is not None:
             r = self._fn(request)
             k = len(request.messages)  # grows every turn: unique, stable ids

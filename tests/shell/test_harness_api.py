@@ -533,3 +533,17 @@ def test_define_tool_rejects_bad_definitions() -> None:
         define_tool("bad_replay", "x", NO_ARGS, execute, replay="sometimes")
     with pytest.raises(ValueError, match="must match"):
         define_tool("bad name!", "x", NO_ARGS, execute)
+
+
+async def test_scripted_models_keep_only_the_newest_requests(autojump_clock: trio.testing.MockClock) -> None:
+    """``ScriptedModels(keep_requests=2)`` holds the last two requests and
+    counts them all (a long run's memory does not grow with its rounds)."""
+    models = ScriptedModels(lambda req: reply(text=f"answer {len(req.messages)}"), keep_requests=2)
+    async with harness(MemoryStorage(), models, registry_with()) as h:
+        conv = await h.root(agent=AGENT)
+        for i in range(4):
+            assert (await ask(conv, f"q{i}")).status == "done"
+    assert models.request_count == 4 and len(models.requests) == 2
+    assert [m.text for m in models.requests[-1].messages if m.role == "user"][-1] == "q3"
+    with pytest.raises(ValueError):
+        ScriptedModels([], keep_requests=-1)
