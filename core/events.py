@@ -377,6 +377,22 @@ class ToolFinished:
     is_error: bool = False
     #: Tokens the tool spent (e.g. a sub-model), if it reported any.
     usage: Usage | None = None
+    #: The shell bounded ``text`` (tool output limits): what was cut and
+    #: where the full output went (``total_bytes, total_lines, kept_bytes,
+    #: kept_lines, retain[, full_output]``); stored in the entry's ``data``.
+    truncated: dict[str, Json] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolProgressed:
+    """A running tool body reported output (throttled by the shell):
+    ``output`` is the bounded tail of its running output so far, shown in its
+    ``pi.live`` slot so a watcher sees it."""
+
+    TAG: ClassVar[str] = "tool_progressed"
+    now: int
+    task_id: TaskId
+    output: str
 
 
 @attrs.frozen(kw_only=True)
@@ -442,6 +458,7 @@ Event: TypeAlias = (
     | ToolPrepared
     | ToolRejected
     | ToolFinished
+    | ToolProgressed
     | ToolFailed
     | ToolProcessStarted
     | InvocationFailed

@@ -161,6 +161,8 @@ class SlotMove(enum.StrEnum):
     #: The call is settled: its result entry was written, or its task ended
     #: without one (a fault, an orphan; the context synthesizes a result).
     SETTLE = "settle"
+    #: The running body reported output (or a re-run cleared the old one).
+    OUTPUT = "output"
 
 
 SLOT_TRANSITIONS: Mapping[tuple[SlotStatus | None, SlotMove], SlotStatus] = {
@@ -169,9 +171,11 @@ SLOT_TRANSITIONS: Mapping[tuple[SlotStatus | None, SlotMove], SlotStatus] = {
     (SlotStatus.PENDING, SlotMove.START): SlotStatus.RUNNING,
     (SlotStatus.PENDING, SlotMove.SETTLE): SlotStatus.DONE,
     (SlotStatus.RUNNING, SlotMove.SETTLE): SlotStatus.DONE,
+    (SlotStatus.RUNNING, SlotMove.OUTPUT): SlotStatus.RUNNING,
 }
-# Not in the table: every move out of DONE (a call is settled once), and
-# RUNNING -> RUNNING (an intent is stored once).
+# Not in the table: every move out of DONE (a call is settled once),
+# RUNNING -START-> RUNNING (an intent is stored once), and output of a call
+# that is not running (a stale report).
 
 
 def next_task_status(status: TaskStatus, move: TaskMove) -> TaskStatus:

@@ -78,6 +78,9 @@ class ToolSlot:
     task_id: TaskId | None = None
     status: SlotStatus = SlotStatus.PENDING
     entry_id: EntryId | None = None
+    #: The bounded tail of the running body's output (``ToolProgressed``),
+    #: for watchers; dropped when the call settles or runs again.
+    output: str | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -29,6 +29,13 @@ The rows' effects:
   outcome ``failed`` (the round continues: the generation waits allSettled).
 - ``(execute, process_started)`` -> the body's OS process group recorded in
   the checkpoint before the command runs (answered with ``Respond``).
+- ``(execute, progressed)`` -> the tail of the body's running output (already
+  bounded and throttled by the shell) into the slot's ``output`` in
+  ``pi.live``: one commit per report, only for tools that report. Settling
+  drops it; a re-run clears it; an interrupted or aborted call's result
+  starts with it (what is known of what ran).
+- ``(execute, finished)`` with ``truncated`` (the shell bounded the output)
+  -> the diagnostic is stored in the result entry's ``data["truncated"]``.
 - reserve at ``execute`` (only after a restart): ``rerun`` with the stored
   arguments if the stored replay AND the currently installed tool both say
   ``safe``; otherwise ``interrupted``: settle the error result "Tool X was
@@ -51,13 +58,22 @@ from .live import LiveMove, live_to
 from .checkpoints import REPLAYS, CallCheckpoint, ExecuteCheckpoint, ToolPhase, parse_tool
 from .draft import Tx
 from .effects import PrepareTool, Refusal, RunTool
-from .events import PreparedCall, ToolFailed, ToolFinished, ToolPrepared, ToolProcessStarted, ToolRejected
+from .events import (
+    PreparedCall,
+    ToolFailed,
+    ToolFinished,
+    ToolPrepared,
+    ToolProcessStarted,
+    ToolProgressed,
+    ToolRejected,
+)
 from .lifecycle import SlotMove, TaskMove, slot_to
 from .model import (
     TOOL,
     Entry,
     EntryId,
     EntryKind,
+    Json,
     Outcome,
     OutcomeStatus,
     Replay,
@@ -69,7 +85,7 @@ from .model import (
 )
 from .phases import END, Machine, Row, Turn
 from .settlement import fault, finish_task
-from .state import UsageTotals
+from .state import SlotStatus, ToolSlot, UsageTotals
 
 
 class ToolInput(enum.StrEnum):
@@ -89,6 +105,8 @@ class ToolInput(enum.StrEnum):
     REJECTED = "rejected"
     #: The body started an OS process group.
     PROCESS_STARTED = "process_started"
+    #: The body reported running output (throttled by the shell).
+    PROGRESSED = "progressed"
     #: The body returned a result.
     FINISHED = "finished"
     #: The body raised.
@@ -144,12 +162,25 @@ def _rerun(turn: Turn, _: None) -> None:
     cp = turn.checkpoint
     assert isinstance(cp, ExecuteCheckpoint)
     running = turn.store(TaskMove.RESERVE, durable=False)
+    slot = _slot(turn.tx, running)
+    if slot is not None and slot.output is not None:  # the last life's output is not this run's
+        _move_slot(turn.tx, running, SlotMove.OUTPUT, output=None)
     _run(turn.tx, running, cp)
 
 
 def _interrupted(turn: Turn, _: None) -> None:
     message = interrupted_message(str(turn.task.input["name"]))
-    _settle(turn.tx, turn.task, message, is_error=True, status=OutcomeStatus.FAILED, error=message)
+    text = _with_partial(turn.tx, turn.task, message)
+    _settle(turn.tx, turn.task, text, is_error=True, status=OutcomeStatus.FAILED, error=message)
+
+
+def _progressed(turn: Turn, ev: ToolProgressed) -> None:
+    """The running output's tail into the slot (for watchers); the task
+    itself does not change. Without a running slot (a document written
+    without slots) or without a change, nothing is written."""
+    slot = _slot(turn.tx, turn.task)
+    if slot is not None and slot.status is SlotStatus.RUNNING and slot.output != ev.output:
+        _move_slot(turn.tx, turn.task, SlotMove.OUTPUT, output=ev.output)
 
 
 def _process_started(turn: Turn, ev: ToolProcessStarted) -> None:
@@ -167,7 +198,15 @@ def _rejected(turn: Turn, ev: ToolRejected) -> None:
 
 
 def _finished(turn: Turn, ev: ToolFinished) -> None:
-    _settle(turn.tx, turn.task, ev.text, is_error=ev.is_error, status=OutcomeStatus.COMPLETED, usage=ev.usage)
+    _settle(
+        turn.tx,
+        turn.task,
+        ev.text,
+        is_error=ev.is_error,
+        status=OutcomeStatus.COMPLETED,
+        usage=ev.usage,
+        truncated=ev.truncated,
+    )
 
 
 def _failed(turn: Turn, ev: ToolFailed) -> None:
@@ -186,7 +225,7 @@ def _failed(turn: Turn, ev: ToolFailed) -> None:
 def _abort(turn: Turn, _: None) -> None:
     """The abort handler (its invocation, if any, was cancelled; its owned
     work drained): the call gets the error result "Tool X was aborted"."""
-    message = aborted_message(str(turn.task.input["name"]))
+    message = _with_partial(turn.tx, turn.task, aborted_message(str(turn.task.input["name"])))
     _settle(turn.tx, turn.task, message, is_error=True, status=OutcomeStatus.ABORTED, code=ResultCode.ABORTED)
 
 
@@ -201,6 +240,7 @@ PHASES: Mapping[tuple[enum.StrEnum, enum.StrEnum], Row] = {
     (_P.CALL, _I.REJECTED): Row(handler=_rejected, next=END),
     (_P.CALL, _I.ABORT): Row(handler=_abort, next=END),
     (_P.EXECUTE, _I.PROCESS_STARTED): Row(handler=_process_started, next=_P.EXECUTE),
+    (_P.EXECUTE, _I.PROGRESSED): Row(handler=_progressed, next=_P.EXECUTE),
     (_P.EXECUTE, _I.FINISHED): Row(handler=_finished, next=END),
     (_P.EXECUTE, _I.FAILED): Row(handler=_failed, next=END),
     (_P.EXECUTE, _I.RERUN): Row(handler=_rerun, next=_P.EXECUTE),
@@ -274,6 +314,10 @@ def on_tool_rejected(tx: Tx, ev: ToolRejected) -> None:
     _event(tx, ev.task_id, _I.REJECTED, ev)
 
 
+def on_tool_progressed(tx: Tx, ev: ToolProgressed) -> None:
+    _event(tx, ev.task_id, _I.PROGRESSED, ev)
+
+
 def on_tool_finished(tx: Tx, ev: ToolFinished) -> None:
     _event(tx, ev.task_id, _I.FINISHED, ev)
 
@@ -309,9 +353,17 @@ def _settle(
     error: str | None = None,
     code: str | None = None,
     usage: Usage | None = None,
+    truncated: Mapping[str, Json] | None = None,
 ) -> None:
-    """One commit: the result entry, the task terminal, the slot done (and
-    the tool's usage, when it reported some, added to ``pi.usage``)."""
+    """One commit: the result entry (its ``data``: the harness code, the
+    truncation diagnostic), the task terminal, the slot done with its running
+    output dropped (and the tool's usage, when it reported some, added to
+    ``pi.usage``)."""
+    data: dict[str, Json] = {}
+    if code:
+        data["code"] = code
+    if truncated is not None:
+        data["truncated"] = dict(truncated)
     entry = Entry(
         id=EntryId(tx.alloc_id()),
         conversation_id=task.conversation_id,
@@ -322,7 +374,7 @@ def _settle(
         is_error=is_error,
         by_task_id=task.id,
         at=tx.now,
-        data={"code": code} if code else None,
+        data=data or None,
     )
     tx.put_entry(entry)
     finish_task(
@@ -334,7 +386,7 @@ def _settle(
             error={"message": error} if error is not None else None,
         ),
     )
-    _move_slot(tx, task, SlotMove.SETTLE, entry_id=entry.id)
+    _move_slot(tx, task, SlotMove.SETTLE, entry_id=entry.id, output=None)
     if usage is not None:
         name = str(task.input["name"])
         doc = tx.conv(task.conversation_id).usage
@@ -342,13 +394,31 @@ def _settle(
         tx.set_usage(task.conversation_id, attrs.evolve(doc, tools={**doc.tools, name: total}))
 
 
-def _move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = None) -> None:
-    """Move the slot of ``task`` in the current round (lifecycle.py's slot table)."""
+def _move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = None, **changes: str | None) -> None:
+    """Move the slot of ``task`` in the current round (lifecycle.py's slot
+    table); ``changes`` are further slot fields (``output``)."""
     live = tx.conv(task.conversation_id).live
     if live.tools is None:
         return
     tools = tuple(
-        slot_to(s, move, entry_id=entry_id if entry_id is not None else s.entry_id) if s.task_id == task.id else s
+        slot_to(s, move, entry_id=entry_id if entry_id is not None else s.entry_id, **changes)
+        if s.task_id == task.id
+        else s
         for s in live.tools
     )
     tx.set_live(task.conversation_id, live_to(live, LiveMove.SLOT, tools=tools))
+
+
+def _slot(tx: Tx, task: Task) -> ToolSlot | None:
+    """The slot of ``task`` in its conversation's current round, if any."""
+    return next((s for s in tx.conv(task.conversation_id).live.tools or () if s.task_id == task.id), None)
+
+
+def _with_partial(tx: Tx, task: Task, message: str) -> str:
+    """An interrupted or aborted call's result text: the durable partial
+    output (its slot's, if any) and then ``message`` (which stays last)."""
+    slot = _slot(tx, task)
+    output = slot.output if slot is not None else None
+    if not output:
+        return message
+    return f"{output.rstrip(chr(10))}\n{message}"

@@ -26,12 +26,13 @@ from typing import Any, TypeVar, get_type_hints
 
 import attrs
 import cattrs
-from cattrs.gen import make_dict_structure_fn, override
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.strategies import configure_tagged_union
 
 from pidurable.core.effects import WRITE_TYPES, Effect, Write
 from pidurable.core.events import EVENT_TYPES, Event
 from pidurable.core.model import Entry, EntryKind
+from pidurable.core.state import ToolSlot
 
 FORMAT_VERSION = 1
 
@@ -61,6 +62,12 @@ def _entry_kind(value: Any, _: Any) -> str:
 
 converter.register_structure_hook(
     Entry, make_dict_structure_fn(Entry, converter, kind=override(struct_hook=_entry_kind))
+)
+
+# A slot's running output (tool output limits) is written only while a body
+# reports it: slots without it keep their schema-1 bytes.
+converter.register_unstructure_hook(
+    ToolSlot, make_dict_unstructure_fn(ToolSlot, converter, output=override(omit_if_default=True))
 )
 
 configure_tagged_union(Event, converter, tag_generator=_tag, tag_name="type")

@@ -371,3 +371,101 @@ def test_invocation_failed_faults_the_generation_and_its_run() -> None:
     sub = only(put_subs(st).values())
     assert (sub.status.value, sub.reason, sub.detail) == ("unanswered", "faulted", "Internal error: boom")
     assert kinds(step(st.state, InvocationFailed(now=30, task_id=gen.id, message="late"))) == []
+
+
+# --- issue 9 item 2: tool output limits (running output, truncation diagnostic) ---------
+
+
+def _progressed(tid: int, output: str, now: int = 35) -> "ToolProgressed":
+    from pidurable.core.events import ToolProgressed
+
+    return ToolProgressed(now=now, task_id=tid, output=output)
+
+
+def test_tool_progressed_writes_the_running_output_into_the_slot() -> None:
+    """ToolProgressed at ``execute`` commits only pi.live: the slot's ``output``
+    is the reported tail; the task itself is not written and nothing else runs."""
+    state, _, (t1, t2) = in_round("bash", "ls")
+    running = step(state, prepared(t1)).state
+    st = step(running, _progressed(t1, "line 1\nline 2\n"))
+    assert kinds(st) == [Commit]
+    assert not put_tasks(st) and not put_entries(st)
+    live = put_live(st)
+    assert live is not None and live.tools is not None
+    assert [(s.status, s.output) for s in live.tools] == [("running", "line 1\nline 2\n"), ("pending", None)]
+    again = step(st.state, _progressed(t1, "line 1\nline 2\n"))  # no change: no commit
+    assert again.effects == () and again.state == st.state
+
+
+def test_tool_progressed_before_execute_or_after_settling_is_stale() -> None:
+    """Output reported by a call that is not executing (still at ``call``, or
+    already settled) changes nothing."""
+    state, _, (t1,) = in_round("bash")
+    st = step(state, _progressed(t1, "early"))
+    assert st.effects == () and st.state == state
+    done = run_events(state, prepared(t1), finished(t1))[-1].state
+    st = step(done, _progressed(t1, "late"))
+    assert st.effects == () and st.state == done
+
+
+def test_settling_drops_the_slots_running_output() -> None:
+    """The result entry holds the result; the slot's running output goes when it settles."""
+    state, _, (t1, _t2) = in_round("bash", "ls")
+    running = run_events(state, prepared(t1), _progressed(t1, "partial"))[-1].state
+    st = step(running, finished(t1, "all of it"))
+    live = put_live(st)
+    assert live is not None and live.tools is not None
+    assert (live.tools[0].status, live.tools[0].output) == ("done", None)
+
+
+def test_a_truncated_result_keeps_its_diagnostic_in_the_entry_data() -> None:
+    """ToolFinished.truncated (the shell bounded the output) lands in the result
+    entry's ``data["truncated"]``; an untruncated result keeps ``data`` None."""
+    state, _, (t1, t2) = in_round("bash", "ls")
+    running = run_events(state, prepared(t1), prepared(t2))[-1].state
+    diag = {"total_bytes": 1_000_000, "total_lines": 20_000, "kept_bytes": 51_000, "kept_lines": 1000, "retain": "tail"}
+    st = step(running, ToolFinished(now=40, task_id=t1, text="[Output truncated ...]\ntail", is_error=True, truncated=diag))
+    entry = only(put_entries(st))
+    assert entry.data == {"truncated": diag} and entry.is_error
+    st2 = step(st.state, finished(t2, "small"))
+    assert only(e for e in put_entries(st2) if e.kind is EntryKind.TOOL_RESULT).data is None
+
+
+def test_an_interrupted_calls_result_starts_with_its_durable_partial_output() -> None:
+    """An unsafe call interrupted by a crash after it reported output settles
+    with that output followed by the "interrupted" message (which stays last)."""
+    store = Store(opened_state())
+    first = step(opened_state(), submit("go"))
+    gid = generation(first.state).id
+    store.apply(first)
+    round_ = step(first.state, calls(gid, "bash"))
+    store.apply(round_)
+    tid = only(t.id for t in tools(round_.state))
+    running = step(round_.state, prepared(tid))
+    store.apply(running)
+    store.apply(step(running.state, _progressed(tid, "compiling...\n")))
+
+    st = step(opened_state(), store.opened(now=90))
+    entry = only(e for e in put_entries(st) if e.kind is EntryKind.TOOL_RESULT)
+    assert entry.text == "compiling...\n" + interrupted_message("bash")
+
+
+def test_a_rerun_clears_the_last_lifes_running_output() -> None:
+    """A safe call re-run after a restart starts with an empty slot output (one
+    commit clears it), so a watcher never sees the dead run's output as this one's."""
+    store = Store(opened_state())
+    first = step(opened_state(), submit("go"))
+    gid = generation(first.state).id
+    store.apply(first)
+    round_ = step(first.state, calls(gid, "grep"))
+    store.apply(round_)
+    tid = only(t.id for t in tools(round_.state))
+    running = step(round_.state, prepared(tid, replay="safe"))
+    store.apply(running)
+    store.apply(step(running.state, _progressed(tid, "old output")))
+
+    st = step(opened_state(), store.opened(now=90, catalog=(ToolInfo(name="grep", replay="safe"),)))
+    assert kinds(st) == [Commit, RunTool]
+    live = put_live(st)
+    assert live is not None and live.tools is not None
+    assert (live.tools[0].status, live.tools[0].output) == ("running", None)
