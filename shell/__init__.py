@@ -30,6 +30,7 @@ from .registry import (
     define_tool,
 )
 from .loop import Hooks
+from .interpreters.hooks import HookReport
 from .tasks import HookContext, TaskCommitError, TaskRuntime
 from .storage import MemoryStorage, SqliteStorage, open_sqlite_storage
 from .subagents import define_subagent_tool
@@ -57,6 +58,7 @@ __all__ = [
     "TaskRuntime",
     "TaskCommitError",
     "HookContext",
+    "HookReport",
     "define_task",
     "Settings",
     "SqliteStorage",

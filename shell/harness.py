@@ -72,6 +72,7 @@ from .edge import (
 )
 from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound, accepted
 from .interpreters import Interpreters
+from .interpreters.hooks import HookReport, log_report
 from .interpreters.ports import HostPort
 from .loop import Hooks, Loop
 from .providers.base import Models
@@ -304,10 +305,13 @@ class Harness:
         resume: bool = True,
         hooks: Hooks | None = None,
         clock: Callable[[], int] | None = None,
+        on_report: Callable[[HookReport], None] | None = None,
     ) -> AsyncIterator["Harness"]:
         """Open the store, run recovery (running -> pending), and, if
         ``resume``, start scheduling. Leaving the block cancels in-flight
-        invocations; their tasks stay as stored, for the next open."""
+        invocations; their tasks stay as stored, for the next open.
+        ``on_report(HookReport)`` receives every hook failure (default: the
+        ``pidurable`` logger at WARNING)."""
         try:  # the harness owns the storage from here: close it on every path
             if not isinstance(registry, Registry):
                 raise InvalidInput("registry must be a pidurable.shell.Registry")
@@ -321,7 +325,13 @@ class Harness:
         rt = Loop(storage=storage, store_id=loaded.store_id, hooks=hooks, clock=clock)
         harness = cls(rt, registry)
         interpreters = Interpreters.build(
-            host=harness._host, entries=storage, context=rt.context, models=models, env=env, store_id=loaded.store_id
+            host=harness._host,
+            entries=storage,
+            context=rt.context,
+            models=models,
+            env=env,
+            store_id=loaded.store_id,
+            on_report=on_report if on_report is not None else log_report,
         )
         unsubscribe = registry.subscribe(
             lambda: rt.send(

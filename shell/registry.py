@@ -331,6 +331,10 @@ class Registry:
         """The hooks of that name, in extension install order."""
         return [ext.hooks[name] for ext in self._extensions.values() if name in ext.hooks]
 
+    def named_hooks(self, name: str) -> list[tuple[str, Callable[..., Awaitable[Any]]]]:
+        """(extension name, hook) for the hooks of that name, in install order."""
+        return [(ext.name, ext.hooks[name]) for ext in self._extensions.values() if name in ext.hooks]
+
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None

@@ -12,11 +12,13 @@ total). ``Commit``, ``Cancel`` and ``Respond`` are the loop's own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 
 from ..context_cache import ContextCache
 from ..providers.base import Models
-from .hooks import HookRunner
+from .hooks import HookReport, HookRunner, log_report
 from .models import ModelInterpreter
 from .ports import EntryReads, HostPort
 from .tasks import TaskInterpreter
@@ -39,8 +41,9 @@ class Interpreters:
         models: Models | None,
         env: object,
         store_id: str,
+        on_report: Callable[[HookReport], None] = log_report,
     ) -> "Interpreters":
-        hooks = HookRunner(registry=host.registry, loop=host.loop, harness=host.harness)
+        hooks = HookRunner(registry=host.registry, loop=host.loop, harness=host.harness, on_report=on_report)
         return cls(
             models=ModelInterpreter(loop=host.loop, models=models, registry=host.registry, hooks=hooks, context=context),
             tools=ToolInterpreter(
@@ -57,4 +60,4 @@ class Interpreters:
         )
 
 
-__all__ = ["HookRunner", "HostPort", "Interpreters", "ModelInterpreter", "TaskInterpreter", "ToolInterpreter"]
+__all__ = ["HookReport", "HookRunner", "HostPort", "Interpreters", "ModelInterpreter", "TaskInterpreter", "ToolInterpreter"]

@@ -3,14 +3,17 @@
 Owns the three hook loops (``before_tool``, ``after_tool``, ``before_request``)
 and what a raising hook means: a raising ``before_tool`` blocks the call (the
 error result "Tool call blocked: <message>"); a raising observer
-(``after_tool``, ``before_request``) is reported to the ``pidurable`` logger
-and skipped. Hooks see a ``HookContext`` (who asks, the asking task's memos,
+(``after_tool``, ``before_request``) is reported - a :class:`HookReport` to the
+host's ``on_report`` sink (``Harness.open(on_report=...)``; by default the
+``pidurable`` logger at WARNING) - and skipped. Nothing is swallowed silently:
+a sink that itself raises is logged. Hooks see a ``HookContext`` (who asks, the asking task's memos,
 the facade handed through opaque); nothing here touches ``State``.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -35,12 +38,59 @@ class Blocked(Exception):
 
 
 @attrs.frozen(kw_only=True)
+class HookReport:
+    """A hook raised: which hook of which extension, for which task, and
+    what the harness did about it."""
+
+    hook: str
+    extension: str
+    task_id: int
+    conversation_id: int
+    error: str
+    #: What happened next ("skipped", "blocked the call", ...).
+    handled: str
+    exception: BaseException = attrs.field(eq=False, repr=False)
+
+
+def log_report(report: HookReport) -> None:
+    """The default ``on_report`` sink: the ``pidurable`` logger at WARNING."""
+    log.warning(
+        "%s hook of extension %s raised (task %s, conversation %s): %s; %s",
+        report.hook,
+        report.extension,
+        report.task_id,
+        report.conversation_id,
+        report.error,
+        report.handled,
+        exc_info=report.exception,
+    )
+
+
+@attrs.frozen(kw_only=True)
 class HookRunner:
     """Runs the registry's hooks, in extension install order."""
 
     registry: Registry
     loop: Requester
     harness: Harness
+    on_report: Callable[[HookReport], None] = log_report
+
+    def report(self, hook: str, extension: str, task_id: int, conversation_id: int, e: BaseException, handled: str) -> None:
+        """Hand a hook failure to the host's sink (never raises)."""
+        report = HookReport(
+            hook=hook,
+            extension=extension,
+            task_id=task_id,
+            conversation_id=conversation_id,
+            error=f"{type(e).__name__}: {e}",
+            handled=handled,
+            exception=e,
+        )
+        try:
+            self.on_report(report)
+        except Exception as sink_error:  # the sink failing must not hide the report
+            log.exception("the on_report sink raised while reporting %r: %s", report, sink_error)
+            log_report(report)
 
     def _context(self, task_id: int, conversation_id: int) -> HookContext:
         return HookContext(task_id, conversation_id, self.harness, self.loop)
@@ -52,26 +102,27 @@ class HookRunner:
         """The call's final arguments; raises :class:`Blocked`."""
         ctx = self._context(task_id, conversation_id)
         arguments = dict(call.arguments)
-        for hook in self.registry.hooks("before_tool"):
+        for extension, hook in self.registry.named_hooks("before_tool"):
             try:
                 changed = await hook(ctx, attrs.evolve(call, arguments=arguments))
-            except Exception as e:  # a raising hook blocks the call
+            except Exception as e:  # a raising hook blocks the call (reported too)
+                self.report("before_tool", extension, task_id, conversation_id, e, "blocked the call")
                 raise Blocked(f"Tool call blocked: {e}") from e
             if changed is not None:
                 arguments = dict(changed)
         return arguments
 
     async def after_tool(self, effect: RunTool, result: ToolResult) -> ToolResult:
-        hooks = self.registry.hooks("after_tool")
+        hooks = self.registry.named_hooks("after_tool")
         if not hooks:
             return result
         ctx = self._context(effect.task_id, effect.conversation_id)
         call = ToolCall(id=effect.call_id, name=effect.name, arguments=dict(effect.arguments))
-        for hook in hooks:
+        for extension, hook in hooks:
             try:
                 replaced = await hook(ctx, call, result)
             except Exception as e:  # an observer failing does not fail the call: reported
-                log.warning("after_tool hook %r raised (task %s): %s", hook, effect.task_id, e, exc_info=e)
+                self.report("after_tool", extension, effect.task_id, effect.conversation_id, e, "skipped")
                 continue
             if replaced is not None:
                 result = tool_result(call.name, replaced)
@@ -80,16 +131,16 @@ class HookRunner:
     async def before_request(self, request: ModelRequest) -> ModelRequest:
         """``before_request`` hooks may replace the messages of this request
         only (nothing is stored)."""
-        hooks = self.registry.hooks("before_request")
+        hooks = self.registry.named_hooks("before_request")
         if not hooks:
             return request
         ctx = self._context(request.task_id, request.conversation_id)
         messages = list(request.messages)
-        for hook in hooks:
+        for extension, hook in hooks:
             try:
                 replaced = await hook(ctx, list(messages))
             except Exception as e:  # reported; the request goes on unchanged by it
-                log.warning("before_request hook %r raised (task %s): %s", hook, request.task_id, e, exc_info=e)
+                self.report("before_request", extension, request.task_id, request.conversation_id, e, "skipped")
                 continue
             if replaced is not None:
                 messages = list(replaced)
