@@ -226,7 +226,7 @@ def define_task(
 
 
 #: The hooks an extension may define, and what each receives.
-HOOK_NAMES = ("before_tool", "after_tool", "before_request")
+HOOK_NAMES = ("before_tool", "after_tool", "before_request", "after_response")
 
 
 @attrs.frozen(kw_only=True)
@@ -250,7 +250,9 @@ def define_extension(
     """``hooks``: ``before_tool(ctx, call) -> dict | None`` (new arguments;
     raising blocks the call: "Tool call blocked: <message>"),
     ``after_tool(ctx, call, result) -> ToolResult | None``,
-    ``before_request(ctx, messages) -> list | None`` (this request only)."""
+    ``before_request(ctx, messages) -> list | None`` (this request only),
+    ``after_response(ctx, reply) -> None`` (an observer of every complete
+    model message). A raising hook is reported to ``on_report``."""
     if tuple(sections):
         raise ValueError(f"Extension {name}: prompt sections are not supported yet")
     hooks = dict(hooks or {})

@@ -22,7 +22,7 @@ from pidurable.core.effects import RunTool
 from pidurable.core.model import ConversationId, TaskId, ToolCall
 
 from ..edge import tool_result
-from ..providers.base import ModelRequest
+from ..providers.base import ModelReply, ModelRequest
 from ..registry import Registry, ToolResult
 from ..tasks import HookContext
 from .ports import Requester
@@ -127,6 +127,22 @@ class HookRunner:
             if replaced is not None:
                 result = tool_result(call.name, replaced)
         return result
+
+    async def after_response(self, task_id: int, conversation_id: int, reply: ModelReply) -> None:
+        """``after_response(ctx, reply)`` observers see every complete model
+        message (answers and tool rounds; not partials, not deferred
+        handles). They change nothing; one that raises is reported and the
+        next runs. They run before the answer's commit, so a crash there may
+        run them again."""
+        hooks = self.registry.named_hooks("after_response")
+        if not hooks:
+            return
+        ctx = self._context(task_id, conversation_id)
+        for extension, hook in hooks:
+            try:
+                await hook(ctx, reply)
+            except Exception as e:  # an observer failing changes nothing: reported
+                self.report("after_response", extension, task_id, conversation_id, e, "skipped")
 
     async def before_request(self, request: ModelRequest) -> ModelRequest:
         """``before_request`` hooks may replace the messages of this request

@@ -196,6 +196,7 @@ class ModelInterpreter:
             )
             return
         assert isinstance(reply, ModelReply)  # reply_problem checked it
+        await self.hooks.after_response(task_id, effect.conversation_id, reply)
         loop.send(
             ModelResponded(
                 now=loop.clock(),

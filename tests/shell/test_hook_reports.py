@@ -104,3 +104,22 @@ async def test_a_sink_that_raises_is_logged_not_swallowed(
     messages = [r.getMessage() for r in caplog.records]
     assert any("on_report sink raised" in m for m in messages)
     assert any("after_tool hook of extension audit raised" in m for m in messages)
+
+
+async def test_after_response_observes_every_complete_message(autojump_clock: trio.testing.MockClock) -> None:
+    """after_response sees the tool round and the answer (in order); one
+    that raises is reported and the run goes on."""
+    seen: list[str] = []
+    reports: list[HookReport] = []
+
+    async def watch(ctx: Any, reply: Any) -> None:
+        seen.append(reply.text or ",".join(c.name for c in reply.tool_calls))
+
+    async def broken(ctx: Any, reply: Any) -> None:
+        raise RuntimeError("observer broke")
+
+    registry = _registry(after_response=watch)
+    registry.install(define_extension("second", hooks={"after_response": broken}))
+    await _run(registry, on_report=reports.append)
+    assert seen == ["noop", "done"]
+    assert [(r.hook, r.extension) for r in reports] == [("after_response", "second")] * 2
