@@ -51,6 +51,7 @@ from pidurable.core.events import (
     ToolFinished,
     ToolPrepared,
     ToolProcessStarted,
+    ToolProgressed,
     ToolRejected,
 )
 from pidurable.core.admission import check_settings
@@ -277,6 +278,8 @@ REFUSALS: Mapping[type, Callable[[Any, EdgeError], Event]] = {
     PhaseReturned: lambda ev, e: attrs.evolve(ev, error=str(e), ran={}),
     InvocationFailed: lambda ev, e: attrs.evolve(ev, message=str(e)),
     ToolProcessStarted: _refuse_process,
+    # running output is text (always cleanable); a refusal shows nothing
+    ToolProgressed: lambda ev, e: attrs.evolve(ev, output=""),
 }
 
 

@@ -21,10 +21,21 @@ can. What ``run`` does guarantee is about processes:
   never runs. If it dies after, the record names the group, and
   :func:`kill_recorded_process` (called when the store is opened again) kills
   what is left, refusing anything it cannot prove is the same group.
+
+``run(..., on_output=fn)`` streams the combined stdout/stderr to ``fn`` as it
+arrives (decoded incrementally, a split UTF-8 character kept for the next
+chunk); the whole output is still returned at the end.
+
+*Spill*: a tool result over its output limits is cut, and the full output is
+written to ``spill_directory`` (``<root>/.pidurable/outputs``, one file per
+call, ``<store>-<task>.txt``), at most ``spill_cap_bytes`` per store (256 MB
+by default; the oldest files go first). An env without a ``spill_directory``
+keeps no full output (the notice says so).
 """
 
 from __future__ import annotations
 
+import codecs
 import logging
 import os
 import signal
@@ -38,6 +49,8 @@ import attrs
 import trio
 
 from pidurable.core.model import TOOL, Task
+
+from .limits import DEFAULT_SPILL_CAP_BYTES
 
 log = logging.getLogger("pidurable")
 
@@ -62,8 +75,17 @@ class CommandResult:
 
 
 class LocalEnv:
-    def __init__(self, root: str | os.PathLike[str] = ".") -> None:
+    def __init__(self, root: str | os.PathLike[str] = ".", *, spill_cap_bytes: int = DEFAULT_SPILL_CAP_BYTES) -> None:
         self.root = Path(root).resolve()
+        if isinstance(spill_cap_bytes, bool) or not isinstance(spill_cap_bytes, int) or spill_cap_bytes < 0:
+            raise ValueError(f"spill_cap_bytes must be a non-negative int, not {spill_cap_bytes!r}")
+        #: The full outputs of truncated tool results kept per store (bytes).
+        self.spill_cap_bytes = spill_cap_bytes
+
+    @property
+    def spill_directory(self) -> Path:
+        """Where the full outputs of truncated tool results go."""
+        return self.root / ".pidurable" / "outputs"
 
     def _inside(self, p: Path) -> bool:
         return p == self.root or self.root in p.parents
@@ -108,12 +130,14 @@ class LocalEnv:
         *,
         cwd: str | None = None,
         on_start: Callable[[int], Awaitable[None]] | None = None,
+        on_output: Callable[[str], None] | None = None,
     ) -> CommandResult:
         """Run ``/bin/sh -c command`` in ``cwd`` in a new process group.
 
         ``await on_start(pid)`` runs before the command may start (see the
-        module docstring); ``timeout`` counts from then. The group is killed
-        on timeout, on cancellation and after the main process exits.
+        module docstring); ``timeout`` counts from then. ``on_output(text)``
+        hears the output as it arrives. The group is killed on timeout, on
+        cancellation and after the main process exits.
         """
         workdir = self.workdir(cwd)
         if not workdir.is_dir():
@@ -136,8 +160,13 @@ class LocalEnv:
 
                 async def drain() -> None:
                     assert proc.stdout is not None
+                    decoder = codecs.getincrementaldecoder("utf-8")("replace")
                     async for chunk in proc.stdout:
                         chunks.append(bytes(chunk))
+                        if on_output is not None:
+                            text = decoder.decode(chunk)
+                            if text:
+                                on_output(text)
                     drained.set()
 
                 nursery.start_soon(drain)

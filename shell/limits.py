@@ -16,13 +16,20 @@ once the directory holds more than ``cap_bytes``.
 
 A 1 MB command output therefore never reaches the transcript or the store
 whole: only the bounded text and the notice are committed.
+
+*Running output* (``ToolCallContext.report_output``, bash's streamed
+stdout/stderr) is kept in a :class:`RunningOutput`: only its last
+``LIVE_OUTPUT_BYTES`` (CRLF normalized, control characters other than tab and
+newline removed) ever reach ``pi.live``, throttled by the tool interpreter.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -31,8 +38,10 @@ log = logging.getLogger("pidurable")
 #: The reference's defaults: 50 KiB and 2000 lines per result.
 DEFAULT_MAX_BYTES = 50 * 1024
 DEFAULT_MAX_LINES = 2000
-#: Spill files kept per spill directory (oldest removed first).
+#: Spill files kept per store (oldest removed first).
 DEFAULT_SPILL_CAP_BYTES = 256 * 1024 * 1024
+#: How much of a running body's output its live slot shows (the tail).
+LIVE_OUTPUT_BYTES = 4 * 1024
 
 
 @attrs.frozen(kw_only=True)
@@ -51,6 +60,50 @@ class OutputLimits:
             raise ValueError(f"output_limits.max_lines must be a positive int, not {self.max_lines!r}")
         if self.retain not in ("head", "tail"):
             raise ValueError(f"output_limits.retain must be 'head' or 'tail', not {self.retain!r}")
+
+
+def output_limits(value: Any, what: str) -> OutputLimits:
+    """A tool's ``output_limits`` as given to ``define_tool``: None (the
+    defaults), an :class:`OutputLimits`, or the tuple ``(max_bytes,
+    max_lines[, retain])``; anything else raises ``ValueError`` naming ``what``."""
+    if value is None:
+        return OutputLimits()
+    if isinstance(value, OutputLimits):
+        return value
+    if isinstance(value, tuple) and len(value) in (2, 3):
+        try:
+            return OutputLimits(max_bytes=value[0], max_lines=value[1], retain=value[2] if len(value) == 3 else "head")
+        except ValueError as e:
+            raise ValueError(f"{what}: {e}") from None
+    raise ValueError(
+        f"{what}: output_limits must be None, an OutputLimits or a tuple (max_bytes, max_lines, retain), not {value!r}"
+    )
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+
+
+class RunningOutput:
+    """The tail of a body's running output, at most ``cap`` bytes of text."""
+
+    def __init__(self, cap: int = LIVE_OUTPUT_BYTES) -> None:
+        self.cap = cap
+        self._text = ""
+        #: bumped by every append (the throttle sends only after a change)
+        self.version = 0
+
+    def append(self, chunk: str) -> None:
+        if not chunk:
+            return
+        chunk = _CONTROL.sub("", chunk.replace("\r\n", "\n").replace("\r", "\n"))
+        text = self._text + chunk
+        if len(text) > self.cap:  # characters >= bytes / 4: cut cheaply, then exactly
+            text = text[-self.cap :]
+        self._text = _cut_bytes(text, self.cap, from_end=True)
+        self.version += 1
+
+    def text(self) -> str:
+        return self._text
 
 
 @attrs.frozen(kw_only=True)
@@ -133,7 +186,7 @@ def bound(text: str, limits: OutputLimits) -> Bounded:
 
 def notice(b: Bounded, path: str | None) -> str:
     """The line the model reads about a cut."""
-    where = f"; full output: {path}" if path is not None else ""
+    where = f"; full output: {path}" if path is not None else "; the full output was not kept"
     return (
         f"[Output truncated to {b.kept_lines} of {b.total_lines} lines "
         f"({b.kept_bytes} of {b.total_bytes} bytes){where}]"
@@ -152,11 +205,16 @@ def with_notice(b: Bounded, path: str | None) -> str:
 
 
 class Spill:
-    """Writes full outputs to files in ``directory``, at most ``cap_bytes`` in all."""
+    """Writes full outputs to files in ``directory``, at most ``cap_bytes`` in
+    all - counting (and evicting) only the files whose name starts with
+    ``prefix`` (one store's, when stores share a directory)."""
 
-    def __init__(self, directory: str | os.PathLike[str], cap_bytes: int = DEFAULT_SPILL_CAP_BYTES) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], cap_bytes: int = DEFAULT_SPILL_CAP_BYTES, prefix: str = ""
+    ) -> None:
         self.directory = Path(directory)
         self.cap_bytes = cap_bytes
+        self.prefix = prefix
 
     def write(self, name: str, text: str) -> str | None:
         """Store ``text`` as ``name``; returns its path, or None (logged) when
@@ -178,6 +236,8 @@ class Spill:
     def _evict(self, keep: Path) -> None:
         files = []
         for p in self.directory.iterdir():
+            if not p.name.startswith(self.prefix):
+                continue
             try:
                 st = p.stat()
             except OSError:

@@ -236,7 +236,7 @@ class Loop:
                 else:
                     do.tools.prepare(effect)
             case RunTool():
-                self._spawn(effect, partial(do.tools.run, effect))
+                self._spawn(effect, partial(do.tools.run, effect, self.state.settings.partial_interval_ms))
             case RunPhase():
                 task = self.state.tasks.get(effect.task_id)  # a read-only snapshot, at dispatch
                 self._spawn(effect, partial(do.tasks.run_phase, effect, task))

@@ -9,6 +9,12 @@ Schema, via ``jsonschema``) and execution happen in the shell.
 ``"safe"`` (reading, querying: may run twice) or ``"unsafe"`` (the default:
 writing, deploying, paying - an interrupted call becomes the error result
 "Tool X was interrupted and may have partially run" and is never repeated).
+
+``output_limits`` bounds what of a tool's result reaches the transcript (and
+the store): 50 KiB / 2000 lines by default, ``retain`` ``head`` or ``tail``;
+the shell's tool interpreter cuts, adds the notice and spills the full output
+(limits.py). ``ToolCallContext.report_output`` streams running output into
+the call's live slot.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ import attrs
 import jsonschema
 
 from pidurable.core.model import Task, TaskInfo, ToolInfo, Usage
+
+from .limits import OutputLimits
+from .limits import output_limits as _output_limits
 
 if TYPE_CHECKING:  # for annotations only: the facade and task contexts import this module
     from .harness import Harness
@@ -59,6 +68,16 @@ class ToolCallContext:
     #: there, inside the env's root. None means the env's root.
     cwd: str | None = None
     _record: Callable[[int], Awaitable[None]] | None = attrs.field(default=None, repr=False, alias="record")
+    _report: Callable[[str], None] | None = attrs.field(default=None, repr=False, alias="report")
+
+    def report_output(self, chunk: str) -> None:
+        """Append ``chunk`` to this call's running output. Not blocking: the
+        shell keeps the tail and shows it in the call's ``pi.live`` slot,
+        throttled (at most one commit per ``partial_interval_ms``), so a
+        watcher sees a long command's progress. Without a harness it is a
+        no-op. The result is what the model gets, not this."""
+        if self._report is not None and isinstance(chunk, str):
+            self._report(chunk)
 
     async def record_process(self, pid: int) -> None:
         """Durably record the OS process group ``pid`` leads in this call's
@@ -82,6 +101,8 @@ class ToolDefinition:
     execute: Execute
     replay: str = "unsafe"
     execution_mode: str = "parallel"
+    #: How much of a result reaches the transcript (and what is kept).
+    output_limits: OutputLimits = OutputLimits()
 
     def info(self) -> ToolInfo:
         return ToolInfo(name=self.name, replay=self.replay, execution_mode=self.execution_mode)
@@ -134,9 +155,12 @@ def define_tool(
     execute: Execute,
     replay: str = "unsafe",
     execution_mode: str = "parallel",
+    output_limits: OutputLimits | tuple[Any, ...] | None = None,
 ) -> ToolDefinition:
     """Define a tool. ``parameters`` is a JSON Schema dict (or an attrs class
-    whose fields become the schema). Bad definitions fail here, loudly."""
+    whose fields become the schema). ``output_limits``: None (50 KiB, 2000
+    lines, keep the head), an ``OutputLimits`` or ``(max_bytes, max_lines,
+    retain)``. Bad definitions fail here, loudly."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"Tool name {name!r} must match {_NAME.pattern}")
     if replay not in ("safe", "unsafe"):
@@ -145,6 +169,7 @@ def define_tool(
         raise ValueError(f"Tool {name}: execution_mode must be 'parallel' or 'sequential'")
     if not callable(execute):
         raise TypeError(f"Tool {name}: execute must be an async function")
+    limits = _output_limits(output_limits, f"Tool {name}")
     if isinstance(parameters, type) and attrs.has(parameters):
         schema = _schema_from_attrs(parameters)
     elif isinstance(parameters, dict):
@@ -162,6 +187,7 @@ def define_tool(
         execute=execute,
         replay=replay,
         execution_mode=execution_mode,
+        output_limits=limits,
     )
 
 

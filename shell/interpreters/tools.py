@@ -11,6 +11,16 @@ tool tasks can be born at ``execute`` in the round's own commit), and the
 ``RunTool`` runs the tool body with the durably recorded arguments and reports
 ``ToolFinished`` or ``ToolFailed`` (a raising tool, or a result that is not
 one, is an error result). Nothing here touches ``State``.
+
+Output limits (limits.py): after the body and the ``after_tool`` hooks, a
+result text over the tool's ``output_limits`` is cut (head or tail), the
+notice added, and the full text spilled into the env's ``spill_directory``
+(``<store>-<task>.txt``, capped per store); ``ToolFinished.truncated`` carries
+the diagnostic the core stores in the entry's data. A raising tool's message
+is bounded the same way (not spilled). Running output the body reports
+(``report_output``) is kept as a bounded tail and sent as ``ToolProgressed``,
+throttled: the first report after a quiet interval at once, later ones at
+most every ``partial_interval_ms`` (trailing edge), never after the result.
 """
 
 from __future__ import annotations
@@ -19,14 +29,24 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from pidurable.core.effects import PrepareTool, Refused, RunTool
-from pidurable.core.events import PreparedCall, ToolFailed, ToolFinished, ToolPrepared, ToolProcessStarted, ToolRejected
-from pidurable.core.model import TaskId, ToolCall
+from pidurable.core.events import (
+    PreparedCall,
+    ToolFailed,
+    ToolFinished,
+    ToolPrepared,
+    ToolProcessStarted,
+    ToolProgressed,
+    ToolRejected,
+)
+from pidurable.core.model import Json, TaskId, ToolCall
 
 from ..context_cache import ContextCache
 from ..edge import tool_result
 from ..env import describe_process
+from ..limits import DEFAULT_SPILL_CAP_BYTES, OutputLimits, RunningOutput, Spill, bound, with_notice
 from ..registry import Registry, ToolCallContext, ToolDefinition
 from .hooks import Blocked, HookRunner
 from .ports import EntryReads, Requester
@@ -162,7 +182,7 @@ class ToolInterpreter:
         if isinstance(resp.reply, Refused):
             raise RuntimeError(resp.reply.message)
 
-    async def run(self, effect: RunTool) -> None:
+    async def run(self, effect: RunTool, interval_ms: int = 100) -> None:
         now = self.loop.clock
         tool = self.registry.tool(effect.name)
         if tool is None:
@@ -172,25 +192,108 @@ class ToolInterpreter:
         async def record(pid: int) -> None:
             await self.record_process(effect.task_id, pid)
 
-        ctx = ToolCallContext(
-            env=self.env,
-            task_id=effect.task_id,
-            conversation_id=effect.conversation_id,
-            call_id=effect.call_id,
-            harness=self.harness,
-            idempotency_key=f"{self.store_id}:tool:{effect.task_id}",
-            cwd=effect.cwd,
-            record=record,
-        )
-        try:
-            result = tool_result(effect.name, await tool.execute(ctx, dict(effect.arguments)))
-            result = await self.hooks.after_tool(effect, result)
-        except Exception as e:  # a raising tool (or a result that is not one) is an error result
-            self.loop.send(ToolFailed(now=now(), task_id=effect.task_id, message=str(e) or type(e).__name__))
+        async with trio.open_nursery() as nursery:
+            progress = _Progress(self.loop, effect.task_id, nursery, max(interval_ms, 1) / 1000)
+            ctx = ToolCallContext(
+                env=self.env,
+                task_id=effect.task_id,
+                conversation_id=effect.conversation_id,
+                call_id=effect.call_id,
+                harness=self.harness,
+                idempotency_key=f"{self.store_id}:tool:{effect.task_id}",
+                cwd=effect.cwd,
+                record=record,
+                report=progress.report,
+            )
+            failure: str | None = None
+            try:
+                result = tool_result(effect.name, await tool.execute(ctx, dict(effect.arguments)))
+                result = await self.hooks.after_tool(effect, result)
+            except Exception as e:  # a raising tool (or a result that is not one) is an error result
+                failure = str(e) or type(e).__name__
+            progress.close()  # the result supersedes any pending running output
+            nursery.cancel_scope.cancel()
+        if failure is not None:
+            message = with_notice(bound(failure, tool.output_limits), None)
+            self.loop.send(ToolFailed(now=now(), task_id=effect.task_id, message=message))
             return
+        text, truncated = await self._bound(effect.task_id, result.text, tool.output_limits)
         self.loop.send(
-            ToolFinished(now=now(), task_id=effect.task_id, text=result.text, is_error=result.is_error, usage=result.usage)
+            ToolFinished(
+                now=now(),
+                task_id=effect.task_id,
+                text=text,
+                is_error=result.is_error,
+                usage=result.usage,
+                truncated=truncated,
+            )
         )
+
+    async def _bound(self, task_id: TaskId, text: str, limits: OutputLimits) -> tuple[str, dict[str, Json] | None]:
+        """``text`` within ``limits`` (with the notice) and the diagnostic,
+        the full text spilled; an untruncated text unchanged and None."""
+        b = bound(text, limits)
+        if not b.truncated:
+            return text, None
+        path: str | None = None
+        directory = getattr(self.env, "spill_directory", None)
+        if directory is not None:
+            cap = getattr(self.env, "spill_cap_bytes", DEFAULT_SPILL_CAP_BYTES)
+            spill = Spill(directory, cap, prefix=f"{self.store_id}-")
+            path = await trio.to_thread.run_sync(spill.write, f"{self.store_id}-{task_id}.txt", text)
+        diagnostic: dict[str, Json] = {
+            "total_bytes": b.total_bytes,
+            "total_lines": b.total_lines,
+            "kept_bytes": b.kept_bytes,
+            "kept_lines": b.kept_lines,
+            "retain": b.retain,
+        }
+        if path is not None:
+            diagnostic["full_output"] = path
+        return with_notice(b, path), diagnostic
+
+
+class _Progress:
+    """A body's running output: the bounded tail, sent as ``ToolProgressed``
+    at most once per ``interval`` seconds (leading edge after a quiet
+    interval, then trailing edge)."""
+
+    def __init__(self, loop: Requester, task_id: TaskId, nursery: trio.Nursery, interval: float) -> None:
+        self.loop, self.task_id, self.nursery, self.interval = loop, task_id, nursery, interval
+        self.output = RunningOutput()
+        self.sent_version = 0
+        self.last_sent = -interval
+        self.pending = False
+        self.closed = False
+
+    def report(self, chunk: str) -> None:
+        if self.closed:
+            return
+        self.output.append(chunk)
+        if self.pending:
+            return
+        wait = self.last_sent + self.interval - trio.current_time()
+        if wait <= 0:
+            self._send()
+        else:
+            self.pending = True
+            self.nursery.start_soon(self._later, wait)
+
+    async def _later(self, wait: float) -> None:
+        await trio.sleep(wait)
+        self.pending = False
+        self._send()
+
+    def _send(self) -> None:
+        if self.closed or self.output.version == self.sent_version:
+            return
+        self.sent_version = self.output.version
+        self.last_sent = trio.current_time()
+        loop = self.loop
+        loop.send(ToolProgressed(now=loop.clock(), task_id=self.task_id, output=self.output.text()))
+
+    def close(self) -> None:
+        self.closed = True
 
 
 __all__ = ["Rejection", "ToolInterpreter", "check_arguments", "check_call", "offered_tool", "prepared_calls"]

@@ -11,7 +11,10 @@ File tools resolve paths against the conversation's working directory
 agent and is NOT confined to the root - offer it only where that is meant
 (:func:`read_tools` is the read-only set). Its process group is recorded
 durably before the command starts (``call.record_process``) and killed on
-timeout, abort, and at the next open if a crash left it running.
+timeout, abort, and at the next open if a crash left it running. Its
+output streams into the call's live slot as it arrives
+(``call.report_output``), and its result keeps the *tail* when it is over the
+output limits (where a command's error is); ``read`` keeps the head.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..env import EnvError, LocalEnv
+from ..limits import OutputLimits
 from ..registry import Extension, ToolCallContext, ToolDefinition, ToolResult, define_extension, define_tool
 
 
@@ -61,7 +65,9 @@ async def _edit(ctx: ToolCallContext, args: dict[str, Any]) -> ToolResult:
 async def _bash(ctx: ToolCallContext, args: dict[str, Any]) -> ToolResult:
     timeout = float(args.get("timeout", 30))
     try:
-        result = await _env(ctx).run(args["command"], timeout=timeout, cwd=ctx.cwd, on_start=ctx.record_process)
+        result = await _env(ctx).run(
+            args["command"], timeout=timeout, cwd=ctx.cwd, on_start=ctx.record_process, on_output=ctx.report_output
+        )
     except EnvError as e:
         return ToolResult(text=str(e), is_error=True)
     if result.timed_out:
@@ -105,6 +111,7 @@ BASH = define_tool(
     "user can. Default timeout 30 s; on timeout the command and every process it started are killed.",
     _obj({"command": _S, "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600}}, ["command"]),
     _bash,
+    output_limits=OutputLimits(retain="tail"),
 )
 
 #: The tool sets by name, as ``pidurable run --tools NAME`` offers them.
