@@ -7,7 +7,7 @@ from typing import Any
 import trio
 
 from pidurable.core.model import AgentConfig, ModelRef, RetryPolicy, Settings
-from pidurable.shell import Input, Progress, Write, define_extension, define_subagent_tool, define_task, define_tool
+from pidurable.shell import Input, Progress, ToolResult, Write, define_extension, define_subagent_tool, define_task, define_tool
 from pidurable.shell.providers import reply, tool_call
 
 from harness import Scenario, World, counting_tool, register_script, until
@@ -502,3 +502,50 @@ TOOL_FILTER = Scenario(
 )
 
 ALL = ALL + (POISON, TOOL_FILTER)
+
+
+# --- issue 9 item 2: tool output limits ----------------------------------------------
+
+#: 4000 lines of 30 bytes (120 KB), then the error a tail keeps.
+BIG_OUTPUT = "".join(f"build step {i:08d} ........\n" for i in range(4000)) + "error: link failed\n"
+
+
+def _noisy_bash(world: World) -> list[Any]:
+    """An unsafe ``bash`` stand-in: it streams two chunks of running output
+    (each a throttled progress commit) and returns 120 KB, which its tail
+    limits cut (no env: nothing is spilled)."""
+
+    async def execute(ctx: Any, args: dict[str, Any]) -> Any:
+        world.runs[("bash", ctx.task_id)] += 1
+        ctx.report_output("build step 00000000 ........\n")
+        await trio.sleep(0.03)
+        ctx.report_output("build step 00000001 ........\n")
+        await trio.sleep(0.03)
+        return ToolResult(text=BIG_OUTPUT, is_error=True)
+
+    return [define_tool("bash", "noisy bash", {"type": "object"}, execute, output_limits=(4096, 100, "tail"))]
+
+
+def _check_truncated(storage: Any) -> None:
+    (result,) = [e for e in storage.entries(1) if e.kind == "tool_result"]
+    assert len(result.text.encode()) < 5000
+    if not result.text.endswith("was interrupted and may have partially run"):
+        assert result.text.startswith("[Output truncated to 100 of 4001 lines")
+        assert result.text.endswith("error: link failed\n") and "the full output was not kept" in result.text
+        assert result.data["truncated"]["total_lines"] == 4001 and "full_output" not in result.data["truncated"]
+    for row in storage.journal():
+        assert len(row.events) + len(row.writes) < 20_000  # the 120 KB never reached the store
+    live = storage.document(1, "pi.live")
+    assert live.tools is None  # settled: no running output left behind
+
+
+TRUNCATED_BASH = Scenario(
+    name="truncated_bash_output",
+    script=(reply(tool_calls=[tool_call("bash", command="make")]), reply(text="The link step failed.")),
+    tools=_noisy_bash,
+    unsafe=("bash",),
+    settings=Settings(partial_interval_ms=5),
+    final_check=_check_truncated,
+)
+
+ALL = ALL + (TRUNCATED_BASH,)
