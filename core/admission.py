@@ -23,6 +23,8 @@ Invariants: ``AdmissionIsAtomic`` (all of 4/5 or nothing), ``RequestIdIsUnique``
 
 from __future__ import annotations
 
+from typing import Any
+
 from .draft import Tx
 from .effects import Refusal
 from .events import (
@@ -34,7 +36,7 @@ from .events import (
     WriteSubmitted,
 )
 from .runs import start_run
-from .inbox import append_entry, append_user, boundary, enqueue
+from .inbox import append_user, boundary, enqueue, place_write
 from .lifecycle import SubmissionMove, next_submission_status, submission_to
 from .model import (
     SubmissionAbortResult,
@@ -175,22 +177,25 @@ def on_write_submitted(tx: Tx, ev: WriteSubmitted) -> None:
     if _deduplicated(tx, ev.ticket, conv.id, ev.request_id, ev.existing, SubmissionType.WRITE):
         return
     sid = SubmissionId(tx.alloc_id())
-    if conv.busy or conv.inbox:
-        item = InboxItem(submission_id=sid, mode=InboxMode.WRITE, content=ev.content, kind=ev.kind, data=ev.data)
-        _queue(tx, conv, SubmissionType.WRITE, ev.request_id, item)
-    else:
-        entry_id = append_entry(tx, conv.id, ev.kind, ev.content, ev.data)
-        tx.put_submission(
-            Submission(
-                id=sid,
-                conversation_id=conv.id,
-                type=SubmissionType.WRITE,
-                status=next_submission_status(None, SubmissionMove.ADMIT_WRITE),
-                request_id=ev.request_id,
-                entry_id=entry_id,
-            )
-        )
+    admit_write(tx, conv, sid, ev.request_id, ev.content, ev.kind, ev.data)
     tx.respond(ev.ticket, sid)
+
+
+def admit_write(
+    tx: Tx, conv: ConvState, sid: SubmissionId, request_id: str | None, content: str, kind: str, data: dict[str, Any] | None
+) -> None:
+    """Admit a write (the host's, or a compaction's summary): queued behind
+    a busy conversation or a non-empty inbox; else placed at once (its entry
+    and ``done``, or ``unanswered/stale``)."""
+    if conv.busy or conv.inbox:
+        item = InboxItem(submission_id=sid, mode=InboxMode.WRITE, content=content, kind=kind, data=data)
+        _queue(tx, conv, SubmissionType.WRITE, request_id, item)
+        return
+    # Not stored yet: place_write gives it its first status.
+    draft = Submission(
+        id=sid, conversation_id=conv.id, type=SubmissionType.WRITE, status=SubmissionStatus.QUEUED, request_id=request_id
+    )
+    place_write(tx, draft, conv.id, kind, content, data, new=True)
 
 
 def on_submission_abort_requested(tx: Tx, ev: SubmissionAbortRequested) -> None:

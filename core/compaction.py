@@ -35,11 +35,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from .context import Message, entry_message
+from .context import HEAD_MARKERS, Message, active_range, entry_message, is_marker, marker_head
 from .model import Entry, EntryId, EntryKind
 
-#: Entry kinds that start a context (the newest one at or before the cutoff).
-HEAD_MARKERS = frozenset({EntryKind.COMPACTION, EntryKind.RESET})
+__all__ = ["HEAD_MARKERS", "active_range", "is_marker", "marker_head"]
 
 #: How the summary is shown to the model (the reference's wording).
 SUMMARY_PREFIX = "The conversation history before this point was compacted into the following summary:\n\n<summary>\n"
@@ -48,27 +47,6 @@ SUMMARY_SUFFIX = "\n</summary>"
 #: Tool results are cut to this many characters when serialized for the summarizer.
 SERIALIZED_RESULT_CHARS = 2000
 
-
-def is_marker(entry: Entry) -> bool:
-    return entry.kind in HEAD_MARKERS and isinstance((entry.data or {}).get("head"), int)
-
-
-def marker_head(entry: Entry) -> EntryId:
-    """The first entry a head marker keeps (its own id for a reset)."""
-    head = (entry.data or {}).get("head")
-    assert isinstance(head, int)
-    return EntryId(head)
-
-
-def active_range(entries: Sequence[Entry], cutoff: int | None = None) -> tuple[Entry | None, list[Entry]]:
-    """The newest head marker at or before ``cutoff`` (None if there is none)
-    and the non-marker entries of its range, oldest first."""
-    seen = [e for e in entries if cutoff is None or e.id <= cutoff]
-    marker = next((e for e in reversed(seen) if is_marker(e)), None)
-    if marker is None:
-        return None, [e for e in seen if not is_marker(e)]
-    head = marker_head(marker)
-    return marker, [e for e in seen if e.id >= head and not is_marker(e)]
 
 
 def summary_text(summary: str) -> str:

@@ -6,6 +6,11 @@ Pure function of the entries (oldest first) and the request's ``cutoff``:
 
 1. only entries with ``id <= cutoff`` are seen (the pinned intent of the
    request: a resend after a crash sees exactly what the first send saw);
+   of those, the context starts at the newest *head marker* (a
+   ``compaction`` or ``reset`` entry whose ``data["head"]`` names the first
+   entry it keeps): the marker's own message first (the summary, or the
+   reset's handoff text), then the non-marker entries from ``head`` on
+   (:func:`active_range`); the full transcript stays stored;
 2. assistant entries that ended in ``error`` or ``aborted`` stay in the
    transcript but are not sent;
 3. each assistant's tool results are moved directly after it, in call order;
@@ -20,7 +25,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from .model import Entry, EntryKind, StopReason, ToolCall
+from .model import Entry, EntryId, EntryKind, StopReason, ToolCall
 
 MISSING_RESULT = "Tool result unavailable: history ends before this call completed."
 _HIDDEN_STOPS = frozenset({StopReason.ERROR, StopReason.ABORTED})
@@ -57,8 +62,46 @@ def entry_message(entry: Entry) -> Message | None:
     return None  # pragma: no cover
 
 
+#: Entry kinds that start a context (the newest one at or before the cutoff).
+HEAD_MARKERS = frozenset({EntryKind.COMPACTION, EntryKind.RESET})
+
+
+def is_marker(entry: Entry) -> bool:
+    return entry.kind in HEAD_MARKERS and isinstance((entry.data or {}).get("head"), int)
+
+
+def marker_head(entry: Entry) -> EntryId:
+    """The first entry a head marker keeps (its own id for a reset)."""
+    head = (entry.data or {}).get("head")
+    assert isinstance(head, int)
+    return EntryId(head)
+
+
+def active_range(entries: Iterable[Entry], cutoff: int | None = None) -> tuple[Entry | None, list[Entry]]:
+    """The newest head marker at or before ``cutoff`` (None if there is none)
+    and the non-marker entries of its range, oldest first."""
+    seen = [e for e in entries if cutoff is None or e.id <= cutoff]
+    marker = next((e for e in reversed(seen) if is_marker(e)), None)
+    if marker is None:
+        return None, [e for e in seen if not is_marker(e)]
+    head = marker_head(marker)
+    return marker, [e for e in seen if e.id >= head and not is_marker(e)]
+
+
+def context_entries(entries: Iterable[Entry], cutoff: int | None = None) -> list[Entry]:
+    """The entries a request through ``cutoff`` is built from: the newest
+    head marker (if any) first, then its range."""
+    marker, kept = active_range(entries, cutoff)
+    return kept if marker is None else [marker, *kept]
+
+
 def context_messages(entries: Iterable[Entry], cutoff: int | None = None) -> list[Message]:
-    seen = [m for e in entries if cutoff is None or e.id <= cutoff if (m := entry_message(e)) is not None]
+    return range_messages(context_entries(entries, cutoff))
+
+
+def range_messages(entries: Iterable[Entry]) -> list[Message]:
+    """Steps 2-4 over entries already cut to the context (marker first)."""
+    seen = [m for e in entries if (m := entry_message(e)) is not None]
     out: list[Message] = []
     i = 0
     while i < len(seen):

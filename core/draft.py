@@ -40,6 +40,7 @@ from .effects import (
     PutSubmission,
     PutTask,
     PutUsage,
+    PutContext,
     Refusal,
     Refused,
     Respond,
@@ -60,7 +61,7 @@ from .model import (
     TaskStatus,
     ToolInfo,
 )
-from .state import ConvState, InboxItem, Live, State, UsageDoc
+from .state import ContextDoc, ConvState, InboxItem, Live, State, UsageDoc
 
 #: State fields the draft does not carry: ``next_seq`` is advanced by
 #: ``finish`` (one per Commit), ``opened`` only by ``on_opened``.
@@ -186,6 +187,13 @@ class Tx:
             return
         self._replace_conv(attrs.evolve(conv, usage=usage))
         self.write(PutUsage(conversation_id=cid, usage=usage))
+
+    def set_context(self, cid: ConversationId, context: ContextDoc) -> None:
+        conv = self.conv(cid)
+        if conv.context == context:
+            return
+        self._replace_conv(attrs.evolve(conv, context=context))
+        self.write(PutContext(conversation_id=cid, context=context))
 
     def set_agent(self, cid: ConversationId, agent: AgentConfig) -> None:
         conv = self.conv(cid)

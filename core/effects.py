@@ -37,7 +37,7 @@ from .model import (
     Task,
     TaskId,
 )
-from .state import InboxItem, Live, State, UsageDoc
+from .state import ContextDoc, InboxItem, Live, State, UsageDoc
 
 
 # --- writes (the content of one Commit) -----------------------------------
@@ -95,8 +95,15 @@ class PutUsage:
     usage: UsageDoc
 
 
+@attrs.frozen(kw_only=True)
+class PutContext:
+    TAG: ClassVar[str] = "pi.context"
+    conversation_id: ConversationId
+    context: ContextDoc
+
+
 Write: TypeAlias = (
-    PutConversation | PutEntry | PutSubmission | PutTask | PutAgent | PutLive | PutInbox | PutUsage
+    PutConversation | PutEntry | PutSubmission | PutTask | PutAgent | PutLive | PutInbox | PutUsage | PutContext
 )
 WRITE_TYPES: tuple[type, ...] = get_args(Write)
 
@@ -120,6 +127,8 @@ def write_key(w: Write) -> tuple[str, int]:
             return ("pi.inbox", c)
         case PutUsage(conversation_id=c):
             return ("pi.usage", c)
+        case PutContext(conversation_id=c):
+            return ("pi.context", c)
     raise AssertionError(w)  # pragma: no cover
 
 

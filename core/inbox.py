@@ -22,11 +22,21 @@ Invariants
 Passive writes (``Write``) queue like input but are all placed at every
 boundary, before user items, and never start a run by themselves; an abort
 withdraws queued *inputs* only (``unanswered/aborted``), writes stay.
+
+Head markers (reference §3.3): a write whose ``data["head"]`` is ``"self"``
+(a reset) gets its own entry id as head; one with a numeric head (a
+compaction's summary) keeps it, unless that head is older than the current
+range start (``pi.context.head``, moved by the heads placed before it, even
+in the same boundary): then it is *stale* - settled ``unanswered/stale``
+with no entry. A placed marker moves the range start (``StaleSummaryNeverPlaced``).
+A queued reset makes any boundary final (:func:`has_reset`).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import attrs
 
 from .draft import Tx
 from .model import (
@@ -38,8 +48,12 @@ from .model import (
     Reason,
     SubmissionId,
 )
-from .lifecycle import SubmissionMove, submission_to
-from .state import InboxItem, InboxMode
+from .lifecycle import SubmissionMove, next_submission_status, submission_to
+from .model import Submission
+from .state import ContextDoc, InboxItem, InboxMode
+
+#: ``data["head"]`` of a reset write: the marker's own entry id.
+HEAD_SELF = "self"
 
 
 def enqueue(tx: Tx, cid: ConversationId, item: InboxItem) -> None:
@@ -63,12 +77,56 @@ def append_entry(tx: Tx, cid: ConversationId, kind: str, content: str, data: dic
     return entry.id
 
 
+def is_stale(tx: Tx, cid: ConversationId, data: dict[str, Any] | None) -> bool:
+    """A write whose numeric head is older than the current range start."""
+    head = (data or {}).get("head")
+    current = tx.conv(cid).context.head
+    return isinstance(head, int) and not isinstance(head, bool) and current is not None and head < current
+
+
+def append_write(tx: Tx, cid: ConversationId, kind: str, content: str, data: dict[str, Any] | None) -> EntryId:
+    """A write's entry; a head marker (``head`` self or numeric) moves the
+    range start. The caller checked :func:`is_stale`."""
+    head = (data or {}).get("head")
+    if head == HEAD_SELF:
+        entry_id = EntryId(tx.next_id)  # the id append_entry allocates next
+        data = {**(data or {}), "head": entry_id}
+    entry_id = append_entry(tx, cid, kind, content, data)
+    if kind in (EntryKind.COMPACTION, EntryKind.RESET) and isinstance((data or {}).get("head"), int):
+        tx.set_context(cid, ContextDoc(head=EntryId(int((data or {})["head"]))))
+    return entry_id
+
+
+def place_write(
+    tx: Tx, sub: Submission, cid: ConversationId, kind: str, content: str, data: dict[str, Any] | None, *, new: bool = False
+) -> None:
+    """Place a write (queued, or ``new``: admitted on an idle conversation,
+    ``sub`` not yet stored): its entry and ``done``, or
+    ``unanswered/stale`` with no entry."""
+    if is_stale(tx, cid, data):
+        if new:
+            tx.put_submission(attrs.evolve(sub, status=next_submission_status(None, SubmissionMove.ADMIT_STALE), reason=Reason.STALE))
+        else:
+            tx.put_submission(submission_to(sub, SubmissionMove.STALE, reason=Reason.STALE))
+        return
+    entry_id = append_write(tx, cid, kind, content, data)
+    if new:
+        tx.put_submission(attrs.evolve(sub, status=next_submission_status(None, SubmissionMove.ADMIT_WRITE), entry_id=entry_id))
+    else:
+        tx.put_submission(submission_to(sub, SubmissionMove.APPEND, entry_id=entry_id))
+
+
+def has_reset(tx: Tx, cid: ConversationId) -> bool:
+    """A queued reset (a write with head ``self``): the boundary is final."""
+    return any(i.mode == InboxMode.WRITE and (i.data or {}).get("head") == HEAD_SELF for i in tx.conv(cid).inbox)
+
+
 def place(tx: Tx, item: InboxItem, cid: ConversationId) -> SubmissionId:
-    """Append the item's entry; a write is then ``done``, an input ``placed``."""
+    """Append the item's entry; a write is then ``done`` (or ``stale``), an
+    input ``placed``."""
     sub = tx.submissions[item.submission_id]
     if item.mode == InboxMode.WRITE:
-        entry_id = append_entry(tx, cid, item.kind or EntryKind.USER, item.content, item.data)
-        tx.put_submission(submission_to(sub, SubmissionMove.APPEND, entry_id=entry_id))
+        place_write(tx, sub, cid, item.kind or EntryKind.USER, item.content, item.data)
     else:
         entry_id = append_user(tx, cid, item.content)
         tx.put_submission(submission_to(sub, SubmissionMove.PLACE, entry_id=entry_id))

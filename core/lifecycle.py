@@ -123,6 +123,11 @@ class SubmissionMove(enum.StrEnum):
     APPEND = "append"
     #: A passive write on an idle conversation, appended at once.
     ADMIT_WRITE = "admit_write"
+    #: A queued write whose head marker is older than the current range
+    #: start is settled without an entry (``unanswered/stale``).
+    STALE = "stale"
+    #: The same, for a write admitted on an idle conversation.
+    ADMIT_STALE = "admit_stale"
 
 
 _NEW = None  # a submission that does not exist yet
@@ -143,6 +148,8 @@ SUBMISSION_TRANSITIONS: Mapping[tuple[SubmissionStatus | None, SubmissionMove], 
     (SQ, _S.WITHDRAW): SU,
     (_NEW, _S.ADMIT_WRITE): SD,
     (SQ, _S.APPEND): SD,
+    (_NEW, _S.ADMIT_STALE): SU,
+    (SQ, _S.STALE): SU,
 }
 SUBMISSION_INPUTS: tuple[SubmissionMove, ...] = tuple(SubmissionMove)
 # Not in the table: every move out of DONE/UNANSWERED (settled is final; a

@@ -180,6 +180,11 @@ class Reason(enum.StrEnum):
     MODEL_ERROR = "model_error"
     #: The request does not fit the model's context window.
     CONTEXT_OVERFLOW = "context_overflow"
+    #: A write whose head marker is older than the conversation's current
+    #: range start (a compaction overtaken by a newer one or a reset).
+    STALE = "stale"
+    #: A reset placed at a post-tools boundary ended the run.
+    RESET = "reset"
     #: The task responsible for the run broke its contract.
     FAULTED = "faulted"
     #: Blocked/orphaned: no definition of the task's kind is installed.

@@ -31,7 +31,7 @@ from . import tools
 from .checkpoints import CallCheckpoint, ToolPhase, ToolsCheckpoint, to_dict
 from .draft import Tx
 from .events import PreparedCall
-from .inbox import boundary
+from .inbox import boundary, has_reset
 from .lifecycle import SlotMove, TaskMove, next_slot_status
 from .model import (
     TOOL,
@@ -40,13 +40,15 @@ from .model import (
     ExecutionMode,
     Outcome,
     OutcomeStatus,
+    Reason,
     Replay,
+    SubmissionStatus,
     Task,
     TaskId,
     ToolCall,
 )
 from .phases import Turn
-from .runs import hand_over
+from .runs import end_run, hand_over, start_run
 from .settlement import finish_task
 from .state import ToolSlot
 
@@ -132,10 +134,19 @@ def next_call(turn: Turn, _: None) -> None:
 def round_done(turn: Turn, _: None) -> None:
     """Row ``(tools, round_done)``: the post-tools boundary, then the
     generation ends ``completed {entry_id: assistant}`` and hands the run
-    over - one commit."""
+    over - one commit. A queued reset makes the boundary final and ends the
+    run instead: its inputs settle ``unanswered/reset`` and the placed
+    follow-ups start a new run in the new context (reference §3.10)."""
     tx, task, cp = turn.tx, turn.task, turn.checkpoint
     assert isinstance(cp, ToolsCheckpoint)
-    steered = boundary(tx, task.conversation_id, final=False)
+    cid = task.conversation_id
+    reset = has_reset(tx, cid)
+    steered = boundary(tx, cid, final=reset)
     finish_task(tx, task, Outcome(status=OutcomeStatus.COMPLETED, result={"entry_id": cp.assistant}))
-    hand_over(tx, task, steered)
+    if not reset:
+        hand_over(tx, task, steered)
+        return
+    end_run(tx, task, status=SubmissionStatus.UNANSWERED, reason=Reason.RESET)
+    if steered:
+        start_run(tx, cid, steered)
 

@@ -17,6 +17,8 @@ Documents
 - ``pi.live``: :class:`Live` - present ``run`` exactly while the conversation is
   busy; ``tools`` are the current round's slots.
 - ``pi.inbox``: :class:`InboxItem`s waiting for a boundary, in id order.
+- ``pi.context``: :class:`ContextDoc` - the current range start (the newest
+  head marker's ``head``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ AGENT_DOC = "pi.agent"
 LIVE_DOC = "pi.live"
 INBOX_DOC = "pi.inbox"
 USAGE_DOC = "pi.usage"
+CONTEXT_DOC = "pi.context"
 
 
 @attrs.frozen(kw_only=True)
@@ -149,12 +152,23 @@ class InboxItem:
 
 
 @attrs.frozen(kw_only=True)
+class ContextDoc:
+    """``pi.context``: where the model context starts (compaction.py)."""
+
+    #: The current range start: the ``head`` of the newest head marker
+    #: placed (None: the transcript start). A write whose numeric head is
+    #: older is ``stale``.
+    head: EntryId | None = None
+
+
+@attrs.frozen(kw_only=True)
 class ConvState:
     conversation: Conversation
     agent: AgentConfig = AgentConfig()
     live: Live = Live()
     inbox: tuple[InboxItem, ...] = ()
     usage: UsageDoc = UsageDoc()
+    context: ContextDoc = ContextDoc()
 
     @property
     def id(self) -> ConversationId:

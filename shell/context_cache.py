@@ -10,6 +10,10 @@ costs O(size of the open segment) plus a list copy.
 
 A request whose cutoff is older than the newest cached entry (rare: only a
 resend that must not see later entries) falls back to a full derivation.
+
+A head marker (a compaction or a reset entry) moves where the context starts:
+when one lands, the conversation's cached messages are dropped and the next
+request rebuilds them from storage, starting at the newest marker.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
-from pidurable.core.context import Message, context_messages, entry_message
+from pidurable.core.context import Message, active_range, context_messages, entry_message, is_marker, range_messages
 from pidurable.core.model import ConversationId, Entry
 
 
@@ -36,16 +40,16 @@ class _Conv:
         self.last_id = 0
         self.turns = 0
 
-    def add(self, entry: Entry) -> None:
+    def add(self, entry: Entry, *, turn: bool = True) -> None:
         if entry.id <= self.last_id:
             return
-        if counts_as_turn(entry):
+        if turn and counts_as_turn(entry):
             self.turns += 1
         msg = entry_message(entry)
         if msg is not None and msg.role == "assistant" and any(
             (m := entry_message(e)) is not None and m.role == "assistant" for e in self.tail
         ):
-            self.closed.extend(context_messages(self.tail))
+            self.closed.extend(range_messages(self.tail))
             self.tail = []
         self.tail.append(entry)
         self.last_id = entry.id
@@ -61,6 +65,8 @@ class ContextCache:
         self._calls: OrderedDict[int, Entry] = OrderedDict()
 
     def on_entry(self, entry: Entry) -> None:
+        if is_marker(entry):
+            self._convs.pop(entry.conversation_id, None)  # rebuilt from the marker on next use
         conv = self._convs.get(entry.conversation_id)
         if conv is not None:
             conv.add(entry)
@@ -82,8 +88,15 @@ class ContextCache:
         conv = self._convs.get(cid)
         if conv is None:
             conv = _Conv()
-            for e in self._load(cid):
-                conv.add(e)
+            everything = self._load(cid)
+            conv.turns = sum(1 for e in everything if counts_as_turn(e))
+            marker, kept = active_range(everything)
+            if marker is not None:
+                conv.tail.append(marker)
+            for e in kept:
+                conv.add(e, turn=False)
+            if everything:
+                conv.last_id = max(conv.last_id, everything[-1].id)
             self._convs[cid] = conv
             if len(self._convs) > self._capacity:
                 self._convs.popitem(last=False)
@@ -92,4 +105,4 @@ class ContextCache:
         if cutoff < conv.last_id:
             entries = [e for e in self._load(cid) if e.id <= cutoff]
             return context_messages(entries, cutoff), sum(1 for e in entries if counts_as_turn(e))
-        return conv.closed + context_messages(conv.tail), conv.turns
+        return conv.closed + range_messages(conv.tail), conv.turns

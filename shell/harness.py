@@ -29,6 +29,7 @@ import attrs
 import trio
 
 from pidurable.core.context import Message, context_messages
+from pidurable.core.inbox import HEAD_SELF
 from pidurable.core.effects import Respond
 from pidurable.core.ownership import conversation_is_idle
 from pidurable.core.scheduling import TaskInspection, inspect_tasks
@@ -48,6 +49,7 @@ from pidurable.core.events import (
 )
 from pidurable.core.model import (
     AgentConfig,
+    EntryKind,
     ConversationId,
     Entry,
     Settings,
@@ -79,85 +81,14 @@ from .providers.base import Models
 from .registry import Registry
 from .storage.base import Storage
 from .tasks import create_task
+from .submissions import Input, SubmissionHandle, Write, _live, _unwrap, abort_submission
+
+__all__ = ["Input", "SubmissionHandle", "Write", "abort_submission"]
 
 # Records returned to hosts are the core's frozen attrs records.
 EntryRecord = Entry
 TaskRecord = Task
 SubmissionRecord = Submission
-
-
-@attrs.frozen
-class Input:
-    """A user input for ``conv.submit``. ``when_busy``: ``follow_up``
-    (default: queued, placed after the current run answers), ``steer``
-    (placed after the current tool round) or ``reject``."""
-
-    content: str
-    request_id: str | None = attrs.field(default=None, kw_only=True)
-    when_busy: str = attrs.field(default="follow_up", kw_only=True)
-
-
-@attrs.frozen
-class Write:
-    """A passive write for ``conv.submit``: appends an entry (a user message by
-    default, or any ``kind`` with optional ``data``) without starting a run.
-    While the conversation is busy it is queued and placed at the next
-    boundary, before user items; it survives an abort. It settles ``done``
-    once its entry is appended."""
-
-    content: str
-    request_id: str | None = attrs.field(default=None, kw_only=True)
-    kind: str = attrs.field(default="user", kw_only=True)
-    data: dict[str, Any] | None = attrs.field(default=None, kw_only=True)
-
-
-def _unwrap(resp: Respond, conversation_id: int | None = None) -> int:
-    """The id an accepted request returns (a refusal raises)."""
-    value = accepted(resp, conversation_id).value
-    assert value is not None
-    return value
-
-
-@attrs.frozen
-class SubmissionHandle:
-    id: SubmissionId
-    _rt: Loop = attrs.field(repr=False, eq=False)
-
-    async def record(self) -> Submission:
-        _live(self._rt)
-        rec = self._rt.storage.submission(self.id)
-        if rec is None:
-            raise NotFound(f"Submission {self.id} does not exist")
-        return rec
-
-    async def wait(self) -> Submission:
-        """The settled record (``done`` or ``unanswered``), once durable."""
-        _live(self._rt)
-
-        return await self._rt.waits.record(
-            Submission,
-            self.id, lambda: self._rt.storage.submission(self.id), lambda rec: rec.settled
-        )
-
-    async def abort(self) -> SubmissionAbortResult:
-        """Withdraw it if still queued: ``aborted``, ``already_placed`` or
-        ``settled``."""
-        result = await abort_submission(self._rt, self.id, None)
-        if result is SubmissionAbortResult.NOT_FOUND:
-            raise NotFound(f"Submission {self.id} does not exist")
-        return result
-
-
-async def abort_submission(rt: Loop, submission_id: int, conversation_id: int | None) -> SubmissionAbortResult:
-    resp = await rt.request(
-        lambda ticket, now: SubmissionAbortRequested(
-            now=now,
-            ticket=ticket,
-            submission_id=SubmissionId(submission_id),
-            conversation_id=None if conversation_id is None else ConversationId(conversation_id),
-        )
-    )
-    return SubmissionAbortResult(accepted(resp).data)
 
 
 @attrs.frozen
@@ -209,8 +140,18 @@ class Conversation:
         _live(self._rt)
         return self._rt.storage.entries(self.id)
 
+    async def reset(self, handoff: str | None = None) -> SubmissionHandle:
+        """Start the model context afresh: a ``reset`` head marker (its text
+        the handoff, or empty) written like any write - at once when idle,
+        else at the next boundary (a post-tools one then ends the run with
+        its inputs ``unanswered/reset``). The transcript is kept."""
+        if handoff is not None and not isinstance(handoff, str):
+            raise InvalidInput("handoff must be a string or None")
+        return await self.submit(Write(handoff or "", kind=EntryKind.RESET, data={"head": HEAD_SELF}))
+
     async def context(self) -> list[Message]:
-        """The messages the next model request would see."""
+        """The messages the next model request would see (from the newest
+        compaction or reset marker on)."""
         _live(self._rt)
         return context_messages(self._rt.storage.entries(self.id))
 
@@ -570,12 +511,6 @@ class Harness:
 
 #: ``Input.when_busy`` values.
 WHEN_BUSY = ("follow_up", "steer", "reject")
-
-
-def _live(rt: Loop) -> None:
-    """Every API call after close raises ``HarnessClosed``."""
-    if rt.closed:
-        raise HarnessClosed("Harness is closed; open a new one on the store")
 
 
 def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:

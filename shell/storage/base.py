@@ -36,6 +36,7 @@ from pidurable.core.effects import (
     PutSubmission,
     PutTask,
     PutUsage,
+    PutContext,
     Write,
 )
 from pidurable.core.events import Event
@@ -54,6 +55,8 @@ from pidurable.core.state import (
     INBOX_DOC,
     LIVE_DOC,
     USAGE_DOC,
+    CONTEXT_DOC,
+    ContextDoc,
     ConvState,
     InboxItem,
     Live,
@@ -219,6 +222,8 @@ def _row(w: Write, seq: int, rec: str) -> Row:
             return _doc(cid, INBOX_DOC, rec, seq)
         case PutUsage(conversation_id=cid):
             return _doc(cid, USAGE_DOC, rec, seq)
+        case PutContext(conversation_id=cid):
+            return _doc(cid, CONTEXT_DOC, rec, seq)
     assert_never(w)
 
 
@@ -252,6 +257,7 @@ DOC_TYPES: dict[str, Any] = {
     LIVE_DOC: Live,
     INBOX_DOC: tuple[InboxItem, ...],
     USAGE_DOC: UsageDoc,
+    CONTEXT_DOC: ContextDoc,
 }
 
 
@@ -312,4 +318,5 @@ def conv_state(conversation: Conversation, docs: dict[str, str], store: str = ""
         live=doc(LIVE_DOC, Live()),
         inbox=doc(INBOX_DOC, ()),
         usage=doc(USAGE_DOC, UsageDoc()),
+        context=doc(CONTEXT_DOC, ContextDoc()),
     )

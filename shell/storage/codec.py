@@ -32,6 +32,7 @@ from cattrs.strategies import configure_tagged_union
 from pidurable.core.effects import WRITE_TYPES, Effect, Write
 from pidurable.core.events import EVENT_TYPES, Event
 from pidurable.core.model import Entry, EntryKind
+from pidurable.core.state import ConvState
 from pidurable.core.state import ToolSlot
 
 FORMAT_VERSION = 1
@@ -68,6 +69,12 @@ converter.register_structure_hook(
 # reports it: slots without it keep their schema-1 bytes.
 converter.register_unstructure_hook(
     ToolSlot, make_dict_unstructure_fn(ToolSlot, converter, output=override(omit_if_default=True))
+)
+
+# ``pi.context`` (where the model context starts) was added after schema 1:
+# a conversation without a head marker keeps its schema-1 bytes.
+converter.register_unstructure_hook(
+    ConvState, make_dict_unstructure_fn(ConvState, converter, context=override(omit_if_default=True))
 )
 
 configure_tagged_union(Event, converter, tag_generator=_tag, tag_name="type")

@@ -51,7 +51,7 @@ from pidurable.core.model import (
     ToolCall,
     ToolInfo,
 )
-from pidurable.core.state import ConvState, Live
+from pidurable.core.state import ContextDoc, ConvState, Live
 
 T = TypeVar("T")
 
@@ -278,6 +278,7 @@ class Store:
                     agent=self.records[("pi.agent", cid)].agent,
                     live=self.records[("pi.live", cid)].live,
                     inbox=self.records[("pi.inbox", cid)].items,
+                    context=ctx.context if (ctx := self.records.get(("pi.context", cid))) is not None else ContextDoc(),
                 )
             )
         return out

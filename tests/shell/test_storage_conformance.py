@@ -23,6 +23,7 @@ from pidurable.core.effects import (
     PutConversation,
     PutEntry,
     PutInbox,
+    PutContext,
     PutLive,
     PutSubmission,
     PutTask,
@@ -62,6 +63,7 @@ from pidurable.core.model import (
     Usage,
 )
 from pidurable.core.state import (
+    ContextDoc,
     AGENT_DOC,
     INBOX_DOC,
     LIVE_DOC,
@@ -485,7 +487,12 @@ USAGE = UsageDoc(
     models={"scripted:m1": UsageTotals(input_tokens=3, output_tokens=4, calls=1)},
     tools={"read": UsageTotals(calls=2)},
 )
-GOLDEN_HISTORY = [*HISTORY, (8, [PutUsage(conversation_id=C1, usage=USAGE)], [])]
+GOLDEN_HISTORY = [
+    *HISTORY,
+    (8, [PutUsage(conversation_id=C1, usage=USAGE)], []),
+    # appended with pi.context (issue 9): the earlier lines are unchanged
+    (9, [PutContext(conversation_id=C1, context=ContextDoc(head=EntryId(8)))], []),
+]
 #: The journal rows of GOLDEN_HISTORY as the schema-1 encoder wrote them
 #: (recorded once, never regenerated): stores written since must replay.
 GOLDEN_JOURNAL = Path(__file__).parent / "golden" / "journal_v1.jsonl"
