@@ -3,7 +3,7 @@
 Names here follow API.md and are the public API.
 """
 
-from pidurable.core.model import AgentConfig, ModelRef, Settings, ToolCall
+from pidurable.core.model import AgentConfig, CompactionSettings, ModelRef, Settings, ToolCall
 
 from .env import EnvError, LocalEnv
 from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound, StorageError, StoreLocked
@@ -30,6 +30,7 @@ from .registry import (
     define_tool,
 )
 from .loop import Hooks
+from .limits import OutputLimits
 from .interpreters.hooks import HookReport
 from .tasks import HookContext, TaskCommitError, TaskRuntime
 from .storage import MemoryStorage, SqliteStorage, open_sqlite_storage
@@ -61,6 +62,7 @@ __all__ = [
     "HookReport",
     "define_task",
     "Settings",
+    "CompactionSettings",
     "SqliteStorage",
     "StorageError",
     "StoreLocked",
@@ -71,6 +73,7 @@ __all__ = [
     "ToolCallContext",
     "ToolDefinition",
     "ToolResult",
+    "OutputLimits",
     "Write",
     "coding_tools",
     "define_extension",

@@ -70,6 +70,8 @@ Checked on the transcript:
   tool call is followed by exactly one result for it, in call order.
 - ``StoredTextIsValidUtf8``: every stored entry encodes as strict JSON in
   valid UTF-8 (nothing from outside poisoned the store).
+- ``BoundedToolOutput``: a truncated tool result holds at most its kept bytes
+  plus the notice, and a live slot's running output at most 4 KiB.
 """
 
 from __future__ import annotations
@@ -555,6 +557,21 @@ def stored_text_is_valid_utf8(storage: Any) -> None:
                 codec.to_json(e).encode("utf-8")
             except (UnicodeEncodeError, ValueError) as err:
                 raise AssertionError(f"StoredTextIsValidUtf8: entry {e.id} cannot be stored: {err}") from None
+
+
+def bounded_tool_output(storage: Any) -> None:
+    for c in storage.conversations():
+        for e in storage.entries(c.id):
+            cut = (e.data or {}).get("truncated") if e.kind == "tool_result" else None
+            if cut is None:
+                continue
+            size = len(e.text.encode("utf-8"))
+            assert cut["kept_bytes"] <= cut["total_bytes"] and size <= cut["kept_bytes"] + 1024, (
+                f"BoundedToolOutput: result {e.id} holds {size} bytes, kept {cut['kept_bytes']}"
+            )
+        for slot in storage.document(c.id, "pi.live").tools or ():
+            size = len((slot.output or "").encode("utf-8"))
+            assert size <= 4096, f"BoundedToolOutput: the slot of call {slot.call_id} shows {size} bytes"
 
 
 def journal_invariants(storage: Any) -> None:

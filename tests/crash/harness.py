@@ -204,6 +204,7 @@ def check_all(storage: Any, scenario: Scenario, world: World, lives: Sequence[Li
     invariants.life_invariants(storage, [(life.seq_at_start, life.effects) for life in lives])
     invariants.context_pairs_calls_with_results(storage)
     invariants.stored_text_is_valid_utf8(storage)
+    invariants.bounded_tool_output(storage)
     if scenario.final_check is not None:
         scenario.final_check(storage)
     if expected is not None and scenario.same_outcome:

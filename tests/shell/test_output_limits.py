@@ -21,13 +21,14 @@ from pidurable.shell import (
     Input,
     LocalEnv,
     MemoryStorage,
+    OutputLimits,
     Registry,
     Settings,
     coding_tools,
     define_tool,
     open_sqlite_storage,
 )
-from pidurable.shell.limits import OutputLimits, Spill
+from pidurable.shell.limits import Spill
 from pidurable.shell.providers import ScriptedModels, reply, tool_call
 from pidurable.shell.registry import ToolResult
 
