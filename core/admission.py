@@ -229,4 +229,9 @@ def check_settings(settings: object) -> str | None:
         value = getattr(settings, name, None)
         if value not in QUEUE_MODES:
             return f"settings.{name} must be one of {', '.join(QUEUE_MODES)}, not {value!r}"
+    compaction = getattr(settings, "compaction", None)
+    for name in ("reserve_tokens", "keep_recent_tokens", "background_tokens"):
+        value = getattr(compaction, name, None)
+        if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "keep_recent_tokens" else 0):
+            return f"settings.compaction.{name} must be a {'positive' if name == 'keep_recent_tokens' else 'non-negative'} integer, not {value!r}"
     return None

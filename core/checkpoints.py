@@ -19,6 +19,8 @@ poll       ``{phase, attempt, model, cutoff, handle, poll_at}``
 tools      ``{phase, assistant, tools, pending}``
 call       ``{phase}``
 execute    ``{phase, arguments, replay[, process]}``
+select     ``{phase}``
+summarize  ``{phase, attempt, model, max_tokens, tail, first_kept}``
 ========== ================================================================
 
 Must not touch: decisions. Handlers build records; the phase machine stores
@@ -60,8 +62,19 @@ class ToolPhase(enum.StrEnum):
     EXECUTE = "execute"
 
 
+class CompactionPhase(enum.StrEnum):
+    """The phases of ``pi.compaction`` (see compaction_task.py's table)."""
+
+    #: Nothing pinned: the shell chooses the cut over the committed context.
+    SELECT = "select"
+    #: The intent of one summarization request: model, range and budget.
+    SUMMARIZE = "summarize"
+
+
 #: The plain strings written to the store (never the enum members).
-_WIRE_PHASE: dict[enum.StrEnum, str] = {p: str(p.value) for p in (*GenerationPhase, *ToolPhase)}
+_WIRE_PHASE: dict[enum.StrEnum, str] = {
+    p: str(p.value) for p in (*GenerationPhase, *ToolPhase, *CompactionPhase)
+}
 _WIRE_REPLAY: dict[Replay, str] = {r: str(r.value) for r in Replay}
 #: The replay promise read back from the store (anything else: unsafe).
 REPLAYS: dict[str, Replay] = {str(r.value): r for r in Replay}
@@ -130,11 +143,30 @@ class ExecuteCheckpoint:
     process: dict[str, Json] | None = None
 
 
+@attrs.frozen(kw_only=True)
+class SelectCheckpoint:
+    PHASE: ClassVar[CompactionPhase] = CompactionPhase.SELECT
+
+
+@attrs.frozen(kw_only=True)
+class SummarizeCheckpoint:
+    PHASE: ClassVar[CompactionPhase] = CompactionPhase.SUMMARIZE
+    attempt: int
+    model: ModelRef
+    #: The summary's output budget (``0.8 * reserve_tokens``).
+    max_tokens: int
+    #: The newest entry of the captured context (what the summary covers up to).
+    tail: EntryId
+    #: The first entry the summary keeps (its marker's ``head``).
+    first_kept: EntryId
+
+
 GenerationCheckpoint: TypeAlias = (
     PrepareCheckpoint | RequestCheckpoint | RetryCheckpoint | PollCheckpoint | ToolsCheckpoint
 )
 ToolCheckpoint: TypeAlias = CallCheckpoint | ExecuteCheckpoint
-Checkpoint: TypeAlias = GenerationCheckpoint | ToolCheckpoint
+CompactionCheckpoint: TypeAlias = SelectCheckpoint | SummarizeCheckpoint
+Checkpoint: TypeAlias = GenerationCheckpoint | ToolCheckpoint | CompactionCheckpoint
 
 
 def to_dict(cp: Checkpoint) -> dict[str, Json]:
@@ -166,6 +198,17 @@ def to_dict(cp: Checkpoint) -> dict[str, Json]:
             if process is not None:
                 out["process"] = process
             return out
+        case SelectCheckpoint():
+            return {"phase": phase}
+        case SummarizeCheckpoint():
+            return {
+                "phase": phase,
+                "attempt": cp.attempt,
+                "model": _model_dict(cp.model),
+                "max_tokens": cp.max_tokens,
+                "tail": cp.tail,
+                "first_kept": cp.first_kept,
+            }
 
 
 def _model(m: Mapping[str, Any]) -> ModelRef:
@@ -234,5 +277,27 @@ def parse_tool(cp: Mapping[str, Any]) -> ToolCheckpoint | None:
         return None
     try:
         return _tool(_TOOL_PHASES[phase], cp)
+    except (KeyError, TypeError, ValueError) as e:
+        raise CoreInvariantError(f"damaged {phase} checkpoint {cp!r}: {e!r}") from None
+
+
+_COMPACTION_PHASES: dict[str, CompactionPhase] = {str(p.value): p for p in CompactionPhase}
+
+
+def parse_compaction(cp: Mapping[str, Any]) -> CompactionCheckpoint | None:
+    """The typed checkpoint of a compaction task; None for an unknown phase."""
+    phase = cp.get("phase")
+    if not isinstance(phase, str) or phase not in _COMPACTION_PHASES:
+        return None
+    if _COMPACTION_PHASES[phase] is CompactionPhase.SELECT:
+        return SelectCheckpoint()
+    try:
+        return SummarizeCheckpoint(
+            attempt=int(cp["attempt"]),
+            model=_model(cp["model"]),
+            max_tokens=int(cp["max_tokens"]),
+            tail=EntryId(int(cp["tail"])),
+            first_kept=EntryId(int(cp["first_kept"])),
+        )
     except (KeyError, TypeError, ValueError) as e:
         raise CoreInvariantError(f"damaged {phase} checkpoint {cp!r}: {e!r}") from None

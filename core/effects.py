@@ -255,6 +255,34 @@ class PollModel:
 
 
 @attrs.frozen(kw_only=True)
+class SelectCut:
+    """Choose what a compaction summarizes (core/compaction.py ``select_cut``
+    over the committed context): answers ``CutSelected``."""
+
+    TAG: ClassVar[str] = "select_cut"
+    task_id: TaskId
+    conversation_id: ConversationId
+    keep_recent_tokens: int
+
+
+@attrs.frozen(kw_only=True)
+class Summarize:
+    """Send the pinned summarization request (no tools; the summarizer's
+    system prompt; the entries before ``first_kept`` of the context through
+    ``tail``, serialized): answers ``ModelResponded``/``ModelFailed``."""
+
+    TAG: ClassVar[str] = "summarize"
+    task_id: TaskId
+    conversation_id: ConversationId
+    attempt: int
+    model: ModelRef
+    max_tokens: int
+    tail: EntryId
+    first_kept: EntryId
+    instructions: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class CancelDeferred:
     """Best effort: tell the provider a deferred response is no longer
     wanted (an aborted generation at ``poll``). Answers nothing."""
@@ -320,6 +348,8 @@ Effect: TypeAlias = (
     Commit
     | CallModel
     | PollModel
+    | SelectCut
+    | Summarize
     | CancelDeferred
     | PrepareTool
     | RunTool

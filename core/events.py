@@ -24,6 +24,7 @@ import attrs
 from .model import (
     AgentConfig,
     ConversationId,
+    EntryId,
     Json,
     Outcome,
     Settings,
@@ -432,6 +433,29 @@ class InvocationFailed:
     message: str
 
 
+@attrs.frozen(kw_only=True)
+class CompactionRequested:
+    """``conv.compact(instructions)``: a manual compaction task."""
+
+    TAG: ClassVar[str] = "compaction_requested"
+    now: int
+    ticket: int
+    conversation_id: ConversationId
+    instructions: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class CutSelected:
+    """``SelectCut`` answered: the first entry a summary keeps and the newest
+    entry of the captured context, or None for both (nothing to compact)."""
+
+    TAG: ClassVar[str] = "cut_selected"
+    now: int
+    task_id: TaskId
+    first_kept: EntryId | None = None
+    tail: EntryId | None = None
+
+
 Event: TypeAlias = (
     Opened
     | Resumed
@@ -462,6 +486,8 @@ Event: TypeAlias = (
     | ToolFailed
     | ToolProcessStarted
     | InvocationFailed
+    | CompactionRequested
+    | CutSelected
 )
 
 #: The members of ``Event`` (derived: the union is written once).

@@ -28,7 +28,7 @@ Head markers (reference §3.3): a write whose ``data["head"]`` is ``"self"``
 compaction's summary) keeps it, unless that head is older than the current
 range start (``pi.context.head``, moved by the heads placed before it, even
 in the same boundary): then it is *stale* - settled ``unanswered/stale``
-with no entry. A placed marker moves the range start (``StaleSummaryNeverPlaced``).
+with no entry. A placed marker moves the range start.
 A queued reset makes any boundary final (:func:`has_reset`).
 """
 

@@ -265,6 +265,21 @@ class Settings:
     retry: "RetryPolicy" = attrs.field(factory=lambda: RetryPolicy())
     #: Streamed partial answers are committed at most this often (ms).
     partial_interval_ms: int = 100
+    compaction: "CompactionSettings" = attrs.field(factory=lambda: CompactionSettings())
+
+
+@attrs.frozen(kw_only=True)
+class CompactionSettings:
+    """When the context is summarized (reference §3.13): above ``window -
+    reserve_tokens`` before a request (blocking), above ``window -
+    reserve_tokens - background_tokens`` after an answer (background), and on
+    a provider's context-overflow error. ``keep_recent_tokens`` of the newest
+    entries are kept verbatim."""
+
+    enabled: bool = True
+    reserve_tokens: int = 16384
+    keep_recent_tokens: int = 20000
+    background_tokens: int = 32768
 
 
 @attrs.frozen(kw_only=True)

@@ -28,23 +28,25 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
-from . import cancellation, custom, generation, tools
+from . import cancellation, compaction_task, custom, generation, tools
 from .draft import Tx
 from .events import Opened, RegistryChanged, Resumed
 from .lifecycle import TaskMove, task_to
-from .model import GENERATION, TOOL, CoreInvariantError, Task, TaskId, TaskStatus
+from .model import COMPACTION, GENERATION, TOOL, CoreInvariantError, Task, TaskId, TaskStatus
 from .ownership import owned_work
 from .state import State
 
 RESERVE: Mapping[str, Callable[[Tx, Task], None]] = {
     GENERATION: generation.on_reserve,
     TOOL: tools.on_reserve,
+    COMPACTION: compaction_task.on_reserve,
 }
 
 #: Abort handlers of the built-in kinds (run bottom-up, see cancellation.py).
 ABORT: Mapping[str, Callable[[Tx, Task], None]] = {
     GENERATION: generation.on_abort,
     TOOL: tools.on_abort,
+    COMPACTION: compaction_task.on_abort,
 }
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import admission, cancellation, custom, generation, scheduling, settlement, tools
+from . import admission, cancellation, compaction_task, custom, generation, scheduling, settlement, tools
 from .draft import Tx
 from .effects import Step
 from .events import (
@@ -47,8 +47,10 @@ from .events import (
     ToolRejected,
     ToolProcessStarted,
     InvocationFailed,
+    CompactionRequested,
+    CutSelected,
 )
-from .model import CoreInvariantError
+from .model import COMPACTION, CoreInvariantError
 from .state import State
 
 HANDLERS: Mapping[type, Callable[[Tx, Any], None]] = {
@@ -69,8 +71,8 @@ HANDLERS: Mapping[type, Callable[[Tx, Any], None]] = {
     PhaseReturned: custom.on_phase_returned,
     MemoRequested: custom.on_memo_requested,
     MigrationFinished: custom.on_migration_finished,
-    ModelResponded: generation.on_model_responded,
-    ModelFailed: generation.on_model_failed,
+    ModelResponded: lambda tx, ev: _model_reply(tx, ev, generation.on_model_responded),
+    ModelFailed: lambda tx, ev: _model_reply(tx, ev, generation.on_model_failed),
     ModelStreamed: generation.on_model_streamed,
     ModelDeferred: generation.on_model_deferred,
     TimerFired: generation.on_timer_fired,
@@ -81,8 +83,20 @@ HANDLERS: Mapping[type, Callable[[Tx, Any], None]] = {
     ToolFailed: tools.on_tool_failed,
     ToolProcessStarted: tools.on_tool_process_started,
     InvocationFailed: settlement.on_invocation_failed,
+    CompactionRequested: compaction_task.on_compaction_requested,
+    CutSelected: compaction_task.on_cut_selected,
 }
 assert set(HANDLERS) == set(EVENT_TYPES), "every event type needs exactly one handler"
+
+
+def _model_reply(tx: Tx, ev: ModelResponded | ModelFailed, to_generation: Callable[[Tx, Any], None]) -> None:
+    """A model reply goes to the kind of task that asked: a summarizer's to
+    the compaction task, anything else to the generation."""
+    task = tx.tasks.get(ev.task_id)
+    if task is not None and task.kind == COMPACTION:
+        compaction_task.on_summary(tx, ev)
+    else:
+        to_generation(tx, ev)
 
 
 def step(state: State, event: Event) -> Step:

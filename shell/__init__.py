@@ -3,7 +3,7 @@
 Names here follow API.md and are the public API.
 """
 
-from pidurable.core.model import AgentConfig, ModelRef, Settings, ToolCall
+from pidurable.core.model import AgentConfig, CompactionSettings, ModelRef, Settings, ToolCall
 
 from .env import EnvError, LocalEnv
 from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound, StorageError, StoreLocked
@@ -62,6 +62,7 @@ __all__ = [
     "HookReport",
     "define_task",
     "Settings",
+    "CompactionSettings",
     "SqliteStorage",
     "StorageError",
     "StoreLocked",

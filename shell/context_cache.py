@@ -79,6 +79,10 @@ class ContextCache:
         """A recently committed assistant entry with tool calls, if cached."""
         return self._calls.get(entry_id)
 
+    def entries(self, cid: ConversationId) -> list[Entry]:
+        """Every committed entry of the conversation (compaction reads them)."""
+        return self._load(cid)
+
     def messages(self, cid: ConversationId, cutoff: int) -> list[Message]:
         return self.view(cid, cutoff)[0]
 

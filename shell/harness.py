@@ -34,6 +34,7 @@ from pidurable.core.effects import Respond
 from pidurable.core.ownership import conversation_is_idle
 from pidurable.core.scheduling import TaskInspection, inspect_tasks
 from pidurable.core.events import (
+    CompactionRequested,
     AgentConfigurationRequested,
     ConversationAbortRequested,
     ConversationCreationRequested,
@@ -148,6 +149,17 @@ class Conversation:
         if handoff is not None and not isinstance(handoff, str):
             raise InvalidInput("handoff must be a string or None")
         return await self.submit(Write(handoff or "", kind=EntryKind.RESET, data={"head": HEAD_SELF}))
+
+    async def compact(self, instructions: str | None = None) -> TaskId:
+        """Start a manual compaction (``pi.compaction``); its id. It completes
+        with nothing placed when there is nothing to compact."""
+        _live(self._rt)
+        if instructions is not None and not isinstance(instructions, str):
+            raise InvalidInput("instructions must be a string or None")
+        resp = await self._rt.request(
+            lambda ticket, now: CompactionRequested(now=now, ticket=ticket, conversation_id=self.id, instructions=instructions)
+        )
+        return TaskId(_unwrap(resp, self.id))
 
     async def context(self) -> list[Message]:
         """The messages the next model request would see (from the newest

@@ -56,6 +56,8 @@ from pidurable.core.effects import (
     Effect,
     MigrateTask,
     PollModel,
+    SelectCut,
+    Summarize,
     PrepareTool,
     PutEntry,
     Respond,
@@ -226,6 +228,10 @@ class Loop:
                 self._spawn(effect, partial(do.models.call, effect, self.state.settings.partial_interval_ms))
             case PollModel():
                 self._spawn(effect, partial(do.models.poll, effect, self.state.settings.partial_interval_ms))
+            case SelectCut():
+                do.models.select_cut(effect)
+            case Summarize():
+                self._spawn(effect, partial(do.models.summarize, effect, self.state.settings.partial_interval_ms))
             case CancelDeferred():
                 job = do.models.cancel_deferred(effect)
                 if job is not None:
@@ -255,7 +261,7 @@ class Loop:
 
     def _spawn(
         self,
-        effect: CallModel | PollModel | PrepareTool | RunTool | RunPhase | MigrateTask | Sleep,
+        effect: CallModel | PollModel | Summarize | PrepareTool | RunTool | RunPhase | MigrateTask | Sleep,
         job: Callable[[], Awaitable[None]],
     ) -> None:
         assert self.nursery is not None

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from pidurable.core import generation, tools
+from pidurable.core import compaction_task, generation, tools
 from pidurable.core.lifecycle import SLOT_TRANSITIONS, SUBMISSION_TRANSITIONS, TASK_TRANSITIONS
 from pidurable.core.live import LIVE_TRANSITIONS
 from pidurable.core.phases import END, Machine
@@ -70,6 +70,9 @@ def render() -> str:
         ),
         _block("Generation phases (pi.generation)", "core/generation.py MACHINE", _machine(generation.MACHINE)),
         _block("Tool phases (pi.tool)", "core/tools.py MACHINE", _machine(tools.MACHINE)),
+        _block(
+            "Compaction phases (pi.compaction)", "core/compaction_task.py MACHINE", _machine(compaction_task.MACHINE)
+        ),
         _block("Tool slots (pi.live.tools)", "core/lifecycle.py SLOT_TRANSITIONS", _status_table(SLOT_TRANSITIONS)),
         _block("Conversation progress (pi.live)", "core/live.py LIVE_TRANSITIONS", _status_table(LIVE_TRANSITIONS)),
     ]

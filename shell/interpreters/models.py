@@ -21,9 +21,10 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 import trio
 
-from pidurable.core.context import Message
-from pidurable.core.effects import CallModel, CancelDeferred, PollModel
-from pidurable.core.events import ModelDeferred, ModelFailed, ModelResponded, ModelStreamed
+from pidurable.core.compaction import SUMMARY_SYSTEM_PROMPT, select_cut, summary_request_text
+from pidurable.core.context import Message, active_range, range_messages
+from pidurable.core.effects import CallModel, CancelDeferred, PollModel, SelectCut, Summarize
+from pidurable.core.events import CutSelected, ModelDeferred, ModelFailed, ModelResponded, ModelStreamed
 
 from ..context_cache import ContextCache
 from ..edge import reply_problem
@@ -80,6 +81,40 @@ class ModelInterpreter:
         request = self._request(effect)
         await self._answer(effect, interval_ms, lambda on_partial: provider.poll(request, effect.handle))
 
+    def select_cut(self, effect: SelectCut) -> None:
+        """What a compaction summarizes: the cut over the committed context
+        (pure, core/compaction.py) and the newest entry it saw."""
+        entries = self.context.entries(effect.conversation_id)
+        _, kept = active_range(entries)
+        cut = select_cut(kept, effect.keep_recent_tokens)
+        tail = entries[-1].id if cut is not None else None
+        self.loop.send(CutSelected(now=self.loop.clock(), task_id=effect.task_id, first_kept=cut, tail=tail))
+
+    async def summarize(self, effect: Summarize, interval_ms: int) -> None:
+        """The pinned summarization request (reference §3.13 step 2): no
+        tools, the summarizer's system prompt, the entries before
+        ``first_kept`` (an earlier summary first) serialized in one user
+        message; the reply is reported like any model reply."""
+        provider = self.models.resolve(effect.model) if self.models is not None else None
+        if provider is None:
+            ref = effect.model
+            self._fail(effect, f"Model {ref.provider}/{ref.model_id} is not available")
+            return
+        entries = self.context.entries(effect.conversation_id)
+        marker, kept = active_range(entries, effect.tail)
+        covered = ([marker] if marker is not None else []) + [e for e in kept if e.id < effect.first_kept]
+        text = summary_request_text(range_messages(covered), effect.instructions)
+        request = ModelRequest(
+            turn=self.context.view(effect.conversation_id, effect.tail)[1],
+            model=effect.model,
+            messages=(Message(role="system", text=SUMMARY_SYSTEM_PROMPT), Message(role="user", text=text)),
+            conversation_id=effect.conversation_id,
+            task_id=effect.task_id,
+            attempt=effect.attempt,
+            max_tokens=effect.max_tokens,
+        )
+        await self._answer(effect, interval_ms, lambda on_partial: provider.complete(request, on_partial=on_partial))
+
     def cancel_deferred(self, effect: CancelDeferred) -> Callable[[], Awaitable[None]] | None:
         """Best effort (the abort already settled durably): the job to start,
         or None if the provider cannot cancel."""
@@ -121,7 +156,7 @@ class ModelInterpreter:
             attempt=effect.attempt,
         )
 
-    def _fail(self, effect: CallModel | PollModel, message: str, reason: str = "model_error") -> None:
+    def _fail(self, effect: CallModel | PollModel | Summarize, message: str, reason: str = "model_error") -> None:
         self.loop.send(
             ModelFailed(
                 now=self.loop.clock(), task_id=effect.task_id, attempt=effect.attempt, reason=reason, message=message
@@ -133,7 +168,7 @@ class ModelInterpreter:
         self._fail(effect, f"Model {ref.provider}/{ref.model_id} is not available", "no_model")
 
     async def _answer(
-        self, effect: CallModel | PollModel, interval_ms: int, call: Callable[[OnPartial], Awaitable[object]]
+        self, effect: CallModel | PollModel | Summarize, interval_ms: int, call: Callable[[OnPartial], Awaitable[object]]
     ) -> None:
         """Run a provider call; stream throttled partials; report the outcome
         as exactly one event (responded, deferred or failed)."""
@@ -206,6 +241,8 @@ class ModelInterpreter:
                 tool_calls=reply.tool_calls,
                 stop_reason=reply.stop_reason,
                 usage=reply.usage,
-                prepared=prepared_calls(self.registry, reply.tool_calls, effect.tools),
+                prepared=()
+                if isinstance(effect, Summarize)
+                else prepared_calls(self.registry, reply.tool_calls, effect.tools),
             )
         )

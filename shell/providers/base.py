@@ -35,6 +35,8 @@ class ModelRequest:
     #: Model turns so far in this conversation (assistant entries, errors
     #: included): a deterministic index of this call, the same after a restart.
     turn: int = 0
+    #: An output budget (a summarization request sets it); None: the provider's.
+    max_tokens: int | None = None
 
 
 @attrs.frozen(kw_only=True)

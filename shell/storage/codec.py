@@ -31,7 +31,7 @@ from cattrs.strategies import configure_tagged_union
 
 from pidurable.core.effects import WRITE_TYPES, Effect, Write
 from pidurable.core.events import EVENT_TYPES, Event
-from pidurable.core.model import Entry, EntryKind
+from pidurable.core.model import Entry, EntryKind, Settings
 from pidurable.core.state import ConvState
 from pidurable.core.state import ToolSlot
 
@@ -75,6 +75,11 @@ converter.register_unstructure_hook(
 # a conversation without a head marker keeps its schema-1 bytes.
 converter.register_unstructure_hook(
     ConvState, make_dict_unstructure_fn(ConvState, converter, context=override(omit_if_default=True))
+)
+
+# Compaction settings (issue 9) likewise: default ones keep the schema-1 bytes.
+converter.register_unstructure_hook(
+    Settings, make_dict_unstructure_fn(Settings, converter, compaction=override(omit_if_default=True))
 )
 
 configure_tagged_union(Event, converter, tag_generator=_tag, tag_name="type")

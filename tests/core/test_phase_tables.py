@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pidurable.core import generation, tools
+from pidurable.core import compaction_task, generation, tools
 from pidurable.core.checkpoints import (
     CallCheckpoint,
     ExecuteCheckpoint,
@@ -33,8 +33,8 @@ from pidurable.core.phases import END, Machine, Turn
 
 from .helpers import calls, opened_state, run_events, submit
 
-MACHINES = [generation.MACHINE, tools.MACHINE]
-IDS = ["generation", "tools"]
+MACHINES = [generation.MACHINE, tools.MACHINE, compaction_task.MACHINE]
+IDS = ["generation", "tools", "compaction"]
 
 
 @pytest.mark.parametrize("machine", MACHINES, ids=IDS)

@@ -6,7 +6,7 @@ from typing import Any
 
 import trio
 
-from pidurable.core.model import AgentConfig, ModelRef, RetryPolicy, Settings
+from pidurable.core.model import AgentConfig, CompactionSettings, ModelRef, RetryPolicy, Settings
 from pidurable.shell import Input, Progress, ToolResult, Write, define_extension, define_subagent_tool, define_task, define_tool
 from pidurable.shell.providers import reply, tool_call
 
@@ -549,3 +549,87 @@ TRUNCATED_BASH = Scenario(
 )
 
 ALL = ALL + (TRUNCATED_BASH,)
+
+
+# --- issue 9: compaction and reset --------------------------------------------------
+
+
+def _compaction_script(request: Any) -> Any:
+    """Summarization requests get a summary; turns get a long answer to the
+    newest user message (deterministic whatever the crash timing)."""
+    from pidurable.core.compaction import SUMMARY_SYSTEM_PROMPT
+
+    if request.messages and request.messages[0].text == SUMMARY_SYSTEM_PROMPT:
+        return reply(text="SUMMARY of the early questions")
+    users = [m.text for m in request.messages if m.role == "user"]
+    return reply(text=f"answer to {users[-1][:12]} " + "x" * 120)
+
+
+async def _compaction_host(h: Any, conv: Any, world: World) -> list[Any]:
+    """Three long turns, one manual compaction (started once across lives),
+    then a turn that must see the summary."""
+    for i in range(3):
+        await (await conv.submit(Input(f"question {i} " + "q" * 80, request_id=f"compact-{i}"))).wait()
+    started = [t for t in await h.tasks() if t.kind == "pi.compaction"]
+    task_id = started[0].id if started else await conv.compact()
+    await h.wait_for_task(task_id)
+    return [await conv.submit(Input("after the summary", request_id="compact-3"))]
+
+
+def _check_compaction(storage: Any) -> None:
+    entries = storage.entries(1)
+    markers = [e for e in entries if e.kind == "compaction"]
+    assert len(markers) == 1 and "SUMMARY of the early questions" in markers[0].text
+    assert entries[-1].kind == "assistant" and entries[-1].text.startswith("answer to after the su")
+
+
+def _check_compaction_any(storage: Any) -> None:
+    assert len([e for e in storage.entries(1) if e.kind == "compaction"]) <= 1
+
+
+MANUAL_COMPACTION = Scenario(
+    name="manual_compaction",
+    script=(),
+    tools=lambda w: [],
+    host=_compaction_host,
+    settings=Settings(compaction=CompactionSettings(keep_recent_tokens=40)),
+    baseline_check=_check_compaction,
+    final_check=_check_compaction_any,
+)
+register_script("manual_compaction", _compaction_script)
+
+
+async def _reset_host(h: Any, conv: Any, world: World) -> list[Any]:
+    """A reset and a follow-up queued behind a tool round: the reset ends the
+    run ``unanswered/reset``; the follow-up runs in the new context."""
+    sub = await conv.submit(Input("count to three", request_id="reset-0"))
+    await until(lambda: world.flags.get("count_started") or _settled(sub))
+    queued = [sub]
+    if not any(e.kind == "reset" for e in await conv.transcript()):
+        queued.append(await conv.submit(Write("handoff: counting", kind="reset", data={"head": "self"}, request_id="reset-1")))
+    queued.append(await conv.submit(Input("what now?", request_id="reset-2")))
+    world.flags["written"] = True
+    return queued
+
+
+def _check_reset(storage: Any) -> None:
+    subs = _by_request(storage)
+    assert subs["reset-0"].status == "unanswered" and subs["reset-0"].reason == "reset"
+    assert subs["reset-2"].status == "done"
+    kinds = [e.kind for e in storage.entries(1)]
+    assert kinds.count("reset") == 1
+
+
+RESET_QUEUED = Scenario(
+    name="reset_queued",
+    script=(
+        reply(tool_calls=[tool_call("count")]),
+        reply(text="Fresh answer."),
+    ),
+    tools=lambda w: [_blocking_tool(w, "count", replay="safe", release="written")],
+    host=_reset_host,
+    same_outcome=False,
+    baseline_check=_check_reset,
+)
+
+ALL = ALL + (MANUAL_COMPACTION, RESET_QUEUED)
