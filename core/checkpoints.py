@@ -9,13 +9,14 @@ whose ``PHASE`` is its tag: :func:`parse` turns the stored dict into the
 record once, where a phase machine dispatches (phases.py), and :func:`to_dict`
 turns a record back into the dict that is stored, with the keys in the order
 the store has always had them (replay compares commits byte for byte, so this
-order is part of the format):
+order is part of the format; an absent optional field is omitted, so the
+bytes of older records are unchanged):
 
 ========== ================================================================
-prepare    ``{phase, attempt}``
-request    ``{phase, attempt, model: {provider, model_id}, cutoff}``
-retry      ``{phase, attempt, until}``
-poll       ``{phase, attempt, model, cutoff, handle, poll_at}``
+prepare    ``{phase, attempt[, compacted[, overflow, head]]}``
+request    ``{phase, attempt, model: {provider, model_id}, cutoff[, compacted]}``
+retry      ``{phase, attempt, until[, compacted]}``
+poll       ``{phase, attempt, model, cutoff, handle, poll_at[, compacted]}``
 tools      ``{phase, assistant, tools, pending}``
 call       ``{phase}``
 execute    ``{phase, arguments, replay[, process]}``
@@ -88,6 +89,15 @@ def _model_dict(model: ModelRef) -> dict[str, Json]:
 class PrepareCheckpoint:
     PHASE: ClassVar[GenerationPhase] = GenerationPhase.PREPARE
     attempt: int = 1
+    #: The blocking compaction this generation started (it never starts a
+    #: second one); carried through request/retry/poll.
+    compacted: TaskId | None = None
+    #: After an overflow: the provider's text (the run fails with it when the
+    #: compaction placed nothing) ...
+    overflow: str | None = None
+    #: ... and the range start (``pi.context.head``) before the compaction:
+    #: unchanged afterwards means nothing was placed.
+    head: EntryId | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -97,6 +107,7 @@ class RequestCheckpoint:
     model: ModelRef
     #: Ids are global and increasing: the request sees entries up to here.
     cutoff: EntryId
+    compacted: TaskId | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -105,6 +116,7 @@ class RetryCheckpoint:
     #: The attempt that failed (the next one is ``attempt + 1``).
     attempt: int
     until: int
+    compacted: TaskId | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -116,6 +128,7 @@ class PollCheckpoint:
     #: The provider's handle of the deferred answer (any JSON value).
     handle: Json
     poll_at: int
+    compacted: TaskId | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -169,18 +182,36 @@ CompactionCheckpoint: TypeAlias = SelectCheckpoint | SummarizeCheckpoint
 Checkpoint: TypeAlias = GenerationCheckpoint | ToolCheckpoint | CompactionCheckpoint
 
 
+def _compacted(out: dict[str, Json], compacted: TaskId | None) -> dict[str, Json]:
+    if compacted is not None:
+        out["compacted"] = compacted
+    return out
+
+
+def _opt_id(value: Any) -> TaskId | None:
+    return None if value is None else TaskId(int(value))
+
+
 def to_dict(cp: Checkpoint) -> dict[str, Json]:
     """The stored JSON object of ``cp`` (key order as the store has it)."""
     phase = _WIRE_PHASE[cp.PHASE]
+    out: dict[str, Json]
     match cp:
-        case PrepareCheckpoint(attempt=attempt):
-            return {"phase": phase, "attempt": attempt}
+        case PrepareCheckpoint(attempt=attempt, compacted=compacted):
+            out = {"phase": phase, "attempt": attempt}
+            if compacted is not None:
+                out["compacted"] = compacted
+                if cp.overflow is not None:
+                    out["overflow"] = cp.overflow
+                    out["head"] = cp.head
+            return out
         case RequestCheckpoint(attempt=attempt, model=model, cutoff=cutoff):
-            return {"phase": phase, "attempt": attempt, "model": _model_dict(model), "cutoff": cutoff}
+            out = {"phase": phase, "attempt": attempt, "model": _model_dict(model), "cutoff": cutoff}
+            return _compacted(out, cp.compacted)
         case RetryCheckpoint(attempt=attempt, until=until):
-            return {"phase": phase, "attempt": attempt, "until": until}
+            return _compacted({"phase": phase, "attempt": attempt, "until": until}, cp.compacted)
         case PollCheckpoint():
-            return {
+            out = {
                 "phase": phase,
                 "attempt": cp.attempt,
                 "model": _model_dict(cp.model),
@@ -188,13 +219,14 @@ def to_dict(cp: Checkpoint) -> dict[str, Json]:
                 "handle": cp.handle,
                 "poll_at": cp.poll_at,
             }
+            return _compacted(out, cp.compacted)
         case ToolsCheckpoint(assistant=assistant, tools=tools, pending=pending):
             return {"phase": phase, "assistant": assistant, "tools": list(tools), "pending": list(pending)}
         case CallCheckpoint():
             return {"phase": phase}
         case ExecuteCheckpoint(arguments=arguments, replay=replay, process=process):
             # Payload dicts are treated as immutable: shared, never copied here.
-            out: dict[str, Json] = {"phase": phase, "arguments": arguments, "replay": _WIRE_REPLAY[replay]}
+            out = {"phase": phase, "arguments": arguments, "replay": _WIRE_REPLAY[replay]}
             if process is not None:
                 out["process"] = process
             return out
@@ -218,13 +250,24 @@ def _model(m: Mapping[str, Any]) -> ModelRef:
 def _generation(phase: GenerationPhase, cp: Mapping[str, Any]) -> GenerationCheckpoint:
     match phase:
         case GenerationPhase.PREPARE:
-            return PrepareCheckpoint(attempt=int(cp.get("attempt", 1)))
+            head = cp.get("head")
+            return PrepareCheckpoint(
+                attempt=int(cp.get("attempt", 1)),
+                compacted=_opt_id(cp.get("compacted")),
+                overflow=None if cp.get("overflow") is None else str(cp["overflow"]),
+                head=None if head is None else EntryId(int(head)),
+            )
         case GenerationPhase.REQUEST:
             return RequestCheckpoint(
-                attempt=int(cp["attempt"]), model=_model(cp["model"]), cutoff=EntryId(int(cp["cutoff"]))
+                attempt=int(cp["attempt"]),
+                model=_model(cp["model"]),
+                cutoff=EntryId(int(cp["cutoff"])),
+                compacted=_opt_id(cp.get("compacted")),
             )
         case GenerationPhase.RETRY:
-            return RetryCheckpoint(attempt=int(cp["attempt"]), until=int(cp["until"]))
+            return RetryCheckpoint(
+                attempt=int(cp["attempt"]), until=int(cp["until"]), compacted=_opt_id(cp.get("compacted"))
+            )
         case GenerationPhase.POLL:
             return PollCheckpoint(
                 attempt=int(cp["attempt"]),
@@ -232,6 +275,7 @@ def _generation(phase: GenerationPhase, cp: Mapping[str, Any]) -> GenerationChec
                 cutoff=EntryId(int(cp["cutoff"])),
                 handle=cp["handle"],
                 poll_at=int(cp["poll_at"]),
+                compacted=_opt_id(cp.get("compacted")),
             )
         case GenerationPhase.TOOLS:
             return ToolsCheckpoint(

@@ -8,7 +8,8 @@ decides, the row says which phase comes next). Checkpoints are the typed
 records of checkpoints.py:
 
 ========== ======================================================================
-prepare    ``attempt`` - nothing pinned yet.
+prepare    ``attempt`` - nothing pinned yet (``compacted...``: its own
+           blocking compaction, see checkpoints.py).
 request    ``attempt, model, cutoff`` - the intent: which model, and the newest
            entry the request may see. A recovered task re-sends exactly this
            request (same model, same cutoff), it never re-prepares.
@@ -35,6 +36,9 @@ The rows' effects:
   the reason and the provider's message, task ``failed`` - one commit;
   ``model_failed_retryable`` (retries left) -> ``retry`` + ``Sleep``, and
   ``(retry, timer_fired)`` goes back to ``prepare`` with the next attempt.
+- ``model_overflow`` (first overflow) -> error entry + a blocking compaction
+  it owns, ``waiting prepare`` on it; resumed, it re-prepares and re-sends, or
+  ``uncompacted`` fails the run (specs/generation.md).
 - ``abort`` (every phase; the round's tool tasks are terminal by then) ->
   unstarted sequential calls answered "aborted", inputs
   ``unanswered/aborted``, task ``aborted``.
@@ -53,7 +57,7 @@ from collections.abc import Mapping
 import attrs
 
 from .live import LiveMove, live_to
-from . import rounds
+from . import compaction_task, rounds
 from .checkpoints import (
     GenerationPhase,
     PollCheckpoint,
@@ -115,6 +119,10 @@ class GenerationInput(enum.StrEnum):
     FAILED = "model_failed"
     #: The request failed retryably and retries are left.
     FAILED_RETRYABLE = "model_failed_retryable"
+    #: The context was too long, and this generation has not compacted yet.
+    OVERFLOW = "model_overflow"
+    #: Picked at prepare after an overflow compaction that placed nothing.
+    UNCOMPACTED = "uncompacted"
     #: The saved deadline (backoff end, next poll) arrived.
     TIMER_FIRED = "timer_fired"
     #: Picked at tools, with calls of a sequential batch left.
@@ -138,7 +146,7 @@ def _prepare(turn: Turn, _: None) -> None:
     assert model is not None  # classified NO_MODEL otherwise
     # Ids are global and increasing: every entry the conversation has now has
     # an id below next_id, every later one above it.
-    request = RequestCheckpoint(attempt=cp.attempt, model=model, cutoff=EntryId(tx.next_id - 1))
+    request = RequestCheckpoint(attempt=cp.attempt, model=model, cutoff=EntryId(tx.next_id - 1), compacted=cp.compacted)
     running = turn.store(TaskMove.RESERVE, request, started_at=task.started_at or tx.now)
     tx.set_live(task.conversation_id, live_to(conv.live, LiveMove.ASK, attempt=cp.attempt))
     _call_model(tx, running, request)
@@ -179,7 +187,7 @@ def _retry(turn: Turn, _: TimerFired) -> None:
     assert isinstance(cp, RetryCheckpoint)
     live = tx.conv(task.conversation_id).live
     tx.set_live(task.conversation_id, live_to(live, LiveMove.RETRY, retry_at=None, retry_error=None))
-    turn.store(TaskMove.RETRY, PrepareCheckpoint(attempt=cp.attempt + 1))
+    turn.store(TaskMove.RETRY, PrepareCheckpoint(attempt=cp.attempt + 1, compacted=cp.compacted))
 
 
 def _poll(turn: Turn, _: TimerFired) -> None:
@@ -213,7 +221,9 @@ def _deferred(turn: Turn, ev: ModelDeferred) -> None:
     poll_at = ev.now + max(int(ev.poll_after_ms), 0)
     if isinstance(cp, PollCheckpoint):
         poll_at = max(poll_at, cp.poll_at + 1)
-    polling = PollCheckpoint(attempt=cp.attempt, model=cp.model, cutoff=cp.cutoff, handle=ev.handle, poll_at=poll_at)
+    polling = PollCheckpoint(
+        attempt=cp.attempt, model=cp.model, cutoff=cp.cutoff, handle=ev.handle, poll_at=poll_at, compacted=cp.compacted
+    )
     turn.store(TaskMove.CHECKPOINT, polling)
     live = tx.conv(task.conversation_id).live
     tx.set_live(task.conversation_id, live_to(live, LiveMove.DEFER, partial=None, poll_at=poll_at))
@@ -264,7 +274,7 @@ def _backoff(turn: Turn, ev: ModelFailed) -> None:
     assert isinstance(cp, _ASKED)
     _failure_entry(turn, ev)
     until = ev.now + tx.settings.retry.delay_ms(cp.attempt, ev.retry_after_ms)
-    turn.store(TaskMove.CHECKPOINT, RetryCheckpoint(attempt=cp.attempt, until=until))
+    turn.store(TaskMove.CHECKPOINT, RetryCheckpoint(attempt=cp.attempt, until=until, compacted=cp.compacted))
     live = tx.conv(task.conversation_id).live
     tx.set_live(task.conversation_id, live_to(live, LiveMove.BACK_OFF, retry_at=until, retry_error=ev.message))
     tx.act(Sleep(task_id=task.id, until=until))
@@ -277,10 +287,33 @@ def _failed(turn: Turn, ev: ModelFailed) -> None:
     cp = turn.checkpoint
     assert isinstance(cp, _ASKED)
     _failure_entry(turn, ev)
-    message = ev.message
+    message, reason = ev.message, ev.reason
     if ev.retryable and ev.reason == Reason.MODEL_ERROR and turn.tx.settings.retry.enabled:
         message = f"{ev.message} (gave up after {cp.attempt} attempts)"
-    _fail(turn.tx, turn.task, reason=ev.reason, message=message)
+    if reason == Reason.CONTEXT_OVERFLOW and cp.compacted is not None:
+        reason = Reason.MODEL_ERROR  # a second overflow: compacting did not help
+    _fail(turn.tx, turn.task, reason=reason, message=message)
+
+
+def _overflow(turn: Turn, ev: ModelFailed) -> None:
+    """Keep the error entry; wait on a blocking compaction of our own. The
+    resend is the next attempt (an attempt names one request) but no retry."""
+    tx, task, cp = turn.tx, turn.task, turn.checkpoint
+    assert isinstance(cp, _ASKED)
+    _failure_entry(turn, ev)
+    cid = task.conversation_id
+    tx.set_live(cid, live_to(tx.conv(cid).live, LiveMove.COMPACT, attempt=None))
+    child = compaction_task.create(tx, cid, reason=compaction_task.OVERFLOW, owner=task.id)
+    head = tx.conv(cid).context.head
+    waiting = PrepareCheckpoint(attempt=cp.attempt + 1, compacted=child.id, overflow=ev.message or "Context overflow", head=head)
+    turn.store(TaskMove.WAIT, waiting, on=(child.id,))
+
+
+def _uncompacted(turn: Turn, _: None) -> None:
+    """The overflow compaction placed nothing: the run fails with its text."""
+    cp = turn.checkpoint
+    assert isinstance(cp, PrepareCheckpoint) and cp.overflow is not None
+    _fail(turn.tx, turn.task, reason=Reason.MODEL_ERROR, message=cp.overflow)
 
 
 def _failure_entry(turn: Turn, ev: ModelFailed) -> None:
@@ -336,6 +369,7 @@ def _rows() -> Mapping[tuple[enum.StrEnum, enum.StrEnum], Row]:
     rows: dict[tuple[enum.StrEnum, enum.StrEnum], Row] = {
         (_P.PREPARE, _I.RESERVE): Row(handler=_prepare, next=_P.REQUEST),
         (_P.PREPARE, _I.NO_MODEL): Row(handler=_no_model, next=END),
+        (_P.PREPARE, _I.UNCOMPACTED): Row(handler=_uncompacted, next=END),
         (_P.REQUEST, _I.RESERVE): Row(handler=_resend, next=_P.REQUEST),
         (_P.REQUEST, _I.STREAMED): Row(handler=_streamed, next=_P.REQUEST),
         (_P.RETRY, _I.RESERVE): Row(handler=_wait_timer, next=_P.RETRY),
@@ -352,6 +386,7 @@ def _rows() -> Mapping[tuple[enum.StrEnum, enum.StrEnum], Row]:
         rows[(phase, _I.DEFERRED)] = Row(handler=_deferred, next=_P.POLL)
         rows[(phase, _I.FAILED_RETRYABLE)] = Row(handler=_backoff, next=_P.RETRY)
         rows[(phase, _I.FAILED)] = Row(handler=_failed, next=END)
+        rows[(phase, _I.OVERFLOW)] = Row(handler=_overflow, next=_P.PREPARE)
     # The abort handler runs at any phase.
     for phase in GenerationPhase:
         rows[(phase, _I.ABORT)] = Row(handler=_abort, next=END)
@@ -381,6 +416,9 @@ def on_reserve(tx: Tx, task: Task) -> None:
     move = _I.RESERVE
     if isinstance(cp, PrepareCheckpoint) and tx.conv(task.conversation_id).agent.model is None:
         move = _I.NO_MODEL
+    elif isinstance(cp, PrepareCheckpoint) and cp.overflow is not None:
+        if tx.conv(task.conversation_id).context.head == cp.head:
+            move = _I.UNCOMPACTED
     elif isinstance(cp, ToolsCheckpoint):
         move = _I.NEXT_CALL if cp.pending else _I.ROUND_DONE
     MACHINE.run(tx, task, cp, move)
@@ -436,7 +474,11 @@ def on_model_failed(tx: Tx, ev: ModelFailed) -> None:
         return
     policy = tx.settings.retry
     retry = ev.retryable and ev.reason == Reason.MODEL_ERROR and policy.enabled
-    move = _I.FAILED_RETRYABLE if retry and found[1].attempt <= policy.max_retries else _I.FAILED
+    cp = found[1]
+    retries = cp.attempt - (1 if cp.compacted is not None else 0)  # the overflow resend is no retry
+    move = _I.FAILED_RETRYABLE if retry and retries <= policy.max_retries else _I.FAILED
+    if ev.reason == Reason.CONTEXT_OVERFLOW and tx.settings.compaction.enabled and cp.compacted is None:
+        move = _I.OVERFLOW
     MACHINE.run(tx, *found, move, ev)
 
 

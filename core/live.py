@@ -70,6 +70,9 @@ class LiveMove(enum.StrEnum):
     BACK_OFF = "back_off"
     #: The backoff ended; the next attempt prepares.
     RETRY = "retry"
+    #: The request overflowed the context window: it is over, and the
+    #: generation waits on a blocking compaction before asking again.
+    COMPACT = "compact"
     #: A tool round started (``tools``; the request is done).
     ROUND = "round"
     #: A slot of the round moved.
@@ -96,6 +99,7 @@ LIVE_TRANSITIONS: Mapping[tuple[Progress, LiveMove], Progress] = {
     (P.POLLING, LiveMove.ANSWERED): P.ASKING,
     (P.ASKING, LiveMove.BACK_OFF): P.RETRYING,
     (P.RETRYING, LiveMove.RETRY): P.ASKING,
+    (P.ASKING, LiveMove.COMPACT): P.STARTED,
     (P.ASKING, LiveMove.ROUND): P.TOOLS,
     (P.TOOLS, LiveMove.SLOT): P.TOOLS,
     (P.TOOLS, LiveMove.HAND_OVER): P.STARTED,

@@ -35,6 +35,8 @@ class ScriptedReply:
     tool_calls: tuple[ScriptedCall, ...] = ()
     error: str | None = None
     retryable: bool = False
+    #: The error is a context overflow (the provider's "context length exceeded").
+    overflow: bool = False
     delay: float = 0.0
     usage: Usage | None = None
     #: Stream the text in this many pieces (``delay`` apart), reporting
@@ -59,6 +61,7 @@ def reply(
     stream: int = 0,
     deferred: int = 0,
     poll_after_ms: int = 0,
+    overflow: bool = False,
 ) -> ScriptedReply:
     return ScriptedReply(
         text=text,
@@ -70,6 +73,7 @@ def reply(
         stream=stream,
         deferred=deferred,
         poll_after_ms=poll_after_ms,
+        overflow=overflow,
     )
 
 
@@ -154,7 +158,7 @@ class ScriptedModels:
 
     def _reply(self, r: ScriptedReply, k: int, on_partial: Any) -> ModelReply:
         if r.error is not None:
-            raise ModelError(r.error, retryable=r.retryable)
+            raise ModelError(r.error, retryable=r.retryable, overflow=r.overflow)
         calls = tuple(
             ToolCall(id=f"call_{k}_{i}", name=c.name, arguments=dict(c.arguments))
             for i, c in enumerate(r.tool_calls)

@@ -36,6 +36,7 @@ CHANGES = {
     LiveMove.ANSWERED: {"partial": None, "poll_at": None},
     LiveMove.BACK_OFF: {"retry_at": 99, "retry_error": "429"},
     LiveMove.RETRY: {"retry_at": None, "retry_error": None},
+    LiveMove.COMPACT: {"attempt": None},
     LiveMove.ROUND: {"tools": (ToolSlot(call_id="c", name="t"),), "attempt": None},
     LiveMove.SLOT: {"tools": (ToolSlot(call_id="c", name="t", task_id=TaskId(9)),)},
     LiveMove.HAND_OVER: {"run": RunInfo(task_id=TaskId(6), inputs=RUN.inputs), "tools": None, "attempt": None},

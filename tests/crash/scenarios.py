@@ -633,3 +633,76 @@ RESET_QUEUED = Scenario(
 )
 
 ALL = ALL + (MANUAL_COMPACTION, RESET_QUEUED)
+
+
+def _overflow_script(request: Any) -> Any:
+    """A small window: a turn whose messages exceed ``OVERFLOW_CHARS`` (or
+    that holds "huge") is refused as a context overflow; summarization
+    requests get a summary; other turns a long answer."""
+    from pidurable.core.compaction import SUMMARY_SYSTEM_PROMPT
+
+    if request.messages and request.messages[0].text == SUMMARY_SYSTEM_PROMPT:
+        return reply(text="SUMMARY of the overflowing questions")
+    users = [m.text for m in request.messages if m.role == "user"]
+    size = sum(len(m.text) for m in request.messages)
+    if size > OVERFLOW_CHARS or "huge" in users[-1]:
+        return reply(error=f"This model's maximum context length is 125 tokens ({size // 4} sent)", overflow=True)
+    return reply(text=f"answer to {users[-1][:12]} " + "x" * 120)
+
+
+OVERFLOW_CHARS = 500
+
+
+def _overflow_host(last: str) -> Any:
+    async def host(h: Any, conv: Any, world: World) -> list[Any]:
+        """Two long turns, then a third that overflows the window."""
+        for i in range(2):
+            await (await conv.submit(Input(f"question {i} " + "q" * 80, request_id=f"overflow-{i}"))).wait()
+        return [await conv.submit(Input(last + " " + "q" * 80, request_id="overflow-2"))]
+
+    return host
+
+
+def _check_overflow(storage: Any) -> None:
+    entries = storage.entries(1)
+    markers = [e for e in entries if e.kind == "compaction"]
+    assert len(markers) == 1 and (markers[0].data or {}).get("reason") == "overflow"
+    assert [e.stop_reason for e in entries if e.kind == "assistant"].count("error") == 1
+    assert entries[-1].kind == "assistant" and entries[-1].text.startswith("answer to question 2")
+    assert all(s.status == "done" for s in _by_request(storage).values())
+
+
+def _check_overflow_twice(storage: Any) -> None:
+    entries = storage.entries(1)
+    assert len([e for e in entries if e.kind == "compaction"]) == 1
+    sub = _by_request(storage)["overflow-2"]
+    assert sub.status == "unanswered" and sub.reason == "model_error" and "maximum context length" in sub.detail
+
+
+def _check_one_compaction_at_most(storage: Any) -> None:
+    assert len([e for e in storage.entries(1) if e.kind == "compaction"]) <= 1
+
+
+OVERFLOW = Scenario(
+    name="overflow_compact_retry",
+    script=(),
+    tools=lambda w: [],
+    host=_overflow_host("question 2"),
+    settings=Settings(compaction=CompactionSettings(keep_recent_tokens=40)),
+    baseline_check=_check_overflow,
+    final_check=_check_one_compaction_at_most,
+)
+register_script("overflow_compact_retry", _overflow_script)
+
+OVERFLOW_TWICE = Scenario(
+    name="overflow_twice",
+    script=(),
+    tools=lambda w: [],
+    host=_overflow_host("huge question"),
+    settings=Settings(compaction=CompactionSettings(keep_recent_tokens=40)),
+    baseline_check=_check_overflow_twice,
+    final_check=_check_one_compaction_at_most,
+)
+register_script("overflow_twice", _overflow_script)
+
+ALL = ALL + (OVERFLOW, OVERFLOW_TWICE)
