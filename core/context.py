@@ -46,7 +46,9 @@ def entry_message(entry: Entry) -> Message | None:
         case EntryKind.USER | EntryKind.RESET | EntryKind.COMPACTION:
             return Message(role="user", text=entry.text) if entry.text else None
         case EntryKind.SYSTEM:
-            return Message(role="system", text=entry.text)
+            # a recorded system-prompt change (system.py) is not a message:
+            # the request's system prompt is the shown state it records
+            return Message(role="system", text=entry.text) if entry.text else None
         case EntryKind.ASSISTANT:
             if entry.stop_reason in _HIDDEN_STOPS:
                 return None

@@ -49,6 +49,7 @@ from .effects import (
     write_key,
 )
 from .model import (
+    ExtensionInfo,
     AgentConfig,
     ConversationId,
     Entry,
@@ -83,6 +84,7 @@ class Tx:
     submissions: Mapping[SubmissionId, Submission]
     catalog: Mapping[str, ToolInfo]
     task_catalog: Mapping[str, TaskInfo]
+    extensions: tuple[ExtensionInfo, ...]
     invocations: frozenset[TaskId]
     failed_migrations: Mapping[TaskId, int]
     scheduling: bool

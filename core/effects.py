@@ -145,6 +145,17 @@ class Commit:
 
 
 @attrs.frozen(kw_only=True)
+class RenderSystem:
+    """Render the sections of these extensions (the agent's selection, in
+    order) for a generation at ``prepare``. Answers ``SystemRendered``."""
+
+    TAG: ClassVar[str] = "render_system"
+    task_id: TaskId
+    conversation_id: ConversationId
+    extensions: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
 class CallModel:
     """Send the conversation's context up to ``cutoff`` to ``model``.
 
@@ -348,6 +359,7 @@ Effect: TypeAlias = (
     Commit
     | CallModel
     | PollModel
+    | RenderSystem
     | SelectCut
     | Summarize
     | CancelDeferred

@@ -23,6 +23,7 @@ import attrs
 
 from .model import (
     AgentConfig,
+    ExtensionInfo,
     ConversationId,
     EntryId,
     Json,
@@ -37,7 +38,7 @@ from .model import (
     ToolInfo,
     Usage,
 )
-from .state import ConvState
+from .state import ConvState, SystemSection
 
 
 @attrs.frozen(kw_only=True)
@@ -55,6 +56,7 @@ class Opened:
     resume: bool = True
     settings: Settings = Settings()
     task_catalog: tuple[TaskInfo, ...] = ()
+    extensions: tuple[ExtensionInfo, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -82,6 +84,7 @@ class RegistryChanged:
     now: int
     catalog: tuple[ToolInfo, ...]
     task_catalog: tuple[TaskInfo, ...] = ()
+    extensions: tuple[ExtensionInfo, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -456,6 +459,19 @@ class CutSelected:
     tail: EntryId | None = None
 
 
+@attrs.frozen(kw_only=True)
+class SystemRendered:
+    """``RenderSystem`` rendered the agent's extension sections (in order,
+    tagged); ``failed`` names sections whose renderer raised (they keep the
+    text the model was shown)."""
+
+    TAG: ClassVar[str] = "system_rendered"
+    now: int
+    task_id: TaskId
+    sections: tuple[SystemSection, ...] = ()
+    failed: tuple[str, ...] = ()
+
+
 Event: TypeAlias = (
     Opened
     | Resumed
@@ -488,6 +504,7 @@ Event: TypeAlias = (
     | InvocationFailed
     | CompactionRequested
     | CutSelected
+    | SystemRendered
 )
 
 #: The members of ``Event`` (derived: the union is written once).

@@ -57,7 +57,7 @@ from collections.abc import Mapping
 import attrs
 
 from .live import LiveMove, live_to
-from . import compaction_task, rounds
+from . import compaction_task, rounds, system
 from .checkpoints import (
     GenerationPhase,
     PollCheckpoint,
@@ -68,12 +68,11 @@ from .checkpoints import (
     parse_generation,
 )
 from .draft import Tx
-from .effects import CallModel, CancelDeferred, PollModel, Sleep
-from .events import ModelDeferred, ModelFailed, ModelResponded, ModelStreamed, TimerFired
+from .effects import RenderSystem, CallModel, CancelDeferred, PollModel, Sleep
+from .events import ModelDeferred, ModelFailed, ModelResponded, ModelStreamed, SystemRendered, TimerFired
 from .lifecycle import TaskMove
 from .model import (
     GENERATION,
-    AgentConfig,
     Entry,
     EntryId,
     EntryKind,
@@ -85,6 +84,7 @@ from .model import (
     SubmissionStatus,
     Task,
     TaskId,
+    TaskStatus,
     ToolCall,
     Usage,
 )
@@ -107,6 +107,10 @@ class GenerationInput(enum.StrEnum):
     RESERVE = "reserve"
     #: Picked at prepare, but the conversation has no model.
     NO_MODEL = "no_model"
+    #: Picked at prepare; the agent's extension sections need rendering first.
+    RENDER = "render"
+    #: The shell rendered the sections (``SystemRendered``).
+    RENDERED = "rendered"
     #: A partial of the answer streamed in.
     STREAMED = "streamed"
     #: The model answered without tool calls.
@@ -136,18 +140,31 @@ class GenerationInput(enum.StrEnum):
 # --- the rows' handlers ------------------------------------------------------
 
 
-def _prepare(turn: Turn, _: None) -> None:
-    """Pin model and cutoff (the intent), then call the model."""
+def _render(turn: Turn, _: None) -> None:
+    """Row ``(prepare, render)``: ask the shell to render the agent's
+    extension sections (host code); the reservation stays in memory."""
+    tx, task = turn.tx, turn.task
+    turn.store(TaskMove.RESERVE, durable=False, started_at=task.started_at or tx.now)
+    agent = tx.conv(task.conversation_id).agent
+    extensions = system.sectioned(tx.extensions, agent)
+    tx.act(RenderSystem(task_id=task.id, conversation_id=task.conversation_id, extensions=extensions))
+
+
+def _prepare(turn: Turn, ev: SystemRendered | None) -> None:
+    """Record what the model will be shown (system.py), pin model and cutoff
+    (the intent), then call the model."""
     tx, task = turn.tx, turn.task
     cp = turn.checkpoint
     assert isinstance(cp, PrepareCheckpoint)
     conv = tx.conv(task.conversation_id)
     model = conv.agent.model
     assert model is not None  # classified NO_MODEL otherwise
+    system.prepare(tx, conv, task.id, () if ev is None else ev.sections, () if ev is None else ev.failed)
     # Ids are global and increasing: every entry the conversation has now has
     # an id below next_id, every later one above it.
     request = RequestCheckpoint(attempt=cp.attempt, model=model, cutoff=EntryId(tx.next_id - 1), compacted=cp.compacted)
-    running = turn.store(TaskMove.RESERVE, request, started_at=task.started_at or tx.now)
+    move = TaskMove.CHECKPOINT if task.status is TaskStatus.RUNNING else TaskMove.RESERVE  # rendered: running
+    running = turn.store(move, request, started_at=task.started_at or tx.now)
     tx.set_live(task.conversation_id, live_to(conv.live, LiveMove.ASK, attempt=cp.attempt))
     _call_model(tx, running, request)
 
@@ -193,7 +210,7 @@ def _retry(turn: Turn, _: TimerFired) -> None:
 def _poll(turn: Turn, _: TimerFired) -> None:
     tx, task, cp = turn.tx, turn.task, turn.checkpoint
     assert isinstance(cp, PollCheckpoint)
-    agent = tx.conv(task.conversation_id).agent
+    tools, system_text = system.request_view(tx, tx.conv(task.conversation_id))
     tx.act(
         PollModel(
             task_id=task.id,
@@ -202,8 +219,8 @@ def _poll(turn: Turn, _: TimerFired) -> None:
             model=cp.model,
             handle=cp.handle,
             cutoff=cp.cutoff,
-            tools=agent.tools,
-            system=system_prompt(agent),
+            tools=tools,
+            system=system_text,
         )
     )
 
@@ -369,6 +386,8 @@ def _rows() -> Mapping[tuple[enum.StrEnum, enum.StrEnum], Row]:
     rows: dict[tuple[enum.StrEnum, enum.StrEnum], Row] = {
         (_P.PREPARE, _I.RESERVE): Row(handler=_prepare, next=_P.REQUEST),
         (_P.PREPARE, _I.NO_MODEL): Row(handler=_no_model, next=END),
+        (_P.PREPARE, _I.RENDER): Row(handler=_render, next=_P.PREPARE),
+        (_P.PREPARE, _I.RENDERED): Row(handler=_prepare, next=_P.REQUEST),
         (_P.PREPARE, _I.UNCOMPACTED): Row(handler=_uncompacted, next=END),
         (_P.REQUEST, _I.RESERVE): Row(handler=_resend, next=_P.REQUEST),
         (_P.REQUEST, _I.STREAMED): Row(handler=_streamed, next=_P.REQUEST),
@@ -416,9 +435,10 @@ def on_reserve(tx: Tx, task: Task) -> None:
     move = _I.RESERVE
     if isinstance(cp, PrepareCheckpoint) and tx.conv(task.conversation_id).agent.model is None:
         move = _I.NO_MODEL
-    elif isinstance(cp, PrepareCheckpoint) and cp.overflow is not None:
-        if tx.conv(task.conversation_id).context.head == cp.head:
-            move = _I.UNCOMPACTED
+    elif isinstance(cp, PrepareCheckpoint) and cp.overflow is not None and tx.conv(task.conversation_id).context.head == cp.head:
+        move = _I.UNCOMPACTED  # the overflow compaction placed nothing
+    elif isinstance(cp, PrepareCheckpoint) and system.sectioned(tx.extensions, tx.conv(task.conversation_id).agent):
+        move = _I.RENDER
     elif isinstance(cp, ToolsCheckpoint):
         move = _I.NEXT_CALL if cp.pending else _I.ROUND_DONE
     MACHINE.run(tx, task, cp, move)
@@ -482,6 +502,12 @@ def on_model_failed(tx: Tx, ev: ModelFailed) -> None:
     MACHINE.run(tx, *found, move, ev)
 
 
+def on_system_rendered(tx: Tx, ev: SystemRendered) -> None:
+    found = MACHINE.running(tx, ev.task_id)
+    if found is not None and MACHINE.accepts(found[1], _I.RENDERED):
+        MACHINE.run(tx, *found, _I.RENDERED, ev)
+
+
 def on_timer_fired(tx: Tx, ev: TimerFired) -> None:
     found = MACHINE.running(tx, ev.task_id)
     if found is None or not MACHINE.accepts(found[1], _I.TIMER_FIRED):
@@ -522,17 +548,8 @@ def _assistant_entry(tx: Tx, task: Task, text: str, *, stop_reason: str, is_erro
     return entry
 
 
-def system_prompt(agent: AgentConfig) -> str | None:
-    """The system prompt of a request: the agent's ``instructions`` as a
-    tagged section (``<instructions>\n...\n</instructions>``, reference
-    §3.15.2), or None when there are none."""
-    if not agent.instructions:
-        return None
-    return f"<instructions>\n{agent.instructions}\n</instructions>"
-
-
 def _call_model(tx: Tx, task: Task, cp: RequestCheckpoint) -> None:
-    agent = tx.conv(task.conversation_id).agent
+    tools, system_text = system.request_view(tx, tx.conv(task.conversation_id))
     tx.act(
         CallModel(
             task_id=task.id,
@@ -540,8 +557,8 @@ def _call_model(tx: Tx, task: Task, cp: RequestCheckpoint) -> None:
             attempt=cp.attempt,
             model=cp.model,
             cutoff=cp.cutoff,
-            tools=agent.tools,
-            system=system_prompt(agent),
+            tools=tools,
+            system=system_text,
         )
     )
 

@@ -241,6 +241,8 @@ class AgentConfig:
 
     ``tools`` is None for "every installed tool", or the exact names offered.
     ``tool_execution`` chooses parallel (default) or sequential tool batches.
+    ``extensions`` is None for "every installed extension" (install order),
+    or exactly the named ones, in that order: their tools, sections and hooks.
     """
 
     model: ModelRef | None = None
@@ -248,6 +250,7 @@ class AgentConfig:
     instructions: str | None = None
     tools: tuple[str, ...] | None = None
     tool_execution: ExecutionMode = ExecutionMode.PARALLEL
+    extensions: tuple[str, ...] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -426,6 +429,17 @@ class ToolInfo:
     # make them members, so the catalog compares and serializes one way.
     replay: Replay = attrs.field(default=Replay.UNSAFE, converter=Replay)
     execution_mode: ExecutionMode = attrs.field(default=ExecutionMode.PARALLEL, converter=ExecutionMode)
+
+
+@attrs.frozen(kw_only=True)
+class ExtensionInfo:
+    """What the core knows of an installed extension: its tools and section
+    keys, in order (which tools an agent's extension selection offers, and
+    whether its system prompt needs host rendering)."""
+
+    name: str
+    tools: tuple[str, ...] = ()
+    sections: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)

@@ -100,6 +100,7 @@ def on_opened(tx: Tx, ev: Opened) -> None:
         submissions={s.id: s for s in ev.submissions if not s.settled},
         catalog={i.name: i for i in ev.catalog},
         task_catalog={i.kind: i for i in ev.task_catalog},
+        extensions=ev.extensions,
         invocations=frozenset(),
         failed_migrations={},
         scheduling=ev.resume,
@@ -118,6 +119,7 @@ def on_resumed(tx: Tx, ev: Resumed) -> None:
 def on_registry_changed(tx: Tx, ev: RegistryChanged) -> None:
     tx.catalog = {i.name: i for i in ev.catalog}
     tx.task_catalog = {i.kind: i for i in ev.task_catalog}
+    tx.extensions = ev.extensions
     # a failed migration is retried once a different version is installed
     tx.failed_migrations = {
         tid: v

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 import attrs
 
 from .model import (
+    ExtensionInfo,
     AgentConfig,
     Conversation,
     ConversationId,
@@ -152,13 +153,28 @@ class InboxItem:
 
 
 @attrs.frozen(kw_only=True)
+class SystemSection:
+    """One rendered system-prompt section (its text already tagged)."""
+
+    key: str
+    text: str
+
+
+@attrs.frozen(kw_only=True)
 class ContextDoc:
-    """``pi.context``: where the model context starts (compaction.py)."""
+    """``pi.context``: where the model context starts (compaction.py) and
+    what system prompt and tools the model was last shown (system.py)."""
 
     #: The current range start: the ``head`` of the newest head marker
     #: placed (None: the transcript start). A write whose numeric head is
     #: older is ``stale``.
     head: EntryId | None = None
+    #: The shown system sections, in order.
+    sections: tuple[SystemSection, ...] = ()
+    #: The shown (offered) tool names, in order.
+    tools: tuple[str, ...] = ()
+    #: The newest system entry (None: none yet).
+    system_entry: EntryId | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -194,6 +210,8 @@ class State:
     catalog: Mapping[str, ToolInfo] = attrs.field(factory=dict)
     #: Installed custom task definitions by kind.
     task_catalog: Mapping[str, TaskInfo] = attrs.field(factory=dict)
+    #: The installed extensions, in install order (system.py).
+    extensions: tuple[ExtensionInfo, ...] = ()
     #: Custom tasks whose phase (or abort handler, or migration) is out in the
     #: shell right now; their status may change (runtime.commit) before the
     #: invocation ends, so status alone cannot say "in flight".

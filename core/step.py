@@ -16,6 +16,7 @@ from . import admission, cancellation, compaction_task, custom, generation, sche
 from .draft import Tx
 from .effects import Step
 from .events import (
+    SystemRendered,
     EVENT_TYPES,
     AgentConfigurationRequested,
     ConversationAbortRequested,
@@ -74,6 +75,7 @@ HANDLERS: Mapping[type, Callable[[Tx, Any], None]] = {
     ModelResponded: lambda tx, ev: _model_reply(tx, ev, generation.on_model_responded),
     ModelFailed: lambda tx, ev: _model_reply(tx, ev, generation.on_model_failed),
     ModelStreamed: generation.on_model_streamed,
+    SystemRendered: generation.on_system_rendered,
     ModelDeferred: generation.on_model_deferred,
     TimerFired: generation.on_timer_fired,
     ToolPrepared: tools.on_tool_prepared,

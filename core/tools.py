@@ -55,6 +55,7 @@ from collections.abc import Mapping
 import attrs
 
 from .live import LiveMove, live_to
+from . import system
 from .checkpoints import REPLAYS, CallCheckpoint, ExecuteCheckpoint, ToolPhase, parse_tool
 from .draft import Tx
 from .effects import PrepareTool, Refusal, RunTool
@@ -136,7 +137,7 @@ def _prepare(turn: Turn, _: None) -> None:
             assistant_entry_id=EntryId(int(task.input["assistant"])),
             call_id=str(task.input["call_id"]),
             name=str(task.input["name"]),
-            tools=tx.conv(task.conversation_id).agent.tools,
+            tools=system.tools_view(tx, tx.conv(task.conversation_id)),
         )
     )
 

@@ -28,6 +28,8 @@ from .registry import (
     ToolResult,
     define_extension,
     define_tool,
+    PromptInput,
+    section,
 )
 from .loop import Hooks
 from .limits import OutputLimits
@@ -60,6 +62,8 @@ __all__ = [
     "TaskCommitError",
     "HookContext",
     "HookReport",
+    "PromptInput",
+    "section",
     "define_task",
     "Settings",
     "CompactionSettings",

@@ -50,6 +50,7 @@ from pidurable.core.events import (
     ToolFailed,
     ToolFinished,
     ToolPrepared,
+    SystemRendered,
     ToolProcessStarted,
     ToolProgressed,
     ToolRejected,
@@ -278,6 +279,8 @@ REFUSALS: Mapping[type, Callable[[Any, EdgeError], Event]] = {
     PhaseReturned: lambda ev, e: attrs.evolve(ev, error=str(e), ran={}),
     InvocationFailed: lambda ev, e: attrs.evolve(ev, message=str(e)),
     ToolProcessStarted: _refuse_process,
+    # rendered sections that cannot be stored keep what the model was shown
+    SystemRendered: lambda ev, e: attrs.evolve(ev, sections=(), failed=tuple(s.key for s in ev.sections)),
     # running output is text (always cleanable); a refusal shows nothing
     ToolProgressed: lambda ev, e: attrs.evolve(ev, output=""),
 }
@@ -426,6 +429,16 @@ def check_agent(agent: object, what: str = "agent") -> AgentConfig | None:
         if type(tools) is not tuple:
             agent = attrs.evolve(agent, tools=tuple(tools))
     check_choice(agent.tool_execution, f"{what}.tool_execution", ("parallel", "sequential"))
+    extensions = agent.extensions
+    if extensions is not None:
+        if isinstance(extensions, str) or not isinstance(extensions, (list, tuple)):
+            raise InvalidInput(f"{what}.extensions must be None (every extension) or a list of extension names")
+        for name in extensions:
+            check_text(name, f"{what}.extensions entry", empty=False)
+        if len(set(extensions)) != len(extensions):
+            raise InvalidInput(f"{what}.extensions names an extension twice")
+        if type(extensions) is not tuple:
+            agent = attrs.evolve(agent, extensions=tuple(extensions))
     return agent
 
 

@@ -61,7 +61,8 @@ from pidurable.core.model import (
     TaskAbortResult,
     TaskId,
 )
-from pidurable.core.state import AGENT_DOC, USAGE_DOC, UsageDoc, UsageTotals
+from pidurable.core.state import AGENT_DOC, CONTEXT_DOC, USAGE_DOC, UsageDoc, UsageTotals
+from pidurable.core.system import system_text
 
 from .env import kill_leftover_processes
 from .edge import (
@@ -165,7 +166,10 @@ class Conversation:
         """The messages the next model request would see (from the newest
         compaction or reset marker on)."""
         _live(self._rt)
-        return context_messages(self._rt.storage.entries(self.id))
+        messages = context_messages(self._rt.storage.entries(self.id))
+        shown = self._rt.storage.document(self.id, CONTEXT_DOC)
+        prompt = system_text(shown.sections) if shown is not None else None
+        return messages if prompt is None else [Message(role="system", text=prompt), *messages]
 
     async def usage(self) -> UsageDoc:
         """This conversation's ``pi.usage``."""
@@ -288,7 +292,12 @@ class Harness:
         )
         unsubscribe = registry.subscribe(
             lambda: rt.send(
-                RegistryChanged(now=rt.clock(), catalog=registry.catalog(), task_catalog=registry.task_catalog())
+                RegistryChanged(
+                    now=rt.clock(),
+                    catalog=registry.catalog(),
+                    task_catalog=registry.task_catalog(),
+                    extensions=registry.extension_catalog(),
+                )
             )
         )
         try:
@@ -309,6 +318,7 @@ class Harness:
                         resume=resume,
                         settings=settings,
                         task_catalog=registry.task_catalog(),
+                        extensions=registry.extension_catalog(),
                     )
                 )
                 try:

@@ -60,6 +60,7 @@ from pidurable.core.effects import (
     Summarize,
     PrepareTool,
     PutEntry,
+    RenderSystem,
     Respond,
     RunPhase,
     RunTool,
@@ -250,6 +251,9 @@ class Loop:
                 self._spawn(effect, partial(do.tasks.migrate, effect))
             case Sleep():
                 self._spawn(effect, partial(sleep, self, effect))
+            case RenderSystem():
+                agent = self.state.conversations[effect.conversation_id].agent  # a read-only snapshot
+                self._spawn(effect, partial(do.hooks.render_system, effect, agent))
             case Cancel():
                 scope = self.inflight.get(effect.task_id)
                 if scope is not None:
@@ -261,7 +265,7 @@ class Loop:
 
     def _spawn(
         self,
-        effect: CallModel | PollModel | Summarize | PrepareTool | RunTool | RunPhase | MigrateTask | Sleep,
+        effect: CallModel | PollModel | Summarize | PrepareTool | RunTool | RunPhase | MigrateTask | Sleep | RenderSystem,
         job: Callable[[], Awaitable[None]],
     ) -> None:
         assert self.nursery is not None

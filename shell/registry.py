@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import jsonschema
 
-from pidurable.core.model import Task, TaskInfo, ToolInfo, Usage
+from pidurable.core.model import AgentConfig, ExtensionInfo, Task, TaskInfo, ToolInfo, Usage
 
 from .limits import OutputLimits
 from .limits import output_limits as _output_limits
@@ -255,14 +255,57 @@ def define_task(
 HOOK_NAMES = ("before_tool", "after_tool", "before_request", "after_response")
 
 
+_SECTION_KEY = re.compile(r"^[a-z][a-z0-9_-]*$")
+
+
+@attrs.frozen(kw_only=True)
+class PromptInput:
+    """What a section renderer gets: the conversation, its agent settings
+    and the harness's env."""
+
+    conversation_id: int
+    agent: AgentConfig
+    env: Any
+
+
+@attrs.frozen(kw_only=True)
+class Section:
+    """A system-prompt section: ``render(PromptInput) -> str | None`` (sync
+    or async; None omits it), wrapped ``<key>\n...\n</key>`` when ``tag``."""
+
+    key: str
+    render: Callable[[PromptInput], Any]
+    tag: bool = True
+
+
+def section(key: str, render: Callable[[PromptInput], Any], *, tag: bool = True) -> Section:
+    """A section for ``define_extension(sections=[...])``. Keys match
+    ``^[a-z][a-z0-9_-]*$``; ``instructions`` is reserved (the agent's own)."""
+    if not isinstance(key, str) or not _SECTION_KEY.match(key):
+        raise ValueError(f"Section key {key!r} must match {_SECTION_KEY.pattern}")
+    if key == "instructions":
+        raise ValueError("Section key 'instructions' is reserved for AgentConfig.instructions")
+    if not callable(render):
+        raise TypeError(f"Section {key}: render must be a function PromptInput -> str | None")
+    if not isinstance(tag, bool):
+        raise TypeError(f"Section {key}: tag must be a bool")
+    return Section(key=key, render=render, tag=tag)
+
+
 @attrs.frozen(kw_only=True)
 class Extension:
-    """A named bundle of tools, task definitions and hooks."""
+    """A named bundle of tools, task definitions, hooks and prompt sections."""
 
     name: str
     tools: tuple[ToolDefinition, ...] = ()
     tasks: tuple[TaskDefinition, ...] = ()
     hooks: dict[str, Callable[..., Awaitable[Any]]] = attrs.field(factory=dict)
+    sections: tuple[Section, ...] = ()
+
+    def info(self) -> ExtensionInfo:
+        return ExtensionInfo(
+            name=self.name, tools=tuple(t.name for t in self.tools), sections=tuple(s.key for s in self.sections)
+        )
 
 
 def define_extension(
@@ -279,15 +322,19 @@ def define_extension(
     ``before_request(ctx, messages) -> list | None`` (this request only),
     ``after_response(ctx, reply) -> None`` (an observer of every complete
     model message). A raising hook is reported to ``on_report``."""
-    if tuple(sections):
-        raise ValueError(f"Extension {name}: prompt sections are not supported yet")
+    sections = tuple(sections)
+    if not all(isinstance(s, Section) for s in sections):
+        raise TypeError(f"Extension {name}: sections must be made with section(key, render)")
+    keys = [s.key for s in sections]
+    if len(keys) != len(set(keys)):
+        raise ValueError(f"Extension {name} defines a section key twice")
     hooks = dict(hooks or {})
     for hook_name, fn in hooks.items():
         if hook_name not in HOOK_NAMES:
             raise ValueError(f"Extension {name}: unknown hook {hook_name!r} (known: {', '.join(HOOK_NAMES)})")
         if not callable(fn):
             raise TypeError(f"Extension {name}: hook {hook_name} must be an async function")
-    return Extension(name=name, tools=tuple(tools), tasks=tuple(tasks), hooks=hooks)
+    return Extension(name=name, tools=tuple(tools), tasks=tuple(tasks), hooks=hooks, sections=sections)
 
 
 class Registry:
@@ -351,6 +398,13 @@ class Registry:
                 if t.kind == kind:
                     return t
         return None
+
+    def extension_catalog(self) -> tuple[ExtensionInfo, ...]:
+        """Every installed extension (install order): its tools and section keys."""
+        return tuple(ext.info() for ext in self._extensions.values())
+
+    def extension(self, name: str) -> Extension | None:
+        return self._extensions.get(name)
 
     def task_catalog(self) -> tuple[TaskInfo, ...]:
         return tuple(t.info() for ext in self._extensions.values() for t in ext.tasks)

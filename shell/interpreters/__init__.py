@@ -30,6 +30,7 @@ class Interpreters:
     models: ModelInterpreter
     tools: ToolInterpreter
     tasks: TaskInterpreter
+    hooks: HookRunner
 
     @classmethod
     def build(
@@ -43,7 +44,7 @@ class Interpreters:
         store_id: str,
         on_report: Callable[[HookReport], None] = log_report,
     ) -> "Interpreters":
-        hooks = HookRunner(registry=host.registry, loop=host.loop, harness=host.harness, on_report=on_report)
+        hooks = HookRunner(registry=host.registry, loop=host.loop, harness=host.harness, on_report=on_report, env=env)
         return cls(
             models=ModelInterpreter(loop=host.loop, models=models, registry=host.registry, hooks=hooks, context=context),
             tools=ToolInterpreter(
@@ -57,6 +58,7 @@ class Interpreters:
                 harness=host.harness,
             ),
             tasks=TaskInterpreter(port=host),
+            hooks=hooks,
         )
 
 

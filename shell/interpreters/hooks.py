@@ -12,18 +12,21 @@ the facade handed through opaque); nothing here touches ``State``.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from pidurable.core.effects import RunTool
-from pidurable.core.model import ConversationId, TaskId, ToolCall
+from pidurable.core.effects import RenderSystem, RunTool
+from pidurable.core.events import SystemRendered
+from pidurable.core.state import SystemSection
+from pidurable.core.model import AgentConfig, ConversationId, TaskId, ToolCall
 
 from ..edge import tool_result
 from ..providers.base import ModelReply, ModelRequest
-from ..registry import Registry, ToolResult
+from ..registry import PromptInput, Registry, ToolResult
 from ..tasks import HookContext
 from .ports import Requester
 
@@ -74,6 +77,7 @@ class HookRunner:
     loop: Requester
     harness: Harness
     on_report: Callable[[HookReport], None] = log_report
+    env: object = None
 
     def report(self, hook: str, extension: str, task_id: int, conversation_id: int, e: BaseException, handled: str) -> None:
         """Hand a hook failure to the host's sink (never raises)."""
@@ -143,6 +147,34 @@ class HookRunner:
                 await hook(ctx, reply)
             except Exception as e:  # an observer failing changes nothing: reported
                 self.report("after_response", extension, task_id, conversation_id, e, "skipped")
+
+    async def render_system(self, effect: RenderSystem, agent: AgentConfig) -> None:
+        """Render the sections of the selected extensions, in order (a later
+        extension's section with the same key replaces an earlier one in
+        place), and report them: ``SystemRendered``. A renderer that raises
+        is reported and its section keeps the text the model was shown."""
+        prompt = PromptInput(conversation_id=effect.conversation_id, agent=agent, env=self.env)
+        rendered: dict[str, str | None] = {}
+        failed: list[str] = []
+        for name in effect.extensions:
+            ext = self.registry.extension(name)
+            for sec in ext.sections if ext is not None else ():
+                try:
+                    text = sec.render(prompt)
+                    if inspect.isawaitable(text):
+                        text = await text
+                    if text is not None and not isinstance(text, str):
+                        raise TypeError(f"section {sec.key} rendered a {type(text).__name__}, not str or None")
+                except Exception as e:  # reported; the section keeps what was shown
+                    self.report(f"section:{sec.key}", name, effect.task_id, effect.conversation_id, e, "kept the shown text")
+                    failed.append(sec.key)
+                    rendered.pop(sec.key, None)
+                    continue
+                rendered[sec.key] = None if text is None else (f"<{sec.key}>\n{text}\n</{sec.key}>" if sec.tag else text)
+        sections = tuple(SystemSection(key=k, text=t) for k, t in rendered.items() if t is not None)
+        self.loop.send(
+            SystemRendered(now=self.loop.clock(), task_id=effect.task_id, sections=sections, failed=tuple(failed))
+        )
 
     async def before_request(self, request: ModelRequest) -> ModelRequest:
         """``before_request`` hooks may replace the messages of this request

@@ -30,9 +30,9 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from cattrs.strategies import configure_tagged_union
 
 from pidurable.core.effects import WRITE_TYPES, Effect, Write
-from pidurable.core.events import EVENT_TYPES, Event
-from pidurable.core.model import Entry, EntryKind, Settings
-from pidurable.core.state import ConvState
+from pidurable.core.events import EVENT_TYPES, Event, Opened, RegistryChanged
+from pidurable.core.model import AgentConfig, Entry, EntryKind, Settings
+from pidurable.core.state import ContextDoc, ConvState
 from pidurable.core.state import ToolSlot
 
 FORMAT_VERSION = 1
@@ -65,6 +65,23 @@ converter.register_structure_hook(
     Entry, make_dict_structure_fn(Entry, converter, kind=override(struct_hook=_entry_kind))
 )
 
+# What the model is shown (system sections, issue 9) and the extension
+# catalog were added after schema 1: agents, contexts and opens without them
+# keep their schema-1 bytes.
+converter.register_unstructure_hook(
+    AgentConfig, make_dict_unstructure_fn(AgentConfig, converter, extensions=override(omit_if_default=True))
+)
+converter.register_unstructure_hook(
+    ContextDoc,
+    make_dict_unstructure_fn(
+        ContextDoc,
+        converter,
+        sections=override(omit_if_default=True),
+        tools=override(omit_if_default=True),
+        system_entry=override(omit_if_default=True),
+    ),
+)
+
 # A slot's running output (tool output limits) is written only while a body
 # reports it: slots without it keep their schema-1 bytes.
 converter.register_unstructure_hook(
@@ -81,6 +98,13 @@ converter.register_unstructure_hook(
 converter.register_unstructure_hook(
     Settings, make_dict_unstructure_fn(Settings, converter, compaction=override(omit_if_default=True))
 )
+
+# Events holding the records above are built after them (a hook captures the
+# hooks of its fields when it is made).
+for _cl in (Opened, RegistryChanged):
+    converter.register_unstructure_hook(
+        _cl, make_dict_unstructure_fn(_cl, converter, extensions=override(omit_if_default=True))
+    )
 
 configure_tagged_union(Event, converter, tag_generator=_tag, tag_name="type")
 configure_tagged_union(Write, converter, tag_generator=_tag, tag_name="type")

@@ -452,11 +452,23 @@ def test_call_model_carries_the_instructions_section_and_the_tool_filter() -> No
     from pidurable.core.events import AgentConfigurationRequested
     from pidurable.core.model import AgentConfig
 
-    state = opened_state()
+    from pidurable.core.model import ToolInfo
+
+    state = opened_state(catalog=(ToolInfo(name="write"), ToolInfo(name="edit"), ToolInfo(name="read")))
     agent = AgentConfig(model=MODEL, instructions="Be brief.", tools=("read", "edit"))
     state = step(state, AgentConfigurationRequested(now=5, ticket=1, conversation_id=ConversationId(ROOT), agent=agent)).state
-    call = only(effects_of(step(state, submit("go")), CallModel))
+    first = step(state, submit("go"))
+    call = only(effects_of(first, CallModel))
     assert call.system == "<instructions>\nBe brief.\n</instructions>"
     assert call.tools == ("read", "edit")
+    # what the model was shown is recorded: a system entry before the cutoff
+    system = [e for e in put_entries(first) if e.kind == "system"]
+    assert len(system) == 1 and system[0].id <= call.cutoff
+    assert system[0].data == {
+        "sections": {"instructions": "<instructions>\nBe brief.\n</instructions>"},
+        "order": ["instructions"],
+        "tools_added": ["read", "edit"],
+        "tools_removed": [],
+    }
     plain = only(effects_of(step(opened_state(), submit("go")), CallModel))
     assert plain.system is None and plain.tools is None

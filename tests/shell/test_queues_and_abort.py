@@ -494,7 +494,11 @@ async def test_create_conversation_owned_by_a_tool_task(autojump_clock: trio.tes
     assert owner == task_id and child_agent == agent
     assert [e.text for e in transcript if e.kind == EntryKind.TOOL_RESULT] == ["child done"]
     assert settled.status == SubmissionStatus.DONE
-    assert [e.text for e in storage.entries(child_id)] == ["child task", "child done"]
+    child_entries = storage.entries(child_id)
+    assert [e.text for e in child_entries if e.kind != EntryKind.SYSTEM] == ["child task", "child done"]
+    # the copied instructions are what the child's model was shown: recorded (issue 9)
+    [shown] = [e.data for e in child_entries if e.kind == EntryKind.SYSTEM]
+    assert shown["sections"] == {"instructions": "<instructions>\nbe terse\n</instructions>"}
 
 
 async def test_subagent_tool_end_to_end(autojump_clock: trio.testing.MockClock) -> None:
