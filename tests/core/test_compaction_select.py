@@ -120,3 +120,73 @@ def test_a_cut_never_splits_a_call_from_its_result(entries: list[Entry], keep: i
     assert dropped, "a cut at the first entry compacts nothing"
     messages = context_messages(kept)
     assert not messages or messages[0].role in ("user", "assistant")
+
+
+# --- issue 9: any sequence of rounds, compactions and resets --------------------------
+
+from pidurable.core.context import context_entries  # noqa: E402
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[list[Entry], int]:
+    """A transcript grown by rounds, with compactions (select_cut over the
+    active range, a marker keeping from the cut) and resets interleaved, and
+    the keep budget the compactions used."""
+    keep = draw(st.integers(1, 600))
+    entries: list[Entry] = []
+    n = 1
+
+    def add(e: Entry) -> None:
+        entries.append(e)
+
+    for _ in range(draw(st.integers(1, 8))):
+        op = draw(st.sampled_from(("round", "round", "round", "compact", "reset")))
+        if op == "round":
+            add(user(n, "u" * draw(st.integers(0, 300))))
+            n += 1
+            for _ in range(draw(st.integers(1, 2))):
+                calls = tuple(f"c{n}_{k}" for k in range(draw(st.integers(0, 2))))
+                add(assistant(n, "a" * draw(st.integers(0, 150)), calls))
+                n += 1
+                for c in calls:
+                    add(result(n, c, "r" * draw(st.integers(0, 1500))))
+                    n += 1
+        elif op == "compact":
+            _, kept = active_range(entries)
+            cut = select_cut(kept, keep)
+            if cut is not None:
+                add(Entry(id=EntryId(n), conversation_id=CID, kind=EntryKind.COMPACTION, text=summary_text(f"s{n}"), data={"head": cut}))
+                n += 1
+        else:
+            add(Entry(id=EntryId(n), conversation_id=CID, kind=EntryKind.RESET, text="", data={"head": n}))
+            n += 1
+    return entries, keep
+
+
+@given(histories())
+def test_any_sequence_of_compactions_and_resets_keeps_the_context_sound(history: tuple[list[Entry], int]) -> None:
+    """The context never splits a tool call from its result, never shows an
+    entry twice, and a compaction keeps at least the newest ``keep`` tokens
+    of what it summarized (or everything after its cut)."""
+    entries, keep = history
+    shown = context_entries(entries)
+    ids = [e.id for e in shown]
+    assert len(ids) == len(set(ids)), "an entry shown twice"
+    messages = context_messages(entries)
+    calls = {c.id for m in messages if m.role == "assistant" for c in m.tool_calls}
+    results = [m.tool_call_id for m in messages if m.role == "tool"]
+    assert sorted(results) == sorted(calls), "a call without its result, or a result without its call"
+    kept_ids = {e.id for e in shown}
+    for e in entries:
+        if e.kind == EntryKind.TOOL_RESULT and e.id in kept_ids:
+            owner = next(a for a in entries if any(c.id == e.tool_call_id for c in a.tool_calls))
+            assert owner.id in kept_ids, f"result {e.id} kept without its call {owner.id}"
+    marker, kept = active_range(entries)
+    if marker is not None and marker.kind == EntryKind.COMPACTION:
+        before = [e for e in entries if e.id < marker.id and e.kind not in (EntryKind.COMPACTION, EntryKind.RESET)]
+        kept_before = [e for e in kept if e.id < marker.id]
+        total = sum(estimate_entry_tokens(e) for e in kept_before)
+        newest_candidate_fallback = kept_before and kept_before[0].id == max(
+            (e.id for e in before if e.kind == EntryKind.ASSISTANT), default=-1
+        )
+        assert total >= keep or newest_candidate_fallback or not kept_before
