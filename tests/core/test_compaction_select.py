@@ -124,6 +124,7 @@ def test_a_cut_never_splits_a_call_from_its_result(entries: list[Entry], keep: i
 
 # --- issue 9: any sequence of rounds, compactions and resets --------------------------
 
+from pidurable.core.compaction import marker_head  # noqa: E402
 from pidurable.core.context import context_entries  # noqa: E402
 
 
@@ -166,8 +167,8 @@ def histories(draw: st.DrawFn) -> tuple[list[Entry], int]:
 @given(histories())
 def test_any_sequence_of_compactions_and_resets_keeps_the_context_sound(history: tuple[list[Entry], int]) -> None:
     """The context never splits a tool call from its result, never shows an
-    entry twice, and a compaction keeps at least the newest ``keep`` tokens
-    of what it summarized (or everything after its cut)."""
+    entry twice, and a compaction never summarizes anything within the newest
+    ``keep`` tokens of the range it compacted."""
     entries, keep = history
     shown = context_entries(entries)
     ids = [e.id for e in shown]
@@ -183,10 +184,13 @@ def test_any_sequence_of_compactions_and_resets_keeps_the_context_sound(history:
             assert owner.id in kept_ids, f"result {e.id} kept without its call {owner.id}"
     marker, kept = active_range(entries)
     if marker is not None and marker.kind == EntryKind.COMPACTION:
-        before = [e for e in entries if e.id < marker.id and e.kind not in (EntryKind.COMPACTION, EntryKind.RESET)]
-        kept_before = [e for e in kept if e.id < marker.id]
-        total = sum(estimate_entry_tokens(e) for e in kept_before)
-        newest_candidate_fallback = kept_before and kept_before[0].id == max(
-            (e.id for e in before if e.kind == EntryKind.ASSISTANT), default=-1
-        )
-        assert total >= keep or newest_candidate_fallback or not kept_before
+        # the range the compaction summarized, as it stood when it ran
+        _, summarized = active_range([e for e in entries if e.id < marker.id])
+        cut = marker_head(marker)
+        # everything inside the newest ``keep`` tokens is kept (never summarized)
+        suffix = 0
+        for e in reversed(summarized):
+            suffix += estimate_entry_tokens(e)
+            if suffix >= keep:
+                break
+            assert e.id >= cut, f"entry {e.id} within the newest {keep} tokens was summarized (cut {cut})"
