@@ -706,3 +706,50 @@ OVERFLOW_TWICE = Scenario(
 register_script("overflow_twice", _overflow_script)
 
 ALL = ALL + (OVERFLOW, OVERFLOW_TWICE)
+
+
+# --- issue 9: a system section that changes mid-conversation -------------------------
+
+
+def _jot(world: World, args: dict[str, Any]) -> str:
+    world.files["notes.txt"] = args["text"]
+    return "noted"
+
+
+def _section_tools(world: World) -> list[Any]:
+    from pidurable.shell import section
+
+    def notes(prompt: Any) -> str:
+        return "Notes: " + world.files.get("notes.txt", "none")
+
+    jot = counting_tool(world, "jot", replay="unsafe", body=_jot, properties={"text": {"type": "string"}})
+    return [define_extension("notes", sections=[section("notes", notes)], tools=[jot])]
+
+
+def _check_section_change(storage: Any) -> None:
+    """Every run: a baseline, then at most the one change the jot made (an
+    interrupted jot may not have run: then nothing changed)."""
+    shown = [e.data for e in storage.entries(1) if e.kind == "system"]
+    assert shown[0]["sections"] == {"notes": "<notes>\nNotes: empty\n</notes>"} and shown[0]["tools_added"] == ["jot"]
+    assert shown[1:] in ([], [{"sections": {"notes": "<notes>\nNotes: buy milk\n</notes>"}}])
+
+
+def _check_section_changed(storage: Any) -> None:
+    """The uninterrupted run: the section changed mid-conversation."""
+    assert len([e for e in storage.entries(1) if e.kind == "system"]) == 2
+
+
+SECTION_CHANGE = Scenario(
+    name="section_change",
+    script=(reply(tool_calls=[tool_call("jot", text="buy milk")]), reply(text="Noted.")),
+    tools=_section_tools,
+    files=(("notes.txt", "empty"),),
+    unsafe=("jot",),
+    final_check=_check_section_change,
+    baseline_check=_check_section_changed,
+    # an interrupted jot may not have run: then the section does not change
+    # and the transcript legitimately lacks the second system entry
+    same_outcome=False,
+)
+
+ALL = ALL + (SECTION_CHANGE,)
