@@ -54,8 +54,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
-import attrs
-
 from .live import LiveMove, live_to
 from . import compaction_task, rounds, system
 from .checkpoints import (
@@ -67,6 +65,7 @@ from .checkpoints import (
     ToolsCheckpoint,
     parse_generation,
 )
+from .answers import assistant_entry, convert_partial, count_usage, fail, unique_call_ids
 from .draft import Tx
 from .effects import RenderSystem, CallModel, CancelDeferred, PollModel, Sleep
 from .events import ModelDeferred, ModelFailed, ModelResponded, ModelStreamed, SystemRendered, TimerFired
@@ -85,14 +84,12 @@ from .model import (
     Task,
     TaskId,
     TaskStatus,
-    ToolCall,
     Usage,
 )
 from .phases import END, Machine, Row, Turn
 from .inbox import boundary
 from .runs import end_run, start_run
 from .settlement import fault, finish_task
-from .state import UsageTotals
 
 
 # isinstance() targets for rows shared by two phases (tuples: cheaper than unions).
@@ -170,7 +167,7 @@ def _prepare(turn: Turn, ev: SystemRendered | None) -> None:
 
 
 def _no_model(turn: Turn, _: None) -> None:
-    _fail(turn.tx, turn.task, reason=Reason.NO_MODEL, message="No model is configured")
+    fail(turn.tx, turn.task, reason=Reason.NO_MODEL, message="No model is configured")
 
 
 def _resend(turn: Turn, _: None) -> None:
@@ -256,7 +253,7 @@ def _responded(turn: Turn, ev: ModelResponded) -> Entry:
         conversation_id=task.conversation_id,
         kind=EntryKind.ASSISTANT,
         text=ev.text,
-        tool_calls=_unique_call_ids(entry_id, ev.tool_calls),
+        tool_calls=unique_call_ids(entry_id, ev.tool_calls),
         stop_reason=StopReason.TOOL_USE if ev.tool_calls else ev.stop_reason,
         usage=ev.usage,
         by_task_id=task.id,
@@ -309,7 +306,7 @@ def _failed(turn: Turn, ev: ModelFailed) -> None:
         message = f"{ev.message} (gave up after {cp.attempt} attempts)"
     if reason == Reason.CONTEXT_OVERFLOW and cp.compacted is not None:
         reason = Reason.MODEL_ERROR  # a second overflow: compacting did not help
-    _fail(turn.tx, turn.task, reason=reason, message=message)
+    fail(turn.tx, turn.task, reason=reason, message=message)
 
 
 def _overflow(turn: Turn, ev: ModelFailed) -> None:
@@ -330,7 +327,7 @@ def _uncompacted(turn: Turn, _: None) -> None:
     """The overflow compaction placed nothing: the run fails with its text."""
     cp = turn.checkpoint
     assert isinstance(cp, PrepareCheckpoint) and cp.overflow is not None
-    _fail(turn.tx, turn.task, reason=Reason.MODEL_ERROR, message=cp.overflow)
+    fail(turn.tx, turn.task, reason=Reason.MODEL_ERROR, message=cp.overflow)
 
 
 def _failure_entry(turn: Turn, ev: ModelFailed) -> None:
@@ -343,7 +340,7 @@ def _failure_entry(turn: Turn, ev: ModelFailed) -> None:
         tx.set_live(task.conversation_id, live_to(live, LiveMove.STOP_POLLING, poll_at=None))
     if ev.reason != Reason.NO_MODEL:
         _count_usage(turn, None)
-        _assistant_entry(tx, task, ev.message, stop_reason=StopReason.ERROR, is_error=True)
+        assistant_entry(tx, task, ev.message, stop_reason=StopReason.ERROR, is_error=True)
 
 
 def _abort(turn: Turn, _: None) -> None:
@@ -521,33 +518,6 @@ def on_timer_fired(tx: Tx, ev: TimerFired) -> None:
 # --- helpers -----------------------------------------------------------------
 
 
-def convert_partial(tx: Tx, task: Task) -> None:
-    """A committed partial answer that will never complete becomes an
-    assistant entry with stop reason ``aborted`` (kept in the transcript, not
-    sent to models)."""
-    live = tx.conv(task.conversation_id).live
-    if live.partial is None:
-        return
-    _assistant_entry(tx, task, live.partial, stop_reason=StopReason.ABORTED)
-    tx.set_live(task.conversation_id, live_to(live, LiveMove.DROP_PARTIAL, partial=None))
-
-
-def _assistant_entry(tx: Tx, task: Task, text: str, *, stop_reason: str, is_error: bool = False) -> Entry:
-    """Append an assistant entry that ends no round (an error or a partial)."""
-    entry = Entry(
-        id=EntryId(tx.alloc_id()),
-        conversation_id=task.conversation_id,
-        kind=EntryKind.ASSISTANT,
-        text=text,
-        stop_reason=stop_reason,
-        is_error=is_error,
-        by_task_id=task.id,
-        at=tx.now,
-    )
-    tx.put_entry(entry)
-    return entry
-
-
 def _call_model(tx: Tx, task: Task, cp: RequestCheckpoint) -> None:
     tools, system_text = system.request_view(tx, tx.conv(task.conversation_id))
     tx.act(
@@ -563,36 +533,8 @@ def _call_model(tx: Tx, task: Task, cp: RequestCheckpoint) -> None:
     )
 
 
+
 def _count_usage(turn: Turn, usage: Usage | None) -> None:
-    """One model call (and its tokens, if reported) in ``pi.usage``."""
     cp = turn.checkpoint
     assert isinstance(cp, _ASKED)
-    key = str(cp.model)
-    cid = turn.task.conversation_id
-    doc = turn.tx.conv(cid).usage
-    total = doc.models.get(key, UsageTotals()) + UsageTotals.one_call(usage)
-    turn.tx.set_usage(cid, attrs.evolve(doc, models={**doc.models, key: total}))
-
-
-def _unique_call_ids(entry_id: EntryId, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
-    """Call ids key results and slots: a provider that sends an empty or a
-    repeated id gets a deterministic replacement (``call_<entry>_<index>``)."""
-    seen: set[str] = set()
-    out = []
-    for i, call in enumerate(calls):
-        if not call.id or call.id in seen:
-            call = attrs.evolve(call, id=f"call_{entry_id}_{i}")
-        seen.add(call.id)
-        out.append(call)
-    return tuple(out)
-
-
-def _fail(tx: Tx, task: Task, *, reason: str, message: str) -> None:
-    """End the run without an answer: inputs ``unanswered/<reason>``, task
-    ``failed {message, detail: {reason}}``. The inbox is left alone."""
-    end_run(tx, task, status=SubmissionStatus.UNANSWERED, reason=reason, detail=message)
-    finish_task(
-        tx,
-        task,
-        Outcome(status=OutcomeStatus.FAILED, error={"message": message, "detail": {"reason": reason}}),
-    )
+    count_usage(turn.tx, turn.task.conversation_id, cp.model, usage)

@@ -1,0 +1,100 @@
+"""Entries and outcomes a model call leaves behind (shared by generation and compaction).
+
+Theory of operation
+-------------------
+A model call ends in one of a few durable shapes, and these helpers write
+them into a ``Tx`` (they decide nothing; the phase tables choose when):
+
+- an assistant entry that ends no round (an error, or a partial that will
+  never complete: ``convert_partial``);
+- a run ended without an answer (``fail``: inputs ``unanswered/<reason>``,
+  task ``failed {message, detail: {reason}}``);
+- one model call counted in ``pi.usage.models`` (``count_usage``: the call,
+  and its tokens when the provider reported them);
+- call ids made unique per assistant entry (``unique_call_ids``).
+
+Must not touch: phases and checkpoints (the caller's row stores those).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from .draft import Tx
+from .live import LiveMove, live_to
+from .model import (
+    ConversationId,
+    Entry,
+    EntryId,
+    EntryKind,
+    ModelRef,
+    Outcome,
+    OutcomeStatus,
+    StopReason,
+    SubmissionStatus,
+    Task,
+    ToolCall,
+    Usage,
+)
+from .runs import end_run
+from .settlement import finish_task
+from .state import UsageTotals
+
+
+def convert_partial(tx: Tx, task: Task) -> None:
+    """A committed partial answer that will never complete becomes an
+    assistant entry with stop reason ``aborted`` (kept in the transcript, not
+    sent to models)."""
+    live = tx.conv(task.conversation_id).live
+    if live.partial is None:
+        return
+    assistant_entry(tx, task, live.partial, stop_reason=StopReason.ABORTED)
+    tx.set_live(task.conversation_id, live_to(live, LiveMove.DROP_PARTIAL, partial=None))
+
+
+def assistant_entry(tx: Tx, task: Task, text: str, *, stop_reason: str, is_error: bool = False) -> Entry:
+    """Append an assistant entry that ends no round (an error or a partial)."""
+    entry = Entry(
+        id=EntryId(tx.alloc_id()),
+        conversation_id=task.conversation_id,
+        kind=EntryKind.ASSISTANT,
+        text=text,
+        stop_reason=stop_reason,
+        is_error=is_error,
+        by_task_id=task.id,
+        at=tx.now,
+    )
+    tx.put_entry(entry)
+    return entry
+
+
+def count_usage(tx: Tx, cid: ConversationId, model: ModelRef, usage: Usage | None) -> None:
+    """One model call (and its tokens, if reported) in ``pi.usage``."""
+    key = str(model)
+    doc = tx.conv(cid).usage
+    total = doc.models.get(key, UsageTotals()) + UsageTotals.one_call(usage)
+    tx.set_usage(cid, attrs.evolve(doc, models={**doc.models, key: total}))
+
+
+def unique_call_ids(entry_id: EntryId, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+    """Call ids key results and slots: a provider that sends an empty or a
+    repeated id gets a deterministic replacement (``call_<entry>_<index>``)."""
+    seen: set[str] = set()
+    out = []
+    for i, call in enumerate(calls):
+        if not call.id or call.id in seen:
+            call = attrs.evolve(call, id=f"call_{entry_id}_{i}")
+        seen.add(call.id)
+        out.append(call)
+    return tuple(out)
+
+
+def fail(tx: Tx, task: Task, *, reason: str, message: str) -> None:
+    """End the run without an answer: inputs ``unanswered/<reason>``, task
+    ``failed {message, detail: {reason}}``. The inbox is left alone."""
+    end_run(tx, task, status=SubmissionStatus.UNANSWERED, reason=reason, detail=message)
+    finish_task(
+        tx,
+        task,
+        Outcome(status=OutcomeStatus.FAILED, error={"message": message, "detail": {"reason": reason}}),
+    )
