@@ -18,7 +18,8 @@ The rows' effects:
 - ``(select, reserve)`` -> ``SelectCut``; ``(select, no_model)`` -> failed.
 - ``(select, nothing)`` -> completed ``{}``: nothing placed.
 - ``(select, cut)`` -> ``summarize`` stored + ``Summarize``.
-- ``(summarize, summary)`` -> the summary is placed (below), task completed.
+- ``(summarize, summary)`` -> the summary is placed (below), task completed;
+  every summarizer reply or error counts in ``pi.usage.models``.
 - ``(summarize, failed)`` -> failed ``model_error`` with the reference's texts
   ("Summarization failed: ...", "... produced no text", "... attempted to call
   a tool", "... hit the token limit; the summary is incomplete").
@@ -43,6 +44,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .admission import admit_write
+from .answers import count_usage
 from .checkpoints import CompactionPhase, SelectCheckpoint, SummarizeCheckpoint, parse_compaction, to_dict
 from .compaction import summary_text
 from .draft import Tx
@@ -171,6 +173,7 @@ def _summary(turn: Turn, ev: ModelResponded) -> None:
     tx, task, cp = turn.tx, turn.task, turn.checkpoint
     assert isinstance(cp, SummarizeCheckpoint)
     cid = task.conversation_id
+    count_usage(tx, cid, cp.model, ev.usage)  # every summarizer call counts, placed or stale
     data: dict[str, Any] = {"head": cp.first_kept, "reason": task.input.get("reason", MANUAL)}
     text = summary_text(ev.text.strip())
     result: dict[str, Any]
@@ -184,6 +187,11 @@ def _summary(turn: Turn, ev: ModelResponded) -> None:
 
 
 def _failed(turn: Turn, ev: ModelResponded | ModelFailed) -> None:
+    """Counted in ``pi.usage.models`` (a reply's tokens, or one call for an
+    error), then failed with the reference's text."""
+    cp = turn.checkpoint
+    assert isinstance(cp, SummarizeCheckpoint)
+    count_usage(turn.tx, turn.task.conversation_id, cp.model, ev.usage if isinstance(ev, ModelResponded) else None)
     _fail(turn, failure_text(ev), Reason.MODEL_ERROR)
 
 

@@ -243,6 +243,9 @@ class AgentConfig:
     ``tool_execution`` chooses parallel (default) or sequential tool batches.
     ``extensions`` is None for "every installed extension" (install order),
     or exactly the named ones, in that order: their tools, sections and hooks.
+    ``context_window`` is the tokens ``model`` accepts, or None (unknown): the
+    shell fills it from the model's adapter when the agent is configured (so
+    it is journaled with the agent); with a window, threshold compaction runs.
     """
 
     model: ModelRef | None = None
@@ -251,6 +254,7 @@ class AgentConfig:
     tools: tuple[str, ...] | None = None
     tool_execution: ExecutionMode = ExecutionMode.PARALLEL
     extensions: tuple[str, ...] | None = None
+    context_window: int | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -442,6 +442,30 @@ def check_agent(agent: object, what: str = "agent") -> AgentConfig | None:
     return agent
 
 
+def with_window(agent: AgentConfig | None, window: object, keep_recent_tokens: int, what: str = "agent") -> AgentConfig | None:
+    """The agent with its model's context window recorded: the one given, else
+    ``window`` (the model adapter's ``context_window``). A window no larger
+    than ``keep_recent_tokens`` could never keep the recent part: refused."""
+    if agent is None:
+        return None
+    given = agent.context_window
+    if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given <= 0):
+        raise InvalidInput(f"{what}.context_window must be None or a positive int, not {given!r}")
+    if given is None and agent.model is not None and isinstance(window, int) and not isinstance(window, bool) and window > 0:
+        agent = attrs.evolve(agent, context_window=window)
+    check_keep_fits(agent.context_window, keep_recent_tokens, what)
+    return agent
+
+
+def check_keep_fits(window: int | None, keep_recent_tokens: int, what: str = "agent") -> None:
+    """``keep_recent_tokens`` must be smaller than a known context window."""
+    if window is not None and keep_recent_tokens >= window:
+        raise InvalidInput(
+            f"settings.compaction.keep_recent_tokens ({keep_recent_tokens}) must be smaller than "
+            f"{what}.context_window ({window})"
+        )
+
+
 def check_id_number(value: object, what: str) -> None:
     """A host-given record id: an int (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, int):

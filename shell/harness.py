@@ -22,6 +22,7 @@ is handed (``ToolCallContext.harness``, ``HookContext.harness``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -67,11 +68,13 @@ from pidurable.core.system import system_text
 from .env import kill_leftover_processes
 from .edge import (
     check_agent,
+    check_keep_fits,
     check_choice,
     check_id,
     check_id_number,
     check_json_object,
     check_settings_object,
+    with_window,
     check_text,
 )
 from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound, accepted
@@ -186,7 +189,7 @@ class Conversation:
         """Replace the given ``AgentConfig`` fields (others stay)."""
         current = await self.agent()
         try:
-            agent = check_agent(attrs.evolve(current, **changes))
+            agent = self._rt.windowed(check_agent(attrs.evolve(current, **changes)))
         except TypeError as e:
             raise InvalidInput(f"configure(): {e}") from None
         assert agent is not None
@@ -280,6 +283,7 @@ class Harness:
             storage.close()
             raise
         rt = Loop(storage=storage, store_id=loaded.store_id, hooks=hooks, clock=clock)
+        rt.windowed = partial(_windowed, models, rt)
         harness = cls(rt, registry)
         interpreters = Interpreters.build(
             host=harness._host,
@@ -346,7 +350,7 @@ class Harness:
     async def root(self, agent: AgentConfig | None = None) -> Conversation:
         """The root conversation (id 1), created on first call with ``agent``."""
         _live(self._rt)
-        agent = check_agent(agent)
+        agent = self._rt.windowed(check_agent(agent))
         resp = await self._rt.request(lambda ticket, now: RootRequested(now=now, ticket=ticket, agent=agent))
         return Conversation(ConversationId(_unwrap(resp)), self._rt)
 
@@ -366,6 +370,8 @@ class Harness:
         """Replace the host settings (queue modes); read at the next decision."""
         _live(self._rt)
         check_settings_object(settings)
+        for cid, conv in self._rt.state.conversations.items():
+            check_keep_fits(conv.agent.context_window, settings.compaction.keep_recent_tokens, f"conversation {cid} agent")
         self._rt.send(SettingsChanged(now=self._rt.clock(), settings=settings))
 
     # --- submissions and tasks --------------------------------------------------------
@@ -457,7 +463,7 @@ class Harness:
         ``ownership``: None / ``"ownerless"`` / ``{"kind": "ownerless"}``, or
         ``{"kind": "task", "task_id": N}`` (same as ``owner_task_id=N``)."""
         _live(self._rt)
-        agent = check_agent(agent)
+        agent = self._rt.windowed(check_agent(agent))
         if owner_task_id is not None:
             check_id_number(owner_task_id, "owner_task_id")
         if ownership is not None:
@@ -556,3 +562,14 @@ __all__ = [
     "SubmissionRecord",
     "TaskRecord",
 ]
+
+
+def _windowed(models: Models | None, rt: Loop, agent: AgentConfig | None) -> AgentConfig | None:
+    """``agent`` with its model's window (from the adapter's ``context_window``)."""
+    window = None
+    if models is not None and agent is not None and agent.model is not None and agent.context_window is None:
+        try:
+            window = getattr(models.resolve(agent.model), "context_window", None)
+        except Exception:  # host code: a model that cannot resolve now has no known window (the call fails later)
+            window = None
+    return with_window(agent, window, rt.state.settings.compaction.keep_recent_tokens)

@@ -67,7 +67,7 @@ from pidurable.core.effects import (
     Sleep,
 )
 from pidurable.core.events import Event, InvocationFailed
-from pidurable.core.model import TaskId
+from pidurable.core.model import AgentConfig, TaskId
 from pidurable.core.state import State
 
 from .clock import trio_anchored_clock
@@ -115,6 +115,9 @@ class Loop:
         self.waits = Waits()
         self.effect_index = 0
         self.steps = 0
+        #: The agent as it is journaled: its model's context window recorded
+        #: (edge.with_window; Harness.open sets it from the models port).
+        self.windowed: Callable[[AgentConfig | None], AgentConfig | None] = lambda agent: agent
         self._send, self._recv = trio.open_memory_channel[Event](math.inf)
         self._journal: list[Event] = []
         self._commits: list[tuple[Commit, list[Event]]] = []

@@ -197,10 +197,11 @@ class Anthropic(HTTPAdapter):
         client: httpx.AsyncClient | None = None,
         stream: bool = True,
         extra_body: Mapping[str, Any] | None = None,
+        context_window: int | None = None,
     ) -> None:
         base = base_url.rstrip("/")
         base = base[: -len("/v1")] if base.endswith("/v1") else base
-        super().__init__(base, api_key, timeout=timeout, headers=headers, client=client)
+        super().__init__(base, api_key, timeout=timeout, headers=headers, client=client, context_window=context_window)
         self.version = version
         self.max_tokens = max_tokens
         self.stream = stream

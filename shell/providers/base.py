@@ -85,3 +85,10 @@ class Provider(Protocol):
 
 class Models(Protocol):
     def resolve(self, ref: ModelRef) -> Provider | None: ...
+
+
+def check_window(window: object) -> int | None:
+    """``context_window``: None or a positive int."""
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
+        raise ValueError(f"context_window must be None or a positive int, not {window!r}")
+    return window

@@ -41,7 +41,7 @@ from httpx_sse import EventSource
 from pidurable.core.context import Message
 from pidurable.core.model import ToolCall, Usage
 
-from .base import ModelError, ModelReply, ModelRequest, OnPartial, ToolSpec
+from .base import ModelError, ModelReply, ModelRequest, OnPartial, ToolSpec, check_window
 from .classify import classify, classify_exception, ended_early, malformed, stream_error
 
 #: read = the longest silence between two chunks of a stream
@@ -81,8 +81,13 @@ class HTTPAdapter:
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         headers: Mapping[str, str] | None = None,
         client: httpx.AsyncClient | None = None,
+        context_window: int | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        #: The model's context window in tokens, or None (unknown): with a known
+        #: window the harness records it with the agent and threshold compaction
+        #: runs; without one only overflow compaction does (docs/context.md).
+        self.context_window = check_window(context_window)
         self._key = Secret(api_key or "")
         self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self.headers: dict[str, str] = dict(headers or {})
@@ -322,8 +327,9 @@ class OpenAIChat(HTTPAdapter):
         client: httpx.AsyncClient | None = None,
         stream: bool = True,
         extra_body: Mapping[str, Any] | None = None,
+        context_window: int | None = None,
     ) -> None:
-        super().__init__(base_url, api_key, timeout=timeout, headers=headers, client=client)
+        super().__init__(base_url, api_key, timeout=timeout, headers=headers, client=client, context_window=context_window)
         self.stream = stream
         self.extra_body = dict(extra_body or {})
 

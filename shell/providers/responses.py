@@ -111,8 +111,9 @@ class OpenAIResponses(HTTPAdapter):
         headers: Mapping[str, str] | None = None,
         client: httpx.AsyncClient | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        context_window: int | None = None,
     ) -> None:
-        super().__init__(base_url, api_key, timeout=timeout, headers=headers, client=client)
+        super().__init__(base_url, api_key, timeout=timeout, headers=headers, client=client, context_window=context_window)
         self.background = background
         self.poll_interval_ms = poll_interval_ms
         self.max_poll_errors = max_poll_errors

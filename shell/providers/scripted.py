@@ -20,7 +20,7 @@ import trio
 
 from pidurable.core.model import ModelRef, ToolCall, Usage
 
-from .base import ModelDeferredReply, ModelError, ModelReply, ModelRequest
+from .base import ModelDeferredReply, ModelError, ModelReply, ModelRequest, check_window
 
 
 @attrs.frozen(kw_only=True)
@@ -85,6 +85,7 @@ class ScriptedModels:
         script: Sequence[ScriptedReply] | Callable[[ModelRequest], ScriptedReply],
         *,
         keep_requests: int | None = 100,
+        context_window: int | None = None,
     ) -> None:
         """``keep_requests``: how many of the newest requests ``requests``
         keeps (None: every one). A long run holds only the last few, so a
@@ -94,6 +95,8 @@ class ScriptedModels:
         if keep_requests is not None and bad:
             raise ValueError(f"keep_requests must be None or an int >= 0, not {keep_requests!r}")
         self._keep = keep_requests
+        #: The window every model it answers has (None: unknown), as the HTTP adapters.
+        self.context_window = check_window(context_window)
         #: Every request ever answered, counted (``requests`` may hold fewer).
         self.request_count = 0
         self._fn = script if callable(script) else None

@@ -69,7 +69,13 @@ converter.register_structure_hook(
 # catalog were added after schema 1: agents, contexts and opens without them
 # keep their schema-1 bytes.
 converter.register_unstructure_hook(
-    AgentConfig, make_dict_unstructure_fn(AgentConfig, converter, extensions=override(omit_if_default=True))
+    AgentConfig,
+    make_dict_unstructure_fn(
+        AgentConfig,
+        converter,
+        extensions=override(omit_if_default=True),
+        context_window=override(omit_if_default=True),
+    ),
 )
 converter.register_unstructure_hook(
     ContextDoc,

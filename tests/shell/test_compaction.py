@@ -111,3 +111,25 @@ async def test_keep_recent_tokens_must_be_positive() -> None:
             settings=Settings(compaction=CompactionSettings(keep_recent_tokens=0)),
         ):
             pass
+
+
+async def test_summarizer_calls_count_in_pi_usage_models() -> None:
+    """A summarization request is a model call: pi.usage.models counts it (and its reported tokens) like a turn."""
+    from pidurable.core.model import Usage
+
+    def answer(request: ModelRequest) -> object:
+        if request.messages and request.messages[0].text == SUMMARY_SYSTEM_PROMPT:
+            return reply(text="SUMMARY", usage=Usage(input_tokens=70, output_tokens=7))
+        return reply(text="answer " + "x" * 200)
+
+    async with Harness.open(MemoryStorage(), models=ScriptedModels(answer), registry=Registry(), env=None, settings=SETTINGS) as h:
+        conv = await h.root(agent=AGENT)
+        with trio.fail_after(10):
+            for i in range(3):
+                await (await conv.submit(Input(f"question {i} " + "q" * 100))).wait()
+            before = (await conv.usage()).models["scripted:demo"]
+            task = await h.wait_for_task(await conv.compact())
+            assert task.outcome is not None and task.outcome.status == OutcomeStatus.COMPLETED
+            after = (await conv.usage()).models["scripted:demo"]
+        assert after.calls == before.calls + 1
+        assert after.input_tokens == before.input_tokens + 70 and after.output_tokens == before.output_tokens + 7
