@@ -39,7 +39,9 @@ Checked on the journal (every commit, so also after a crash):
   terminal or completing (completing holds its outcome while owned work drains).
 - ``AdmissionIsAtomic``: the commit that first stores a submission also stores
   what admission promises with it: a placed input its user entry and its run,
-  a queued one its inbox item, a write its entry.
+  a queued one its inbox item, a write its entry (a compaction summary whose
+  cut is older than the range start is admitted ``unanswered/stale``, with no
+  entry).
 - ``RequestIdIsUnique``: a ``request_id`` names at most one submission per
   conversation.
 - ``QueuedInputNeverLost``: an item leaves ``pi.inbox`` only in a commit that
@@ -342,6 +344,8 @@ def admission_is_atomic(storage: Any) -> None:
                 assert s["entry_id"] in entries, story + " without its user entry"
                 run = (lives.get(s["conversation_id"]) or {}).get("run")
                 assert run is not None and s["id"] in run["inputs"], story + " without its run"
+            elif s["status"] == "unanswered":  # a summary whose cut is older than the range start
+                assert s["type"] == "write" and s["reason"] == "stale" and s["entry_id"] is None, story
             else:
                 assert s["type"] == "write" and s["status"] == "done", story
                 assert s["entry_id"] in entries, story + " without its entry"

@@ -134,7 +134,7 @@ class ScriptedModels:
             del self.requests[: len(self.requests) - self._keep]
         if self._fn is not None:
             r = self._fn(request)
-            k = len(request.messages)  # grows every turn: unique, stable ids
+            k = request.turn  # model turns over the whole transcript: unique, stable ids (also after a reset)
         else:
             k = request.turn
             if k >= len(self._replies):

@@ -214,7 +214,7 @@ SCENARIO = Scenario(name="stateful", script=(), tools=_tools, unsafe=UNSAFE, sam
 @attrs.frozen(kw_only=True)
 class Op:
     n: int
-    #: input | write | abort | withdraw
+    #: input | write | abort | withdraw | compact | reset
     kind: str
     #: perform after this many more effects of the life (or once idle)
     wait: int = 0
@@ -230,6 +230,8 @@ class Op:
             return f"op{self.n}: submit Write {self.request_id} after {self.wait} effects"
         if self.kind == "abort":
             return f"op{self.n}: conv.abort() after {self.wait} effects"
+        if self.kind in ("compact", "reset"):
+            return f"op{self.n}: conv.{self.kind}() after {self.wait} effects"
         return f"op{self.n}: abort_submission({self.target}) after {self.wait} effects"
 
 
@@ -258,6 +260,10 @@ async def _perform(h: Harness, conv: Any, op: Op) -> str:
     if op.kind == "write":
         handle = await conv.submit(Write(f"note {op.n}", request_id=op.request_id))
         return f"submission {handle.id}"
+    if op.kind == "compact":
+        return f"compaction task {await conv.compact()}"
+    if op.kind == "reset":
+        return f"reset submission {(await conv.reset(f'handoff {op.n}')).id}"
     storage = h.runtime.storage
     if op.kind == "abort":
         await conv.abort()
@@ -361,6 +367,12 @@ class RecoveryMachine(RuleBasedStateMachine):
     @rule(wait=st.integers(0, 16))
     def abort(self, wait: int) -> None:
         self._queue(Op(n=len(self.ops), kind="abort", wait=wait))
+
+    @precondition(lambda self: any(op.kind == "input" for op in self.ops))
+    @rule(kind=st.sampled_from(["compact", "reset"]), wait=st.integers(0, 16))
+    def compact_or_reset(self, kind: str, wait: int) -> None:
+        """Issue 9: a manual compaction or a reset lands anywhere in the run."""
+        self._queue(Op(n=len(self.ops), kind=kind, wait=wait))
 
     @rule(rid=submitted, wait=st.integers(0, 12))
     def abort_submission(self, rid: str, wait: int) -> None:
