@@ -173,6 +173,8 @@ class CallModel:
     tools: tuple[str, ...] | None = None
     #: The rendered system prompt (the agent's instructions section), if any.
     system: str | None = None
+    #: The agent's extension selection (None: every extension): whose hooks run.
+    extensions: tuple[str, ...] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -190,6 +192,8 @@ class PrepareTool:
     #: The agent's tool filter: a name outside it does not resolve
     #: ("Tool X is not available"); None = every installed tool.
     tools: tuple[str, ...] | None = None
+    #: The agent's extension selection (None: every extension): whose hooks run.
+    extensions: tuple[str, ...] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -207,6 +211,8 @@ class RunTool:
     arguments: dict[str, Json]
     #: The conversation's working directory (the agent's ``cwd``).
     cwd: str | None = None
+    #: The agent's extension selection (None: every extension): whose hooks run.
+    extensions: tuple[str, ...] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -263,6 +269,7 @@ class PollModel:
     cutoff: EntryId | None = None
     tools: tuple[str, ...] | None = None
     system: str | None = None
+    extensions: tuple[str, ...] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -274,6 +281,21 @@ class SelectCut:
     task_id: TaskId
     conversation_id: ConversationId
     keep_recent_tokens: int
+
+
+@attrs.frozen(kw_only=True)
+class MeasureContext:
+    """Estimate the size of a generation's next request (core/compaction.py
+    ``estimate_context_tokens`` over the context through ``cutoff``, plus
+    ``system``): answers ``ContextMeasured``. Sent only for an agent whose
+    model's window is known."""
+
+    TAG: ClassVar[str] = "measure_context"
+    task_id: TaskId
+    conversation_id: ConversationId
+    cutoff: EntryId
+    #: The system prompt the model was last shown (None: none recorded).
+    system: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -361,6 +383,7 @@ Effect: TypeAlias = (
     | PollModel
     | RenderSystem
     | SelectCut
+    | MeasureContext
     | Summarize
     | CancelDeferred
     | PrepareTool

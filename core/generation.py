@@ -26,6 +26,11 @@ The rows' effects:
 
 - ``(prepare, reserve)`` -> commit ``running request{model, cutoff}`` +
   ``CallModel``; ``(prepare, no_model)`` -> the run fails ``no_model``.
+- ``(prepare, measure)`` (a known window, thresholds.py) -> ``MeasureContext``;
+  its answer is ``over_threshold`` (a blocking compaction it owns, waiting at
+  prepare, same attempt), or ``measured`` / ``measured_render`` (a background
+  compaction above the background threshold, then prepare as usual, or the
+  sections are rendered first).
 - ``(request, reserve)`` (recovery) -> ``CallModel`` with the pinned values.
 - ``answer`` -> assistant entry, inputs ``done`` with ``answer_entry_id``, run
   ended, task ``completed`` - one commit; then the final boundary may start
@@ -55,7 +60,7 @@ import enum
 from collections.abc import Mapping
 
 from .live import LiveMove, live_to
-from . import compaction_task, rounds, system
+from . import compaction_task, rounds, system, thresholds
 from .checkpoints import (
     GenerationPhase,
     PollCheckpoint,
@@ -68,7 +73,15 @@ from .checkpoints import (
 from .answers import assistant_entry, convert_partial, count_usage, fail, unique_call_ids
 from .draft import Tx
 from .effects import RenderSystem, CallModel, CancelDeferred, PollModel, Sleep
-from .events import ModelDeferred, ModelFailed, ModelResponded, ModelStreamed, SystemRendered, TimerFired
+from .events import (
+    ContextMeasured,
+    ModelDeferred,
+    ModelFailed,
+    ModelResponded,
+    ModelStreamed,
+    SystemRendered,
+    TimerFired,
+)
 from .lifecycle import TaskMove
 from .model import (
     GENERATION,
@@ -106,6 +119,14 @@ class GenerationInput(enum.StrEnum):
     NO_MODEL = "no_model"
     #: Picked at prepare; the agent's extension sections need rendering first.
     RENDER = "render"
+    #: Picked at prepare; the model's window is known: measure the context first.
+    MEASURE = "measure"
+    #: Measured above ``window - reserve_tokens``: compact before the request.
+    OVER_THRESHOLD = "over_threshold"
+    #: Measured below it, no sections to render: prepare the request.
+    MEASURED = "measured"
+    #: Measured below it; the agent's extension sections need rendering first.
+    MEASURED_RENDER = "measured_render"
     #: The shell rendered the sections (``SystemRendered``).
     RENDERED = "rendered"
     #: A partial of the answer streamed in.
@@ -141,10 +162,25 @@ def _render(turn: Turn, _: None) -> None:
     """Row ``(prepare, render)``: ask the shell to render the agent's
     extension sections (host code); the reservation stays in memory."""
     tx, task = turn.tx, turn.task
-    turn.store(TaskMove.RESERVE, durable=False, started_at=task.started_at or tx.now)
+    if task.status is not TaskStatus.RUNNING:  # measured first: reserved already
+        turn.store(TaskMove.RESERVE, durable=False, started_at=task.started_at or tx.now)
     agent = tx.conv(task.conversation_id).agent
     extensions = system.sectioned(tx.extensions, agent)
     tx.act(RenderSystem(task_id=task.id, conversation_id=task.conversation_id, extensions=extensions))
+
+
+def _measured(turn: Turn, ev: ContextMeasured) -> None:
+    """Rows ``(prepare, measured)``: a background compaction if the size is
+    over the background threshold, then prepare the request."""
+    thresholds.background(turn.tx, turn.task.conversation_id, ev.tokens)
+    _prepare(turn, None)
+
+
+def _measured_render(turn: Turn, ev: ContextMeasured) -> None:
+    """Row ``(prepare, measured_render)``: as ``measured``, but the sections
+    are rendered first (the background compaction is committed now)."""
+    thresholds.background(turn.tx, turn.task.conversation_id, ev.tokens)
+    _render(turn, None)
 
 
 def _prepare(turn: Turn, ev: SystemRendered | None) -> None:
@@ -159,7 +195,9 @@ def _prepare(turn: Turn, ev: SystemRendered | None) -> None:
     system.prepare(tx, conv, task.id, () if ev is None else ev.sections, () if ev is None else ev.failed)
     # Ids are global and increasing: every entry the conversation has now has
     # an id below next_id, every later one above it.
-    request = RequestCheckpoint(attempt=cp.attempt, model=model, cutoff=EntryId(tx.next_id - 1), compacted=cp.compacted)
+    request = RequestCheckpoint(
+        attempt=cp.attempt, model=model, cutoff=EntryId(tx.next_id - 1), compacted=cp.compacted, threshold=cp.threshold
+    )
     move = TaskMove.CHECKPOINT if task.status is TaskStatus.RUNNING else TaskMove.RESERVE  # rendered: running
     running = turn.store(move, request, started_at=task.started_at or tx.now)
     tx.set_live(task.conversation_id, live_to(conv.live, LiveMove.ASK, attempt=cp.attempt))
@@ -201,7 +239,7 @@ def _retry(turn: Turn, _: TimerFired) -> None:
     assert isinstance(cp, RetryCheckpoint)
     live = tx.conv(task.conversation_id).live
     tx.set_live(task.conversation_id, live_to(live, LiveMove.RETRY, retry_at=None, retry_error=None))
-    turn.store(TaskMove.RETRY, PrepareCheckpoint(attempt=cp.attempt + 1, compacted=cp.compacted))
+    turn.store(TaskMove.RETRY, PrepareCheckpoint(attempt=cp.attempt + 1, compacted=cp.compacted, threshold=cp.threshold))
 
 
 def _poll(turn: Turn, _: TimerFired) -> None:
@@ -218,6 +256,7 @@ def _poll(turn: Turn, _: TimerFired) -> None:
             cutoff=cp.cutoff,
             tools=tools,
             system=system_text,
+            extensions=tx.conv(task.conversation_id).agent.extensions,
         )
     )
 
@@ -236,7 +275,13 @@ def _deferred(turn: Turn, ev: ModelDeferred) -> None:
     if isinstance(cp, PollCheckpoint):
         poll_at = max(poll_at, cp.poll_at + 1)
     polling = PollCheckpoint(
-        attempt=cp.attempt, model=cp.model, cutoff=cp.cutoff, handle=ev.handle, poll_at=poll_at, compacted=cp.compacted
+        attempt=cp.attempt,
+        model=cp.model,
+        cutoff=cp.cutoff,
+        handle=ev.handle,
+        poll_at=poll_at,
+        compacted=cp.compacted,
+        threshold=cp.threshold,
     )
     turn.store(TaskMove.CHECKPOINT, polling)
     live = tx.conv(task.conversation_id).live
@@ -288,7 +333,8 @@ def _backoff(turn: Turn, ev: ModelFailed) -> None:
     assert isinstance(cp, _ASKED)
     _failure_entry(turn, ev)
     until = ev.now + tx.settings.retry.delay_ms(cp.attempt, ev.retry_after_ms)
-    turn.store(TaskMove.CHECKPOINT, RetryCheckpoint(attempt=cp.attempt, until=until, compacted=cp.compacted))
+    retrying = RetryCheckpoint(attempt=cp.attempt, until=until, compacted=cp.compacted, threshold=cp.threshold)
+    turn.store(TaskMove.CHECKPOINT, retrying)
     live = tx.conv(task.conversation_id).live
     tx.set_live(task.conversation_id, live_to(live, LiveMove.BACK_OFF, retry_at=until, retry_error=ev.message))
     tx.act(Sleep(task_id=task.id, until=until))
@@ -385,6 +431,10 @@ def _rows() -> Mapping[tuple[enum.StrEnum, enum.StrEnum], Row]:
         (_P.PREPARE, _I.NO_MODEL): Row(handler=_no_model, next=END),
         (_P.PREPARE, _I.RENDER): Row(handler=_render, next=_P.PREPARE),
         (_P.PREPARE, _I.RENDERED): Row(handler=_prepare, next=_P.REQUEST),
+        (_P.PREPARE, _I.MEASURE): Row(handler=thresholds.measure, next=_P.PREPARE),
+        (_P.PREPARE, _I.OVER_THRESHOLD): Row(handler=thresholds.block, next=_P.PREPARE),
+        (_P.PREPARE, _I.MEASURED): Row(handler=_measured, next=_P.REQUEST),
+        (_P.PREPARE, _I.MEASURED_RENDER): Row(handler=_measured_render, next=_P.PREPARE),
         (_P.PREPARE, _I.UNCOMPACTED): Row(handler=_uncompacted, next=END),
         (_P.REQUEST, _I.RESERVE): Row(handler=_resend, next=_P.REQUEST),
         (_P.REQUEST, _I.STREAMED): Row(handler=_streamed, next=_P.REQUEST),
@@ -434,6 +484,8 @@ def on_reserve(tx: Tx, task: Task) -> None:
         move = _I.NO_MODEL
     elif isinstance(cp, PrepareCheckpoint) and cp.overflow is not None and tx.conv(task.conversation_id).context.head == cp.head:
         move = _I.UNCOMPACTED  # the overflow compaction placed nothing
+    elif isinstance(cp, PrepareCheckpoint) and thresholds.measures(tx, task.conversation_id, cp):
+        move = _I.MEASURE
     elif isinstance(cp, PrepareCheckpoint) and system.sectioned(tx.extensions, tx.conv(task.conversation_id).agent):
         move = _I.RENDER
     elif isinstance(cp, ToolsCheckpoint):
@@ -492,11 +544,24 @@ def on_model_failed(tx: Tx, ev: ModelFailed) -> None:
     policy = tx.settings.retry
     retry = ev.retryable and ev.reason == Reason.MODEL_ERROR and policy.enabled
     cp = found[1]
-    retries = cp.attempt - (1 if cp.compacted is not None else 0)  # the overflow resend is no retry
+    # the overflow resend is no retry (a threshold compaction kept the attempt)
+    retries = cp.attempt - (1 if cp.compacted is not None and not cp.threshold else 0)
     move = _I.FAILED_RETRYABLE if retry and retries <= policy.max_retries else _I.FAILED
     if ev.reason == Reason.CONTEXT_OVERFLOW and tx.settings.compaction.enabled and cp.compacted is None:
         move = _I.OVERFLOW
     MACHINE.run(tx, *found, move, ev)
+
+
+def on_context_measured(tx: Tx, ev: ContextMeasured) -> None:
+    """The size of the next request: compact first, or go on (thresholds.py)."""
+    found = MACHINE.running(tx, ev.task_id)
+    if found is None or not MACHINE.accepts(found[1], _I.MEASURED):
+        return
+    task, cid = found[0], found[0].conversation_id
+    move = _I.MEASURED_RENDER if system.sectioned(tx.extensions, tx.conv(cid).agent) else _I.MEASURED
+    if thresholds.over_blocking(tx, cid, ev.tokens):
+        move = _I.OVER_THRESHOLD
+    MACHINE.run(tx, task, found[1], move, ev)
 
 
 def on_system_rendered(tx: Tx, ev: SystemRendered) -> None:
@@ -529,6 +594,7 @@ def _call_model(tx: Tx, task: Task, cp: RequestCheckpoint) -> None:
             cutoff=cp.cutoff,
             tools=tools,
             system=system_text,
+            extensions=tx.conv(task.conversation_id).agent.extensions,
         )
     )
 

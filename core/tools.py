@@ -138,6 +138,7 @@ def _prepare(turn: Turn, _: None) -> None:
             call_id=str(task.input["call_id"]),
             name=str(task.input["name"]),
             tools=system.tools_view(tx, tx.conv(task.conversation_id)),
+            extensions=tx.conv(task.conversation_id).agent.extensions,
         )
     )
 
@@ -340,6 +341,7 @@ def _run(tx: Tx, task: Task, cp: ExecuteCheckpoint) -> None:
             name=str(task.input["name"]),
             arguments=dict(cp.arguments),
             cwd=tx.conv(task.conversation_id).agent.cwd,
+            extensions=tx.conv(task.conversation_id).agent.extensions,
         )
     )
 

@@ -241,7 +241,7 @@ class Loop:
                 if job is not None:
                     self.nursery.start_soon(job)
             case PrepareTool():
-                if do.tools.needs_child():
+                if do.tools.needs_child(effect):
                     self._spawn(effect, partial(do.tools.prepare_with_hooks, effect))
                 else:
                     do.tools.prepare(effect)

@@ -413,9 +413,17 @@ class Registry:
         """The hooks of that name, in extension install order."""
         return [ext.hooks[name] for ext in self._extensions.values() if name in ext.hooks]
 
-    def named_hooks(self, name: str) -> list[tuple[str, Callable[..., Awaitable[Any]]]]:
-        """(extension name, hook) for the hooks of that name, in install order."""
-        return [(ext.name, ext.hooks[name]) for ext in self._extensions.values() if name in ext.hooks]
+    def named_hooks(
+        self, name: str, selection: tuple[str, ...] | None = None
+    ) -> list[tuple[str, Callable[..., Awaitable[Any]]]]:
+        """(extension name, hook) for the hooks of that name: of every
+        extension in install order, or of the agent's ``selection`` (exactly
+        those extensions, in its order)."""
+        if selection is None:
+            exts = list(self._extensions.values())
+        else:
+            exts = [self._extensions[n] for n in selection if n in self._extensions]
+        return [(ext.name, ext.hooks[name]) for ext in exts if name in ext.hooks]
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
         self._listeners.append(listener)

@@ -99,14 +99,20 @@ class HookRunner:
     def _context(self, task_id: int, conversation_id: int) -> HookContext:
         return HookContext(task_id, conversation_id, self.harness, self.loop)
 
-    def before_tool_installed(self) -> bool:
-        return bool(self.registry.hooks("before_tool"))
+    def before_tool_installed(self, extensions: tuple[str, ...] | None = None) -> bool:
+        return bool(self.registry.named_hooks("before_tool", extensions))
 
-    async def before_tool(self, task_id: TaskId, conversation_id: ConversationId, call: ToolCall) -> dict[str, Any]:
+    async def before_tool(
+        self,
+        task_id: TaskId,
+        conversation_id: ConversationId,
+        call: ToolCall,
+        extensions: tuple[str, ...] | None = None,
+    ) -> dict[str, Any]:
         """The call's final arguments; raises :class:`Blocked`."""
         ctx = self._context(task_id, conversation_id)
         arguments = dict(call.arguments)
-        for extension, hook in self.registry.named_hooks("before_tool"):
+        for extension, hook in self.registry.named_hooks("before_tool", extensions):
             try:
                 changed = await hook(ctx, attrs.evolve(call, arguments=arguments))
             except Exception as e:  # a raising hook blocks the call (reported too)
@@ -117,7 +123,7 @@ class HookRunner:
         return arguments
 
     async def after_tool(self, effect: RunTool, result: ToolResult) -> ToolResult:
-        hooks = self.registry.named_hooks("after_tool")
+        hooks = self.registry.named_hooks("after_tool", effect.extensions)
         if not hooks:
             return result
         ctx = self._context(effect.task_id, effect.conversation_id)
@@ -132,13 +138,15 @@ class HookRunner:
                 result = tool_result(call.name, replaced)
         return result
 
-    async def after_response(self, task_id: int, conversation_id: int, reply: ModelReply) -> None:
+    async def after_response(
+        self, task_id: int, conversation_id: int, reply: ModelReply, extensions: tuple[str, ...] | None = None
+    ) -> None:
         """``after_response(ctx, reply)`` observers see every complete model
         message (answers and tool rounds; not partials, not deferred
         handles). They change nothing; one that raises is reported and the
         next runs. They run before the answer's commit, so a crash there may
         run them again."""
-        hooks = self.registry.named_hooks("after_response")
+        hooks = self.registry.named_hooks("after_response", extensions)
         if not hooks:
             return
         ctx = self._context(task_id, conversation_id)
@@ -176,10 +184,10 @@ class HookRunner:
             SystemRendered(now=self.loop.clock(), task_id=effect.task_id, sections=sections, failed=tuple(failed))
         )
 
-    async def before_request(self, request: ModelRequest) -> ModelRequest:
+    async def before_request(self, request: ModelRequest, extensions: tuple[str, ...] | None = None) -> ModelRequest:
         """``before_request`` hooks may replace the messages of this request
         only (nothing is stored)."""
-        hooks = self.registry.named_hooks("before_request")
+        hooks = self.registry.named_hooks("before_request", extensions)
         if not hooks:
             return request
         ctx = self._context(request.task_id, request.conversation_id)

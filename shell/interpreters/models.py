@@ -66,7 +66,7 @@ class ModelInterpreter:
         if provider is None:
             self._no_model(effect)
             return
-        request = await self.hooks.before_request(self._request(effect))
+        request = await self.hooks.before_request(self._request(effect), effect.extensions)
         await self._answer(effect, interval_ms, lambda on_partial: provider.complete(request, on_partial=on_partial))
 
     async def poll(self, effect: PollModel, interval_ms: int) -> None:
@@ -231,7 +231,9 @@ class ModelInterpreter:
             )
             return
         assert isinstance(reply, ModelReply)  # reply_problem checked it
-        await self.hooks.after_response(task_id, effect.conversation_id, reply)
+        await self.hooks.after_response(
+            task_id, effect.conversation_id, reply, None if isinstance(effect, Summarize) else effect.extensions
+        )
         loop.send(
             ModelResponded(
                 now=loop.clock(),
@@ -243,6 +245,6 @@ class ModelInterpreter:
                 usage=reply.usage,
                 prepared=()
                 if isinstance(effect, Summarize)
-                else prepared_calls(self.registry, reply.tool_calls, effect.tools),
+                else prepared_calls(self.registry, reply.tool_calls, effect.tools, effect.extensions),
             )
         )

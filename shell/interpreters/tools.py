@@ -86,14 +86,17 @@ def check_call(registry: Registry, call: ToolCall, allowed: tuple[str, ...] | No
 
 
 def prepared_calls(
-    registry: Registry, calls: tuple[ToolCall, ...], allowed: tuple[str, ...] | None
+    registry: Registry,
+    calls: tuple[ToolCall, ...],
+    allowed: tuple[str, ...] | None,
+    extensions: tuple[str, ...] | None = None,
 ) -> tuple[PreparedCall | None, ...]:
     """Validate a reply's calls now, so their tool tasks can be born at
     ``execute`` in the round's own commit. Not when before-tool hooks are
     installed (they run in the ``call`` phase); a call that does not resolve
     or validate gets None and takes the ``call`` phase, which answers it with
     the error result."""
-    if not calls or registry.hooks("before_tool"):
+    if not calls or registry.named_hooks("before_tool", extensions):
         return ()
     out: list[PreparedCall | None] = []
     for call in calls:
@@ -120,10 +123,10 @@ class ToolInterpreter:
     store_id: str
     harness: Harness
 
-    def needs_child(self) -> bool:
+    def needs_child(self, effect: PrepareTool) -> bool:
         """Preparing is short and bounded (done inline, no task per call)
-        unless before-tool hooks are installed: they are host code."""
-        return self.hooks.before_tool_installed()
+        unless the agent's extensions have before-tool hooks: host code."""
+        return self.hooks.before_tool_installed(effect.extensions)
 
     def _reject(self, effect: PrepareTool, rejection: Rejection) -> None:
         self.loop.send(
@@ -162,7 +165,7 @@ class ToolInterpreter:
             return
         call, tool = resolved
         try:
-            arguments = await self.hooks.before_tool(effect.task_id, effect.conversation_id, call)
+            arguments = await self.hooks.before_tool(effect.task_id, effect.conversation_id, call, effect.extensions)
         except Blocked as e:
             self._reject(effect, Rejection("blocked", str(e)))
             return

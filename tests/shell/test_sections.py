@@ -178,3 +178,27 @@ async def test_a_resent_request_offers_the_recorded_tools(tmp_path: Path) -> Non
             await h.wait_idle()
     assert [t.name for t in stall.requests[0].tools] == ["old"]
     assert [t.name for t in models.requests[0].tools] == ["old"]  # the re-sent request: as recorded
+
+
+async def test_hooks_follow_the_agents_extension_selection(autojump_clock: trio.testing.MockClock) -> None:
+    """Only the selected extensions' hooks run for an agent (issue 9: tools
+    and hooks are per agent, no longer global)."""
+    ran: list[str] = []
+
+    def hook(name: str) -> Any:
+        async def before_tool(ctx: Any, call: Any) -> None:
+            ran.append(name)
+
+        return before_tool
+
+    registry = Registry()
+    registry.install(define_extension("a", tools=[_tool("ta")], hooks={"before_tool": hook("a")}))
+    registry.install(define_extension("b", hooks={"before_tool": hook("b")}))
+    models = ScriptedModels(lambda req: reply(tool_calls=[tool_call("ta")]) if req.turn % 2 == 0 else reply(text="ok"))
+    async with Harness.open(MemoryStorage(), models=models, registry=registry) as h:
+        only_a = await h.create_conversation(agent=AgentConfig(model=MODEL, extensions=["a"]))
+        every = await h.create_conversation(agent=AgentConfig(model=MODEL))
+        assert (await settle(only_a, "go")).status == "done"
+        assert ran == ["a"]
+        assert (await settle(every, "go")).status == "done"
+    assert ran == ["a", "a", "b"]
