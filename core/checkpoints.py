@@ -13,10 +13,10 @@ order is part of the format; an absent optional field is omitted, so the
 bytes of older records are unchanged):
 
 ========== ================================================================
-prepare    ``{phase, attempt[, compacted[, overflow, head]]}``
-request    ``{phase, attempt, model: {provider, model_id}, cutoff[, compacted]}``
-retry      ``{phase, attempt, until[, compacted]}``
-poll       ``{phase, attempt, model, cutoff, handle, poll_at[, compacted]}``
+prepare    ``{phase, attempt[, compacted[, threshold][, overflow, head]]}``
+request    ``{phase, attempt, model: {provider, model_id}, cutoff[, compacted[, threshold]]}``
+retry      ``{phase, attempt, until[, compacted[, threshold]]}``
+poll       ``{phase, attempt, model, cutoff, handle, poll_at[, compacted[, threshold]]}``
 tools      ``{phase, assistant, tools, pending}``
 call       ``{phase}``
 execute    ``{phase, arguments, replay[, process]}``
@@ -92,6 +92,10 @@ class PrepareCheckpoint:
     #: The blocking compaction this generation started (it never starts a
     #: second one); carried through request/retry/poll.
     compacted: TaskId | None = None
+    #: ``compacted`` was a threshold compaction (started before any request:
+    #: attempt unchanged), not an overflow one (its resend is the next
+    #: attempt): the retry budget counts accordingly. Carried like it.
+    threshold: bool = False
     #: After an overflow: the provider's text (the run fails with it when the
     #: compaction placed nothing) ...
     overflow: str | None = None
@@ -108,6 +112,7 @@ class RequestCheckpoint:
     #: Ids are global and increasing: the request sees entries up to here.
     cutoff: EntryId
     compacted: TaskId | None = None
+    threshold: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -117,6 +122,7 @@ class RetryCheckpoint:
     attempt: int
     until: int
     compacted: TaskId | None = None
+    threshold: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -129,6 +135,7 @@ class PollCheckpoint:
     handle: Json
     poll_at: int
     compacted: TaskId | None = None
+    threshold: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -182,9 +189,11 @@ CompactionCheckpoint: TypeAlias = SelectCheckpoint | SummarizeCheckpoint
 Checkpoint: TypeAlias = GenerationCheckpoint | ToolCheckpoint | CompactionCheckpoint
 
 
-def _compacted(out: dict[str, Json], compacted: TaskId | None) -> dict[str, Json]:
+def _compacted(out: dict[str, Json], compacted: TaskId | None, threshold: bool = False) -> dict[str, Json]:
     if compacted is not None:
         out["compacted"] = compacted
+        if threshold:
+            out["threshold"] = True
     return out
 
 
@@ -201,15 +210,17 @@ def to_dict(cp: Checkpoint) -> dict[str, Json]:
             out = {"phase": phase, "attempt": attempt}
             if compacted is not None:
                 out["compacted"] = compacted
+                if cp.threshold:
+                    out["threshold"] = True
                 if cp.overflow is not None:
                     out["overflow"] = cp.overflow
                     out["head"] = cp.head
             return out
         case RequestCheckpoint(attempt=attempt, model=model, cutoff=cutoff):
             out = {"phase": phase, "attempt": attempt, "model": _model_dict(model), "cutoff": cutoff}
-            return _compacted(out, cp.compacted)
+            return _compacted(out, cp.compacted, cp.threshold)
         case RetryCheckpoint(attempt=attempt, until=until):
-            return _compacted({"phase": phase, "attempt": attempt, "until": until}, cp.compacted)
+            return _compacted({"phase": phase, "attempt": attempt, "until": until}, cp.compacted, cp.threshold)
         case PollCheckpoint():
             out = {
                 "phase": phase,
@@ -219,7 +230,7 @@ def to_dict(cp: Checkpoint) -> dict[str, Json]:
                 "handle": cp.handle,
                 "poll_at": cp.poll_at,
             }
-            return _compacted(out, cp.compacted)
+            return _compacted(out, cp.compacted, cp.threshold)
         case ToolsCheckpoint(assistant=assistant, tools=tools, pending=pending):
             return {"phase": phase, "assistant": assistant, "tools": list(tools), "pending": list(pending)}
         case CallCheckpoint():
@@ -254,6 +265,7 @@ def _generation(phase: GenerationPhase, cp: Mapping[str, Any]) -> GenerationChec
             return PrepareCheckpoint(
                 attempt=int(cp.get("attempt", 1)),
                 compacted=_opt_id(cp.get("compacted")),
+                threshold=bool(cp.get("threshold", False)),
                 overflow=None if cp.get("overflow") is None else str(cp["overflow"]),
                 head=None if head is None else EntryId(int(head)),
             )
@@ -263,10 +275,14 @@ def _generation(phase: GenerationPhase, cp: Mapping[str, Any]) -> GenerationChec
                 model=_model(cp["model"]),
                 cutoff=EntryId(int(cp["cutoff"])),
                 compacted=_opt_id(cp.get("compacted")),
+                threshold=bool(cp.get("threshold", False)),
             )
         case GenerationPhase.RETRY:
             return RetryCheckpoint(
-                attempt=int(cp["attempt"]), until=int(cp["until"]), compacted=_opt_id(cp.get("compacted"))
+                attempt=int(cp["attempt"]),
+                until=int(cp["until"]),
+                compacted=_opt_id(cp.get("compacted")),
+                threshold=bool(cp.get("threshold", False)),
             )
         case GenerationPhase.POLL:
             return PollCheckpoint(
@@ -276,6 +292,7 @@ def _generation(phase: GenerationPhase, cp: Mapping[str, Any]) -> GenerationChec
                 handle=cp["handle"],
                 poll_at=int(cp["poll_at"]),
                 compacted=_opt_id(cp.get("compacted")),
+                threshold=bool(cp.get("threshold", False)),
             )
         case GenerationPhase.TOOLS:
             return ToolsCheckpoint(

@@ -457,6 +457,19 @@ class CutSelected:
     task_id: TaskId
     first_kept: EntryId | None = None
     tail: EntryId | None = None
+    #: A ``before_compact`` hook's summary, placed without a model call.
+    summary: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ContextMeasured:
+    """``MeasureContext`` answered: the estimated tokens of the request the
+    generation is about to send (§3.13.2)."""
+
+    TAG: ClassVar[str] = "context_measured"
+    now: int
+    task_id: TaskId
+    tokens: int
 
 
 @attrs.frozen(kw_only=True)
@@ -504,6 +517,7 @@ Event: TypeAlias = (
     | InvocationFailed
     | CompactionRequested
     | CutSelected
+    | ContextMeasured
     | SystemRendered
 )
 

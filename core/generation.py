@@ -73,15 +73,8 @@ from .checkpoints import (
 from .answers import assistant_entry, convert_partial, count_usage, fail, unique_call_ids
 from .draft import Tx
 from .effects import RenderSystem, CallModel, CancelDeferred, PollModel, Sleep
-from .events import (
-    ContextMeasured,
-    ModelDeferred,
-    ModelFailed,
-    ModelResponded,
-    ModelStreamed,
-    SystemRendered,
-    TimerFired,
-)
+from .events import ContextMeasured, ModelDeferred, ModelFailed, ModelResponded, ModelStreamed, SystemRendered
+from .events import TimerFired
 from .lifecycle import TaskMove
 from .model import (
     GENERATION,
@@ -170,17 +163,13 @@ def _render(turn: Turn, _: None) -> None:
 
 
 def _measured(turn: Turn, ev: ContextMeasured) -> None:
-    """Rows ``(prepare, measured)``: a background compaction if the size is
-    over the background threshold, then prepare the request."""
+    """Row ``(prepare, measured[_render])``: a background compaction if over
+    its threshold, then prepare (or render the sections first)."""
     thresholds.background(turn.tx, turn.task.conversation_id, ev.tokens)
-    _prepare(turn, None)
-
-
-def _measured_render(turn: Turn, ev: ContextMeasured) -> None:
-    """Row ``(prepare, measured_render)``: as ``measured``, but the sections
-    are rendered first (the background compaction is committed now)."""
-    thresholds.background(turn.tx, turn.task.conversation_id, ev.tokens)
-    _render(turn, None)
+    if turn.next is GenerationPhase.PREPARE:
+        _render(turn, None)
+    else:
+        _prepare(turn, None)
 
 
 def _prepare(turn: Turn, ev: SystemRendered | None) -> None:
@@ -434,7 +423,7 @@ def _rows() -> Mapping[tuple[enum.StrEnum, enum.StrEnum], Row]:
         (_P.PREPARE, _I.MEASURE): Row(handler=thresholds.measure, next=_P.PREPARE),
         (_P.PREPARE, _I.OVER_THRESHOLD): Row(handler=thresholds.block, next=_P.PREPARE),
         (_P.PREPARE, _I.MEASURED): Row(handler=_measured, next=_P.REQUEST),
-        (_P.PREPARE, _I.MEASURED_RENDER): Row(handler=_measured_render, next=_P.PREPARE),
+        (_P.PREPARE, _I.MEASURED_RENDER): Row(handler=_measured, next=_P.PREPARE),
         (_P.PREPARE, _I.UNCOMPACTED): Row(handler=_uncompacted, next=END),
         (_P.REQUEST, _I.RESERVE): Row(handler=_resend, next=_P.REQUEST),
         (_P.REQUEST, _I.STREAMED): Row(handler=_streamed, next=_P.REQUEST),

@@ -50,6 +50,7 @@ from .events import (
     InvocationFailed,
     CompactionRequested,
     CutSelected,
+    ContextMeasured,
 )
 from .model import COMPACTION, CoreInvariantError
 from .state import State
@@ -76,6 +77,7 @@ HANDLERS: Mapping[type, Callable[[Tx, Any], None]] = {
     ModelFailed: lambda tx, ev: _model_reply(tx, ev, generation.on_model_failed),
     ModelStreamed: generation.on_model_streamed,
     SystemRendered: generation.on_system_rendered,
+    ContextMeasured: generation.on_context_measured,
     ModelDeferred: generation.on_model_deferred,
     TimerFired: generation.on_timer_fired,
     ToolPrepared: tools.on_tool_prepared,

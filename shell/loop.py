@@ -54,6 +54,7 @@ from pidurable.core.effects import (
     CancelDeferred,
     Commit,
     Effect,
+    MeasureContext,
     MigrateTask,
     PollModel,
     SelectCut,
@@ -234,6 +235,8 @@ class Loop:
                 self._spawn(effect, partial(do.models.poll, effect, self.state.settings.partial_interval_ms))
             case SelectCut():
                 do.models.select_cut(effect)
+            case MeasureContext():
+                do.models.measure_context(effect)
             case Summarize():
                 self._spawn(effect, partial(do.models.summarize, effect, self.state.settings.partial_interval_ms))
             case CancelDeferred():

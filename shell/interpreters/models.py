@@ -1,4 +1,5 @@
-"""Model calls: ``CallModel``, ``PollModel``, ``CancelDeferred``.
+"""Model calls: ``CallModel``, ``PollModel``, ``CancelDeferred``; the
+compaction helpers ``SelectCut``, ``Summarize`` and ``MeasureContext``.
 
 Builds the request from the context cache up to the effect's pinned
 ``cutoff`` (plus the rendered system prompt and the tools the agent's filter
@@ -21,10 +22,10 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 import trio
 
-from pidurable.core.compaction import SUMMARY_SYSTEM_PROMPT, select_cut, summary_request_text
+from pidurable.core.compaction import SUMMARY_SYSTEM_PROMPT, estimate_context_tokens, select_cut, summary_request_text
 from pidurable.core.context import Message, active_range, range_messages
-from pidurable.core.effects import CallModel, CancelDeferred, PollModel, SelectCut, Summarize
-from pidurable.core.events import CutSelected, ModelDeferred, ModelFailed, ModelResponded, ModelStreamed
+from pidurable.core.effects import CallModel, CancelDeferred, MeasureContext, PollModel, SelectCut, Summarize
+from pidurable.core.events import ContextMeasured, CutSelected, ModelDeferred, ModelFailed, ModelResponded, ModelStreamed
 
 from ..context_cache import ContextCache
 from ..edge import reply_problem
@@ -89,6 +90,14 @@ class ModelInterpreter:
         cut = select_cut(kept, effect.keep_recent_tokens)
         tail = entries[-1].id if cut is not None else None
         self.loop.send(CutSelected(now=self.loop.clock(), task_id=effect.task_id, first_kept=cut, tail=tail))
+
+    def measure_context(self, effect: MeasureContext) -> None:
+        """The size of a generation's next request (§3.13.2): the
+        usage-anchored estimate of the active range through ``cutoff`` (its
+        summary first) plus the system prompt."""
+        marker, kept = active_range(self.context.entries(effect.conversation_id), effect.cutoff)
+        tokens = estimate_context_tokens(([marker] if marker is not None else []) + kept, effect.system)
+        self.loop.send(ContextMeasured(now=self.loop.clock(), task_id=effect.task_id, tokens=tokens))
 
     async def summarize(self, effect: Summarize, interval_ms: int) -> None:
         """The pinned summarization request (reference §3.13 step 2): no

@@ -6,11 +6,16 @@ does not fit the window is refused where both are known."""
 from __future__ import annotations
 
 import pytest
+import trio
+
+from pidurable.core.compaction import SUMMARY_PREFIX, SUMMARY_SYSTEM_PROMPT
+from pidurable.core.model import EntryKind, SubmissionStatus
 
 from pidurable.shell import (
     AgentConfig,
     CompactionSettings,
     Harness,
+    Input,
     InvalidInput,
     MemoryStorage,
     ModelRef,
@@ -18,6 +23,7 @@ from pidurable.shell import (
     Settings,
 )
 from pidurable.shell.providers import ScriptedModels, reply
+from pidurable.shell.providers.base import ModelRequest
 from pidurable.shell.providers.anthropic import Anthropic
 from pidurable.shell.providers.openai import OpenAIChat
 from pidurable.shell.providers.responses import OpenAIResponses
@@ -74,3 +80,62 @@ async def test_keep_recent_tokens_must_fit_the_window() -> None:
             await h.update_settings(Settings(compaction=CompactionSettings(keep_recent_tokens=16_000)))
         with pytest.raises(InvalidInput, match="context_window"):
             await conv.configure(context_window=0)
+
+
+def _thresholds_model(answer_chars: int) -> tuple[ScriptedModels, list[ModelRequest]]:
+    """A 1000-token model: turns answered with ``answer_chars`` characters, summarization requests with a fixed summary."""
+    seen: list[ModelRequest] = []
+
+    def answer(request: ModelRequest) -> object:
+        seen.append(request)
+        if request.messages and request.messages[0].text == SUMMARY_SYSTEM_PROMPT:
+            return reply(text="SUMMARY: the story so far")
+        return reply(text="a" * answer_chars)
+
+    return ScriptedModels(answer, context_window=1000), seen
+
+
+def _summarized(requests: list[ModelRequest]) -> list[int]:
+    return [i for i, r in enumerate(requests) if r.messages and r.messages[0].text == SUMMARY_SYSTEM_PROMPT]
+
+
+async def test_above_the_blocking_threshold_the_turn_compacts_before_its_request() -> None:
+    """window 1000, reserve 200: the third turn (about 1100 tokens) waits on a blocking threshold compaction, then its request starts with the summary."""
+    settings = Settings(compaction=CompactionSettings(reserve_tokens=200, background_tokens=0, keep_recent_tokens=30))
+    models, seen = _thresholds_model(2000)
+    async with Harness.open(MemoryStorage(), models=models, registry=Registry(), env=None, settings=settings) as h:
+        conv = await h.root(agent=AGENT)
+        with trio.fail_after(10):
+            for i in range(3):
+                sub = await (await conv.submit(Input(f"question {i} " + "q" * 90))).wait()
+                assert sub.status == SubmissionStatus.DONE
+        (s,) = _summarized(seen)
+        assert s == 2  # after two turns, before the third request
+        assert seen[3].messages[0].text.startswith(SUMMARY_PREFIX)
+        marker = [e for e in await conv.transcript() if e.kind == EntryKind.COMPACTION]
+        assert len(marker) == 1 and marker[0].data is not None and marker[0].data["reason"] == "threshold"
+
+
+async def test_above_the_background_threshold_a_background_summary_is_placed_at_a_boundary() -> None:
+    """window 1000, reserve 200, background 300: above 500 tokens a background compaction runs beside the turn; its summary is placed as a write and later requests start with it."""
+    settings = Settings(compaction=CompactionSettings(reserve_tokens=200, background_tokens=300, keep_recent_tokens=30))
+    models, seen = _thresholds_model(600)
+    async with Harness.open(MemoryStorage(), models=models, registry=Registry(), env=None, settings=settings) as h:
+        conv = await h.root(agent=AGENT)
+        with trio.fail_after(10):
+            for i in range(4):
+                sub = await (await conv.submit(Input(f"question {i} " + "q" * 90))).wait()
+                assert sub.status == SubmissionStatus.DONE
+            (bg,) = [t for t in await h.tasks(conv.id) if t.kind == "pi.compaction"]
+            assert bg.background and bg.owner is None and bg.input == {"reason": "threshold"}
+            done = await h.wait_for_task(bg.id)
+            assert done.outcome is not None and done.outcome.result is not None
+            write = await h.submission(done.outcome.result["submission_id"])
+            assert write is not None
+            placed = await write.wait()
+            assert placed.status == SubmissionStatus.DONE and placed.request_id == f"compaction:{bg.id}"
+            marker = [e for e in await conv.transcript() if e.kind == EntryKind.COMPACTION]
+            assert len(marker) == 1 and marker[0].data is not None and marker[0].data["reason"] == "threshold"
+            assert len(_summarized(seen)) == 1
+            await (await conv.submit(Input("next"))).wait()
+        assert seen[-1].messages[0].text.startswith(SUMMARY_PREFIX)
