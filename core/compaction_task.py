@@ -55,6 +55,7 @@ from .lifecycle import TaskMove
 from .model import (
     COMPACTION,
     ConversationId,
+    EntryId,
     EntryKind,
     Outcome,
     OutcomeStatus,
@@ -85,6 +86,8 @@ class CompactionInput(enum.StrEnum):
     NOTHING = "nothing"
     #: The shell chose a cut.
     CUT = "cut"
+    #: The shell chose a cut and a ``before_compact`` hook supplied the summary.
+    HOOK_SUMMARY = "hook_summary"
     #: The summarizer answered with usable text.
     SUMMARY = "summary"
     #: The summarizer failed (or answered with no text, a tool call, or cut short).
@@ -118,7 +121,17 @@ def create(tx: Tx, cid: ConversationId, *, reason: str, owner: TaskId | None = N
 def _select(turn: Turn, _: None) -> None:
     task = turn.store(TaskMove.RESERVE, durable=False)
     keep = turn.tx.settings.compaction.keep_recent_tokens
-    turn.tx.act(SelectCut(task_id=task.id, conversation_id=task.conversation_id, keep_recent_tokens=keep))
+    instructions = task.input.get("instructions")
+    turn.tx.act(
+        SelectCut(
+            task_id=task.id,
+            conversation_id=task.conversation_id,
+            keep_recent_tokens=keep,
+            reason=str(task.input.get("reason", MANUAL)),
+            instructions=instructions if isinstance(instructions, str) else None,
+            extensions=turn.tx.conv(task.conversation_id).agent.extensions,
+        )
+    )
 
 
 def _no_model(turn: Turn, _: None) -> None:
@@ -170,12 +183,26 @@ def _send(tx: Tx, task: Task, cp: SummarizeCheckpoint) -> None:
 
 def _summary(turn: Turn, ev: ModelResponded) -> None:
     """Place the summary (see the module comment) and complete."""
-    tx, task, cp = turn.tx, turn.task, turn.checkpoint
+    cp = turn.checkpoint
     assert isinstance(cp, SummarizeCheckpoint)
+    count_usage(turn.tx, turn.task.conversation_id, cp.model, ev.usage)  # every summarizer call counts, placed or stale
+    _place(turn, ev.text.strip(), cp.first_kept)
+
+
+def _hook_summary(turn: Turn, ev: CutSelected) -> None:
+    """Row ``(select, hook_summary)``: a ``before_compact`` hook wrote the
+    summary: placed like the model's, no model call."""
+    assert ev.summary is not None and ev.first_kept is not None
+    _place(turn, ev.summary.strip(), ev.first_kept, by_hook=True)
+
+
+def _place(turn: Turn, summary: str, first_kept: EntryId, *, by_hook: bool = False) -> None:
+    tx, task = turn.tx, turn.task
     cid = task.conversation_id
-    count_usage(tx, cid, cp.model, ev.usage)  # every summarizer call counts, placed or stale
-    data: dict[str, Any] = {"head": cp.first_kept, "reason": task.input.get("reason", MANUAL)}
-    text = summary_text(ev.text.strip())
+    data: dict[str, Any] = {"head": first_kept, "reason": task.input.get("reason", MANUAL)}
+    if by_hook:
+        data["summarized_by"] = "before_compact"
+    text = summary_text(summary)
     result: dict[str, Any]
     if task.owner is not None:
         result = {"entry_id": append_write(tx, cid, EntryKind.COMPACTION, text, data)}
@@ -230,6 +257,7 @@ def _rows() -> Mapping[tuple[enum.StrEnum, enum.StrEnum], Row]:
         (_P.SELECT, _I.NO_MODEL): Row(handler=_no_model, next=END),
         (_P.SELECT, _I.NOTHING): Row(handler=_nothing, next=END),
         (_P.SELECT, _I.CUT): Row(handler=_cut, next=_P.SUMMARIZE),
+        (_P.SELECT, _I.HOOK_SUMMARY): Row(handler=_hook_summary, next=END),
         (_P.SUMMARIZE, _I.RESERVE): Row(handler=_resend, next=_P.SUMMARIZE),
         (_P.SUMMARIZE, _I.SUMMARY): Row(handler=_summary, next=END),
         (_P.SUMMARIZE, _I.FAILED): Row(handler=_failed, next=END),
@@ -274,6 +302,8 @@ def _running(tx: Tx, task_id: TaskId, move: CompactionInput) -> tuple[Task, Any]
 
 def on_cut_selected(tx: Tx, ev: CutSelected) -> None:
     move = _I.NOTHING if ev.first_kept is None or ev.tail is None else _I.CUT
+    if move is _I.CUT and ev.summary is not None:
+        move = _I.HOOK_SUMMARY
     found = _running(tx, ev.task_id, move)
     if found is not None:
         MACHINE.run(tx, *found, move, ev)

@@ -281,6 +281,11 @@ class SelectCut:
     task_id: TaskId
     conversation_id: ConversationId
     keep_recent_tokens: int
+    #: Why the compaction runs, its manual instructions and the agent's
+    #: extension selection: what ``before_compact`` hooks are told.
+    reason: str = "manual"
+    instructions: str | None = None
+    extensions: tuple[str, ...] | None = None
 
 
 @attrs.frozen(kw_only=True)

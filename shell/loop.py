@@ -234,7 +234,10 @@ class Loop:
             case PollModel():
                 self._spawn(effect, partial(do.models.poll, effect, self.state.settings.partial_interval_ms))
             case SelectCut():
-                do.models.select_cut(effect)
+                if do.models.select_needs_hooks(effect):
+                    self._spawn(effect, partial(do.models.select_cut_with_hooks, effect))
+                else:
+                    do.models.select_cut(effect)
             case MeasureContext():
                 do.models.measure_context(effect)
             case Summarize():
@@ -271,7 +274,7 @@ class Loop:
 
     def _spawn(
         self,
-        effect: CallModel | PollModel | Summarize | PrepareTool | RunTool | RunPhase | MigrateTask | Sleep | RenderSystem,
+        effect: CallModel | PollModel | Summarize | PrepareTool | RunTool | RunPhase | MigrateTask | Sleep | RenderSystem | SelectCut,
         job: Callable[[], Awaitable[None]],
     ) -> None:
         assert self.nursery is not None

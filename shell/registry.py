@@ -252,7 +252,7 @@ def define_task(
 
 
 #: The hooks an extension may define, and what each receives.
-HOOK_NAMES = ("before_tool", "after_tool", "before_request", "after_response")
+HOOK_NAMES = ("before_tool", "after_tool", "before_request", "after_response", "before_compact")
 
 
 _SECTION_KEY = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -321,7 +321,9 @@ def define_extension(
     ``after_tool(ctx, call, result) -> ToolResult | None``,
     ``before_request(ctx, messages) -> list | None`` (this request only),
     ``after_response(ctx, reply) -> None`` (an observer of every complete
-    model message). A raising hook is reported to ``on_report``."""
+    model message), ``before_compact(ctx, info) -> None | {"decline": True}
+    | {"summary": text}`` (the first decision wins). A raising hook is
+    reported to ``on_report``."""
     sections = tuple(sections)
     if not all(isinstance(s, Section) for s in sections):
         raise TypeError(f"Extension {name}: sections must be made with section(key, render)")

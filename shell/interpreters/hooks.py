@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from pidurable.core.effects import RenderSystem, RunTool
+from pidurable.core.effects import RenderSystem, RunTool, SelectCut
 from pidurable.core.events import SystemRendered
 from pidurable.core.state import SystemSection
 from pidurable.core.model import AgentConfig, ConversationId, TaskId, ToolCall
@@ -34,6 +34,19 @@ if TYPE_CHECKING:
     from ..harness import Harness
 
 log = logging.getLogger("pidurable")
+
+
+@attrs.frozen(kw_only=True)
+class CompactInfo:
+    """What a ``before_compact`` hook is told: why the compaction runs, what
+    it would summarize (entries, and the messages a model would read), the
+    first entry it keeps, and the manual instructions."""
+
+    reason: str
+    entries: tuple[Any, ...]
+    messages: tuple[Any, ...]
+    first_kept: int
+    instructions: str | None = None
 
 
 class Blocked(Exception):
@@ -183,6 +196,27 @@ class HookRunner:
         self.loop.send(
             SystemRendered(now=self.loop.clock(), task_id=effect.task_id, sections=sections, failed=tuple(failed))
         )
+
+    async def before_compact(self, effect: SelectCut, info: "CompactInfo") -> str | None:
+        """``before_compact(ctx, info)`` hooks, in order; the first decision
+        wins: ``{"decline": True}`` -> ``"decline"``, ``{"summary": text}``
+        -> the text. A raising hook is reported and the next asked."""
+        ctx = self._context(effect.task_id, effect.conversation_id)
+        for extension, hook in self.registry.named_hooks("before_compact", effect.extensions):
+            try:
+                decision = await hook(ctx, info)
+            except Exception as e:  # reported; the next hook decides
+                self.report("before_compact", extension, effect.task_id, effect.conversation_id, e, "skipped")
+                continue
+            if decision is None:
+                continue
+            if isinstance(decision, dict) and decision.get("decline") is True:
+                return "decline"
+            if isinstance(decision, dict) and isinstance(decision.get("summary"), str) and decision["summary"].strip():
+                return str(decision["summary"])
+            err = TypeError(f"before_compact returned {decision!r}, not None, {{'decline': True}} or {{'summary': text}}")
+            self.report("before_compact", extension, effect.task_id, effect.conversation_id, err, "skipped")
+        return None
 
     async def before_request(self, request: ModelRequest, extensions: tuple[str, ...] | None = None) -> ModelRequest:
         """``before_request`` hooks may replace the messages of this request

@@ -31,7 +31,7 @@ from ..context_cache import ContextCache
 from ..edge import reply_problem
 from ..providers.base import ModelDeferredReply, ModelError, ModelReply, ModelRequest, Models, OnPartial, ToolSpec
 from ..registry import Registry
-from .hooks import HookRunner
+from .hooks import CompactInfo, HookRunner
 from .ports import Reporter
 from .tools import prepared_calls
 
@@ -90,6 +90,36 @@ class ModelInterpreter:
         cut = select_cut(kept, effect.keep_recent_tokens)
         tail = entries[-1].id if cut is not None else None
         self.loop.send(CutSelected(now=self.loop.clock(), task_id=effect.task_id, first_kept=cut, tail=tail))
+
+    def select_needs_hooks(self, effect: SelectCut) -> bool:
+        """``before_compact`` hooks are host code: the selection then runs as a child."""
+        return bool(self.registry.named_hooks("before_compact", effect.extensions))
+
+    async def select_cut_with_hooks(self, effect: SelectCut) -> None:
+        """The cut, then the ``before_compact`` hooks (first decision wins):
+        decline -> nothing is compacted; a summary -> placed without a model call."""
+        entries = self.context.entries(effect.conversation_id)
+        marker, kept = active_range(entries)
+        cut = select_cut(kept, effect.keep_recent_tokens)
+        tail = entries[-1].id if cut is not None else None
+        summary = None
+        if cut is not None:
+            covered = ([marker] if marker is not None else []) + [e for e in kept if e.id < cut]
+            info = CompactInfo(
+                reason=effect.reason,
+                entries=tuple(covered),
+                messages=tuple(range_messages(covered)),
+                first_kept=cut,
+                instructions=effect.instructions,
+            )
+            decision = await self.hooks.before_compact(effect, info)
+            if decision == "decline":
+                cut = tail = None
+            elif decision is not None:
+                summary = decision
+        self.loop.send(
+            CutSelected(now=self.loop.clock(), task_id=effect.task_id, first_kept=cut, tail=tail, summary=summary)
+        )
 
     def measure_context(self, effect: MeasureContext) -> None:
         """The size of a generation's next request (§3.13.2): the
@@ -231,6 +261,10 @@ class ModelInterpreter:
         if problem is not None:
             log.warning("task %s: %s", task_id, problem)
             self._fail(effect, problem)
+            return
+        if isinstance(reply, ModelDeferredReply) and isinstance(effect, Summarize):
+            # a summary is not polled for: the compaction fails (and says why)
+            self._fail(effect, "Summarization failed: the provider deferred its answer (summaries are not polled)")
             return
         if isinstance(reply, ModelDeferredReply):
             loop.send(
