@@ -753,3 +753,36 @@ SECTION_CHANGE = Scenario(
 )
 
 ALL = ALL + (SECTION_CHANGE,)
+
+
+# --- issue 9: threshold compaction (a known context window) ---------------------------
+
+
+def _threshold_script(request: Any) -> Any:
+    from pidurable.core.compaction import SUMMARY_SYSTEM_PROMPT
+
+    if request.messages and request.messages[0].text == SUMMARY_SYSTEM_PROMPT:
+        return reply(text="SUMMARY: the story so far")
+    return reply(text="a" * 2000)
+
+
+register_script("threshold_blocking", _threshold_script)
+
+
+def _check_threshold(storage: Any) -> None:
+    markers = [e for e in storage.entries(1) if e.kind == "compaction"]
+    assert markers and all((e.data or {}).get("reason") == "threshold" for e in markers)
+    assert all(s.status == "done" for s in storage.submissions(1))
+
+
+THRESHOLD_BLOCKING = Scenario(
+    name="threshold_blocking",
+    script=(),
+    tools=lambda w: [],
+    inputs=tuple(f"question {i} " + "q" * 90 for i in range(3)),
+    agent=AgentConfig(model=ModelRef("scripted", "test"), context_window=1000),
+    settings=Settings(compaction=CompactionSettings(reserve_tokens=200, background_tokens=0, keep_recent_tokens=30)),
+    final_check=_check_threshold,
+)
+
+ALL = ALL + (THRESHOLD_BLOCKING,)
