@@ -70,6 +70,9 @@ class CompactionPhase(enum.StrEnum):
     SELECT = "select"
     #: The intent of one summarization request: model, range and budget.
     SUMMARIZE = "summarize"
+    #: A retryable summarizer error is waited out (the same pinned request,
+    #: sent again at ``until`` as the next attempt).
+    SUMMARIZE_RETRY = "summarize_retry"
 
 
 #: The plain strings written to the store (never the enum members).
@@ -185,7 +188,20 @@ GenerationCheckpoint: TypeAlias = (
     PrepareCheckpoint | RequestCheckpoint | RetryCheckpoint | PollCheckpoint | ToolsCheckpoint
 )
 ToolCheckpoint: TypeAlias = CallCheckpoint | ExecuteCheckpoint
-CompactionCheckpoint: TypeAlias = SelectCheckpoint | SummarizeCheckpoint
+@attrs.frozen(kw_only=True)
+class SummarizeRetryCheckpoint:
+    PHASE: ClassVar[CompactionPhase] = CompactionPhase.SUMMARIZE_RETRY
+    attempt: int
+    model: ModelRef
+    max_tokens: int
+    tail: EntryId
+    first_kept: EntryId
+    #: When the next attempt is sent (a saved deadline: after a restart only
+    #: the remainder is waited).
+    until: int
+
+
+CompactionCheckpoint: TypeAlias = SelectCheckpoint | SummarizeCheckpoint | SummarizeRetryCheckpoint
 Checkpoint: TypeAlias = GenerationCheckpoint | ToolCheckpoint | CompactionCheckpoint
 
 
@@ -251,6 +267,16 @@ def to_dict(cp: Checkpoint) -> dict[str, Json]:
                 "max_tokens": cp.max_tokens,
                 "tail": cp.tail,
                 "first_kept": cp.first_kept,
+            }
+        case SummarizeRetryCheckpoint():
+            return {
+                "phase": phase,
+                "attempt": cp.attempt,
+                "model": _model_dict(cp.model),
+                "max_tokens": cp.max_tokens,
+                "tail": cp.tail,
+                "first_kept": cp.first_kept,
+                "until": cp.until,
             }
 
 
@@ -353,12 +379,15 @@ def parse_compaction(cp: Mapping[str, Any]) -> CompactionCheckpoint | None:
     if _COMPACTION_PHASES[phase] is CompactionPhase.SELECT:
         return SelectCheckpoint()
     try:
-        return SummarizeCheckpoint(
+        pinned = SummarizeCheckpoint(
             attempt=int(cp["attempt"]),
             model=_model(cp["model"]),
             max_tokens=int(cp["max_tokens"]),
             tail=EntryId(int(cp["tail"])),
             first_kept=EntryId(int(cp["first_kept"])),
         )
+        if _COMPACTION_PHASES[phase] is CompactionPhase.SUMMARIZE_RETRY:
+            return SummarizeRetryCheckpoint(**attrs.asdict(pinned, recurse=False), until=int(cp["until"]))
+        return pinned
     except (KeyError, TypeError, ValueError) as e:
         raise CoreInvariantError(f"damaged {phase} checkpoint {cp!r}: {e!r}") from None

@@ -45,11 +45,18 @@ from typing import Any
 
 from .admission import admit_write
 from .answers import count_usage
-from .checkpoints import CompactionPhase, SelectCheckpoint, SummarizeCheckpoint, parse_compaction, to_dict
+from .checkpoints import (
+    CompactionPhase,
+    SelectCheckpoint,
+    SummarizeCheckpoint,
+    SummarizeRetryCheckpoint,
+    parse_compaction,
+    to_dict,
+)
 from .compaction import summary_text
 from .draft import Tx
-from .effects import Refusal, SelectCut, Summarize
-from .events import CompactionRequested, CutSelected, ModelFailed, ModelResponded
+from .effects import Refusal, SelectCut, Sleep, Summarize
+from .events import CompactionRequested, CutSelected, ModelFailed, ModelResponded, TimerFired
 from .inbox import append_write
 from .lifecycle import TaskMove
 from .model import (
@@ -92,6 +99,10 @@ class CompactionInput(enum.StrEnum):
     SUMMARY = "summary"
     #: The summarizer failed (or answered with no text, a tool call, or cut short).
     FAILED = "failed"
+    #: The summarizer failed retryably and retries are left (``Settings.retry``).
+    FAILED_RETRYABLE = "failed_retryable"
+    #: The saved backoff deadline arrived.
+    TIMER_FIRED = "timer_fired"
     #: Its abort handler runs.
     ABORT = "abort"
 
@@ -222,6 +233,39 @@ def _failed(turn: Turn, ev: ModelResponded | ModelFailed) -> None:
     _fail(turn, failure_text(ev), Reason.MODEL_ERROR)
 
 
+def _backoff(turn: Turn, ev: ModelFailed) -> None:
+    """Row ``(summarize, failed_retryable)``: count the call, then wait out a
+    durable backoff (the deadline is stored) before the same pinned request."""
+    tx, cp = turn.tx, turn.checkpoint
+    assert isinstance(cp, SummarizeCheckpoint)
+    count_usage(tx, turn.task.conversation_id, cp.model, None)
+    until = ev.now + tx.settings.retry.delay_ms(cp.attempt, ev.retry_after_ms)
+    waiting = SummarizeRetryCheckpoint(
+        attempt=cp.attempt, model=cp.model, max_tokens=cp.max_tokens, tail=cp.tail, first_kept=cp.first_kept, until=until
+    )
+    task = turn.store(TaskMove.CHECKPOINT, waiting)
+    tx.act(Sleep(task_id=task.id, until=until))
+
+
+def _wait(turn: Turn, _: None) -> None:
+    """Recovery at ``summarize_retry``: only the remainder is waited."""
+    cp = turn.checkpoint
+    assert isinstance(cp, SummarizeRetryCheckpoint)
+    task = turn.store(TaskMove.RESERVE, durable=False)
+    turn.tx.act(Sleep(task_id=task.id, until=cp.until))
+
+
+def _again(turn: Turn, _: TimerFired) -> None:
+    """Row ``(summarize_retry, timer_fired)``: the same pinned request, as
+    the next attempt."""
+    cp = turn.checkpoint
+    assert isinstance(cp, SummarizeRetryCheckpoint)
+    pinned = SummarizeCheckpoint(
+        attempt=cp.attempt + 1, model=cp.model, max_tokens=cp.max_tokens, tail=cp.tail, first_kept=cp.first_kept
+    )
+    _send(turn.tx, turn.store(TaskMove.CHECKPOINT, pinned), pinned)
+
+
 def _abort(turn: Turn, _: None) -> None:
     finish_task(turn.tx, turn.task, Outcome(status=OutcomeStatus.ABORTED))
 
@@ -261,6 +305,9 @@ def _rows() -> Mapping[tuple[enum.StrEnum, enum.StrEnum], Row]:
         (_P.SUMMARIZE, _I.RESERVE): Row(handler=_resend, next=_P.SUMMARIZE),
         (_P.SUMMARIZE, _I.SUMMARY): Row(handler=_summary, next=END),
         (_P.SUMMARIZE, _I.FAILED): Row(handler=_failed, next=END),
+        (_P.SUMMARIZE, _I.FAILED_RETRYABLE): Row(handler=_backoff, next=_P.SUMMARIZE_RETRY),
+        (_P.SUMMARIZE_RETRY, _I.RESERVE): Row(handler=_wait, next=_P.SUMMARIZE_RETRY),
+        (_P.SUMMARIZE_RETRY, _I.TIMER_FIRED): Row(handler=_again, next=_P.SUMMARIZE),
     }
     for phase in CompactionPhase:
         rows[(phase, _I.ABORT)] = Row(handler=_abort, next=END)
@@ -315,7 +362,17 @@ def on_summary(tx: Tx, ev: ModelResponded | ModelFailed) -> None:
     found = _running(tx, ev.task_id, move)
     if found is None or found[1].attempt != ev.attempt:
         return
+    policy = tx.settings.retry
+    if isinstance(ev, ModelFailed) and ev.retryable and policy.enabled and found[1].attempt <= policy.max_retries:
+        move = _I.FAILED_RETRYABLE
     MACHINE.run(tx, *found, move, ev)
+
+
+def on_timer_fired(tx: Tx, ev: TimerFired) -> None:
+    """The backoff deadline of a retrying summarizer (routed here by kind)."""
+    found = _running(tx, ev.task_id, _I.TIMER_FIRED)
+    if found is not None and isinstance(found[1], SummarizeRetryCheckpoint) and found[1].until == ev.until:
+        MACHINE.run(tx, *found, _I.TIMER_FIRED, ev)
 
 
 def on_compaction_requested(tx: Tx, ev: CompactionRequested) -> None:

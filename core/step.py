@@ -79,7 +79,7 @@ HANDLERS: Mapping[type, Callable[[Tx, Any], None]] = {
     SystemRendered: generation.on_system_rendered,
     ContextMeasured: generation.on_context_measured,
     ModelDeferred: generation.on_model_deferred,
-    TimerFired: generation.on_timer_fired,
+    TimerFired: lambda tx, ev: _by_kind(tx, ev, compaction_task.on_timer_fired, generation.on_timer_fired),
     ToolPrepared: tools.on_tool_prepared,
     ToolRejected: tools.on_tool_rejected,
     ToolFinished: tools.on_tool_finished,
@@ -91,6 +91,12 @@ HANDLERS: Mapping[type, Callable[[Tx, Any], None]] = {
     CutSelected: compaction_task.on_cut_selected,
 }
 assert set(HANDLERS) == set(EVENT_TYPES), "every event type needs exactly one handler"
+
+
+def _by_kind(tx: Tx, ev: TimerFired, to_compaction: Callable[[Tx, Any], None], to_generation: Callable[[Tx, Any], None]) -> None:
+    """A timer goes to the kind of task that slept."""
+    task = tx.tasks.get(ev.task_id)
+    (to_compaction if task is not None and task.kind == COMPACTION else to_generation)(tx, ev)
 
 
 def _model_reply(tx: Tx, ev: ModelResponded | ModelFailed, to_generation: Callable[[Tx, Any], None]) -> None:

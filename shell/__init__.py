@@ -3,7 +3,7 @@
 Names here follow API.md and are the public API.
 """
 
-from pidurable.core.model import AgentConfig, CompactionSettings, ModelRef, Settings, ToolCall
+from pidurable.core.model import AgentConfig, CompactionSettings, ModelRef, RetryPolicy, Settings, ToolCall
 
 from .env import EnvError, LocalEnv
 from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound, StorageError, StoreLocked
@@ -67,6 +67,7 @@ __all__ = [
     "define_task",
     "Settings",
     "CompactionSettings",
+    "RetryPolicy",
     "SqliteStorage",
     "StorageError",
     "StoreLocked",

@@ -112,3 +112,40 @@ async def test_a_deferred_summary_fails_the_compaction(autojump_clock: trio.test
             task = await h.wait_for_task(await conv.compact())
     assert task.outcome is not None and task.outcome.status == "failed"
     assert "deferred" in str(task.outcome.error)
+
+
+async def test_a_retryable_summarizer_error_is_retried_after_a_durable_backoff(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Issue 9 item 4: a 429 from the summarizer waits out the retry backoff
+    (the deadline is stored in the summarize_retry checkpoint) and sends the
+    same pinned request again as the next attempt; the summary is placed."""
+    from pidurable.shell import RetryPolicy
+
+    calls = {"summaries": 0}
+
+    def answer(request: Any) -> Any:
+        if request.messages and request.messages[0].text == SUMMARY_SYSTEM_PROMPT:
+            calls["summaries"] += 1
+            if calls["summaries"] == 1:
+                return reply(error="429 Too Many Requests", retryable=True)
+            return reply(text="second try summary")
+        return reply(text="answer " + "x" * 200)
+
+    settings = Settings(
+        compaction=CompactionSettings(keep_recent_tokens=30), retry=RetryPolicy(base_delay_ms=500)
+    )
+    storage = MemoryStorage()
+    async with Harness.open(storage, models=ScriptedModels(answer), registry=Registry(), settings=settings) as h:
+        conv = await h.root(agent=AGENT)
+        with trio.fail_after(10):
+            for i in range(3):
+                await (await conv.submit(Input(f"question {i} " + "q" * 100))).wait()
+            task = await h.wait_for_task(await conv.compact())
+        transcript = await conv.transcript()
+    assert task.outcome is not None and task.outcome.status == "completed"
+    assert calls["summaries"] == 2
+    assert "second try summary" in transcript[-1].text
+    phases = [w for row in storage.journal() for w in __import__("json").loads(row.writes) if w["type"] == "task"]
+    retry = [w["task"]["checkpoint"] for w in phases if w["task"]["checkpoint"].get("phase") == "summarize_retry"]
+    assert retry and retry[0]["attempt"] == 1 and retry[0]["until"] > 0
