@@ -786,3 +786,55 @@ THRESHOLD_BLOCKING = Scenario(
 )
 
 ALL = ALL + (THRESHOLD_BLOCKING,)
+
+
+def _background_script(request: Any) -> Any:
+    from pidurable.core.compaction import SUMMARY_SYSTEM_PROMPT
+
+    if request.messages and request.messages[0].text == SUMMARY_SYSTEM_PROMPT:
+        return reply(text="SUMMARY: the story so far")
+    return reply(text="a" * 600)
+
+
+register_script("threshold_background", _background_script)
+
+
+def _check_background(storage: Any) -> None:
+    assert all(s.status == "done" or s.reason == "stale" for s in storage.submissions(1))
+    inputs = [s for s in storage.submissions(1) if s.type == "input"]
+    assert inputs and all(s.status == "done" for s in inputs)
+
+
+def _check_background_placed(storage: Any) -> None:
+    """The uninterrupted run: a background summary was placed at a boundary."""
+    writes = [s for s in storage.submissions(1) if (s.request_id or "").startswith("compaction:")]
+    assert writes and any(s.status == "done" for s in writes)
+
+
+async def _background_host(h: Any, conv: Any, world: World) -> list[Any]:
+    """Submit the turns, wait for them, then for the background work too (a
+    background compaction outlives the run that started it)."""
+    handles = [await conv.submit(Input(f"question {i} " + "q" * 90, request_id=f"bg-{i}")) for i in range(4)]
+    for handle in handles:
+        await handle.wait()
+    while live := await h.tasks(live_only=True):
+        for task in live:
+            await h.wait_for_task(task.id)
+    return handles
+
+
+THRESHOLD_BACKGROUND = Scenario(
+    name="threshold_background",
+    script=(),
+    tools=lambda w: [],
+    host=_background_host,
+    agent=AgentConfig(model=ModelRef("scripted", "test"), context_window=1000),
+    settings=Settings(compaction=CompactionSettings(reserve_tokens=200, background_tokens=300, keep_recent_tokens=30)),
+    final_check=_check_background,
+    baseline_check=_check_background_placed,
+    # where the background summary lands depends on when the crash let it
+    # finish relative to the turns: the transcript may differ, never the rules
+    same_outcome=False,
+)
+
+ALL = ALL + (THRESHOLD_BACKGROUND,)
