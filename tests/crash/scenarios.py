@@ -758,15 +758,20 @@ ALL = ALL + (SECTION_CHANGE,)
 # --- issue 9: threshold compaction (a known context window) ---------------------------
 
 
-def _threshold_script(request: Any) -> Any:
+def _summarizing(answer_chars: int) -> Any:
+    """A script answering turns with ``answer_chars`` characters and
+    summarization requests with a fixed summary."""
     from pidurable.core.compaction import SUMMARY_SYSTEM_PROMPT
 
-    if request.messages and request.messages[0].text == SUMMARY_SYSTEM_PROMPT:
-        return reply(text="SUMMARY: the story so far")
-    return reply(text="a" * 2000)
+    def script(request: Any) -> Any:
+        if request.messages and request.messages[0].text == SUMMARY_SYSTEM_PROMPT:
+            return reply(text="SUMMARY: the story so far")
+        return reply(text="a" * answer_chars)
+
+    return script
 
 
-register_script("threshold_blocking", _threshold_script)
+register_script("threshold_blocking", _summarizing(2000))
 
 
 def _check_threshold(storage: Any) -> None:
@@ -788,15 +793,7 @@ THRESHOLD_BLOCKING = Scenario(
 ALL = ALL + (THRESHOLD_BLOCKING,)
 
 
-def _background_script(request: Any) -> Any:
-    from pidurable.core.compaction import SUMMARY_SYSTEM_PROMPT
-
-    if request.messages and request.messages[0].text == SUMMARY_SYSTEM_PROMPT:
-        return reply(text="SUMMARY: the story so far")
-    return reply(text="a" * 600)
-
-
-register_script("threshold_background", _background_script)
+register_script("threshold_background", _summarizing(600))
 
 
 def _check_background(storage: Any) -> None:
