@@ -39,6 +39,7 @@ from typing import Any
 import attrs
 
 from pidurable.core.events import (
+    CutSelected,
     Event,
     InvocationFailed,
     MigrationFinished,
@@ -281,6 +282,9 @@ REFUSALS: Mapping[type, Callable[[Any, EdgeError], Event]] = {
     ToolProcessStarted: _refuse_process,
     # rendered sections that cannot be stored keep what the model was shown
     SystemRendered: lambda ev, e: attrs.evolve(ev, sections=(), failed=tuple(s.key for s in ev.sections)),
+    # a before_compact hook's summary is host text: cleaned; a refusal lets
+    # the model summarize instead
+    CutSelected: lambda ev, e: attrs.evolve(ev, summary=None),
     # running output is text (always cleanable); a refusal shows nothing
     ToolProgressed: lambda ev, e: attrs.evolve(ev, output=""),
 }

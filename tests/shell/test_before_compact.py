@@ -149,3 +149,17 @@ async def test_a_retryable_summarizer_error_is_retried_after_a_durable_backoff(
     phases = [w for row in storage.journal() for w in __import__("json").loads(row.writes) if w["type"] == "task"]
     retry = [w["task"]["checkpoint"] for w in phases if w["task"]["checkpoint"].get("phase") == "summarize_retry"]
     assert retry and retry[0]["attempt"] == 1 and retry[0]["until"] > 0
+
+
+async def test_a_hook_summary_with_a_lone_surrogate_is_cleaned(autojump_clock: trio.testing.MockClock) -> None:
+    """A before_compact summary is host text from outside: a lone surrogate
+    is replaced at the edge (the store stays valid UTF-8), never stored raw."""
+
+    async def summarize(ctx: Any, info: Any) -> dict[str, str]:
+        return {"summary": "bad \ud800 summary"}
+
+    transcript, _, task = await _compact({"before_compact": summarize}, [])
+    marker = transcript[-1]
+    assert marker.kind == EntryKind.COMPACTION and "bad \ufffd summary" in marker.text
+    marker.text.encode("utf-8")
+    assert task.outcome is not None and task.outcome.status == "completed"
