@@ -411,10 +411,6 @@ class Registry:
     def task_catalog(self) -> tuple[TaskInfo, ...]:
         return tuple(t.info() for ext in self._extensions.values() for t in ext.tasks)
 
-    def hooks(self, name: str) -> list[Callable[..., Awaitable[Any]]]:
-        """The hooks of that name, in extension install order."""
-        return [ext.hooks[name] for ext in self._extensions.values() if name in ext.hooks]
-
     def named_hooks(
         self, name: str, selection: tuple[str, ...] | None = None
     ) -> list[tuple[str, Callable[..., Awaitable[Any]]]]:
