@@ -158,8 +158,8 @@ class Conversation:
         """Start a manual compaction (``pi.compaction``); its id. It completes
         with nothing placed when there is nothing to compact."""
         _live(self._rt)
-        if instructions is not None and not isinstance(instructions, str):
-            raise InvalidInput("instructions must be a string or None")
+        if instructions is not None:
+            instructions = check_text(instructions, "instructions")
         resp = await self._rt.request(
             lambda ticket, now: CompactionRequested(now=now, ticket=ticket, conversation_id=self.id, instructions=instructions)
         )

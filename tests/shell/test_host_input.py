@@ -242,3 +242,15 @@ async def test_a_failed_open_releases_the_store(tmp_path: Any) -> None:
         with pytest.raises(StorageError, match="damaged record in conversations"):
             async with Harness.open(open_sqlite_storage(db), models=ScriptedModels([]), registry=Registry()):
                 pass
+
+
+async def test_compact_instructions_are_checked_like_any_host_text(autojump_clock: trio.testing.MockClock) -> None:
+    """Issue 9: ``conv.compact(instructions)`` refuses a lone surrogate or a
+    non-string with InvalidInput and stores nothing."""
+    storage = MemoryStorage()
+    async with Harness.open(storage, models=ScriptedModels([]), registry=Registry()) as h:
+        conv = await h.root(agent=AGENT)
+        for bad in ("focus \ud800", 5):
+            with pytest.raises(InvalidInput):
+                await conv.compact(instructions=bad)  # type: ignore[arg-type]
+        assert storage.tasks() == []
