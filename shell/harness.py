@@ -275,6 +275,8 @@ class Harness:
         try:  # the harness owns the storage from here: close it on every path
             if not isinstance(registry, Registry):
                 raise InvalidInput("registry must be a pidurable.shell.Registry")
+            if on_report is not None and not callable(on_report):
+                raise InvalidInput("on_report must be a function HookReport -> None")
             settings = settings if settings is not None else Settings()
             check_settings_object(settings)
             loaded = storage.load()

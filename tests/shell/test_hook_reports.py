@@ -123,3 +123,11 @@ async def test_after_response_observes_every_complete_message(autojump_clock: tr
     await _run(registry, on_report=reports.append)
     assert seen == ["noop", "done"]
     assert [(r.hook, r.extension) for r in reports] == [("after_response", "second")] * 2
+
+
+async def test_a_sink_that_is_not_a_function_is_refused_at_open() -> None:
+    from pidurable.shell import InvalidInput
+
+    with pytest.raises(InvalidInput, match="on_report"):
+        async with Harness.open(MemoryStorage(), models=ScriptedModels([]), registry=Registry(), on_report="log"):  # type: ignore[arg-type]
+            pass
