@@ -86,9 +86,10 @@ from .providers.base import Models
 from .registry import Registry
 from .storage.base import Storage
 from .tasks import create_task
+from .conversation import Conversation
 from .submissions import Input, SubmissionHandle, Write, _live, _unwrap, abort_submission
 
-__all__ = ["Input", "SubmissionHandle", "Write", "abort_submission"]
+__all__ = ["Conversation", "Input", "SubmissionHandle", "Write", "abort_submission"]
 
 # Records returned to hosts are the core's frozen attrs records.
 EntryRecord = Entry
@@ -96,152 +97,6 @@ TaskRecord = Task
 SubmissionRecord = Submission
 
 
-@attrs.frozen
-class Conversation:
-    id: ConversationId
-    _rt: Loop = attrs.field(repr=False, eq=False)
-
-    async def submit(self, item: "Input | Write") -> SubmissionHandle:
-        """Durably accept ``item``; returns once accepted (not answered).
-        Bad input raises ``InvalidInput`` and stores nothing."""
-        _live(self._rt)
-        if isinstance(item, Write):
-            content = check_text(item.content, "Write content")
-            kind = check_id(item.kind, "Write kind")
-            if kind is None:
-                raise InvalidInput("Write kind must be a non-empty string")
-            data = check_json_object(item.data, "Write data")
-            request_id = check_id(item.request_id, "request_id")
-            resp = await self._rt.request(
-                lambda ticket, now: WriteSubmitted(
-                    now=now,
-                    ticket=ticket,
-                    conversation_id=self.id,
-                    content=content,
-                    kind=kind,
-                    data=data,
-                    request_id=request_id,
-                )
-            )
-            return SubmissionHandle(SubmissionId(_unwrap(resp, self.id)), self._rt)
-        if not isinstance(item, Input):
-            raise InvalidInput(f"submit() takes an Input or a Write, not {type(item).__name__}")
-        content = check_text(item.content, "Input content", empty=False)
-        request_id = check_id(item.request_id, "request_id")
-        when_busy = check_choice(item.when_busy, "when_busy", WHEN_BUSY)
-        resp = await self._rt.request(
-            lambda ticket, now: InputSubmitted(
-                now=now,
-                ticket=ticket,
-                conversation_id=self.id,
-                content=content,
-                request_id=request_id,
-                when_busy=when_busy,
-            )
-        )
-        return SubmissionHandle(SubmissionId(_unwrap(resp, self.id)), self._rt)
-
-    async def transcript(self) -> list[Entry]:
-        _live(self._rt)
-        return self._rt.storage.entries(self.id)
-
-    async def reset(self, handoff: str | None = None) -> SubmissionHandle:
-        """Start the model context afresh: a ``reset`` head marker (its text
-        the handoff, or empty) written like any write - at once when idle,
-        else at the next boundary (a post-tools one then ends the run with
-        its inputs ``unanswered/reset``). The transcript is kept."""
-        if handoff is not None and not isinstance(handoff, str):
-            raise InvalidInput("handoff must be a string or None")
-        return await self.submit(Write(handoff or "", kind=EntryKind.RESET, data={"head": HEAD_SELF}))
-
-    async def compact(self, instructions: str | None = None) -> TaskId:
-        """Start a manual compaction (``pi.compaction``); its id. It completes
-        with nothing placed when there is nothing to compact."""
-        _live(self._rt)
-        if instructions is not None:
-            instructions = check_text(instructions, "instructions")
-        resp = await self._rt.request(
-            lambda ticket, now: CompactionRequested(now=now, ticket=ticket, conversation_id=self.id, instructions=instructions)
-        )
-        return TaskId(_unwrap(resp, self.id))
-
-    async def context(self) -> list[Message]:
-        """The messages the next model request would see (from the newest
-        compaction or reset marker on)."""
-        _live(self._rt)
-        messages = context_messages(self._rt.storage.entries(self.id))
-        shown = self._rt.storage.document(self.id, CONTEXT_DOC)
-        prompt = system_text(shown.sections) if shown is not None else None
-        return messages if prompt is None else [Message(role="system", text=prompt), *messages]
-
-    async def usage(self) -> UsageDoc:
-        """This conversation's ``pi.usage``."""
-        _live(self._rt)
-        doc = self._rt.storage.document(self.id, USAGE_DOC)
-        return doc if doc is not None else UsageDoc()
-
-    async def agent(self) -> AgentConfig:
-        _live(self._rt)
-        doc = self._rt.storage.document(self.id, AGENT_DOC)
-        return doc if doc is not None else AgentConfig()
-
-    async def configure(self, **changes: Any) -> AgentConfig:
-        """Replace the given ``AgentConfig`` fields (others stay)."""
-        current = await self.agent()
-        try:
-            agent = self._rt.windowed(check_agent(attrs.evolve(current, **changes)))
-        except TypeError as e:
-            raise InvalidInput(f"configure(): {e}") from None
-        assert agent is not None
-        resp = await self._rt.request(
-            lambda ticket, now: AgentConfigurationRequested(now=now, ticket=ticket, conversation_id=self.id, agent=agent)
-        )
-        _unwrap(resp, self.id)
-        return agent
-
-    def _idle_now(self) -> bool:
-        # The reducer's state mirrors storage after every commit; reading it
-        # (never writing) is how waits avoid a storage scan per commit.
-        st = self._rt.state
-        return conversation_is_idle(st.tasks, st.conversations, self.id)
-
-    async def idle(self) -> bool:
-        """No live non-background task is reached from this conversation."""
-        _live(self._rt)
-        return self._idle_now()
-
-    async def wait_idle(self) -> None:
-        """Return once no live non-background task is reached from here."""
-        _live(self._rt)
-        await self._rt.waits.until(lambda: True if self._idle_now() else None)
-
-    async def abort(self, background: bool = False) -> None:
-        """Abort the conversation's task tree (``background=True`` also its
-        background tasks), withdraw its queued inputs (writes stay), and return
-        once it is idle. A no-op on an idle conversation."""
-        _live(self._rt)
-        if not isinstance(background, bool):
-            raise InvalidInput("background must be a bool")
-        resp = await self._rt.request(
-            lambda ticket, now: ConversationAbortRequested(
-                now=now, ticket=ticket, conversation_id=self.id, background=background
-            )
-        )
-        marked = set(accepted(resp, self.id).data or ())
-        st = self._rt
-
-        def done() -> bool | None:
-            # settled, and every cancelled invocation has really left (its
-            # cleanup finished): the abort joins the work it stopped
-            still = any(t in st.state.tasks or t in st.inflight for t in marked)
-            return True if not still and self._idle_now() else None
-
-        await self._rt.waits.until(done)
-
-    async def owned_by(self) -> int | None:
-        _live(self._rt)
-        conv = self._rt.storage.conversation(self.id)
-        return None if conv is None else conv.owner_task_id
 
 
 class Harness:
@@ -538,9 +393,6 @@ class Harness:
         ``state``, ``storage``, ``store_id``, ``inflight``, ``next_commit()``."""
         return self._rt
 
-
-#: ``Input.when_busy`` values.
-WHEN_BUSY = ("follow_up", "steer", "reject")
 
 
 def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
