@@ -289,6 +289,37 @@ class SelectCut:
 
 
 @attrs.frozen(kw_only=True)
+class RunAfterTools:
+    """Run the ``after_tools`` hooks of a generation whose tool round is
+    settled (before the commit that finishes the round): they see the round's
+    result entries and may return a control. Answers ``AfterToolsRan``."""
+
+    TAG: ClassVar[str] = "run_after_tools"
+    task_id: TaskId
+    conversation_id: ConversationId
+    assistant_entry_id: EntryId
+    #: The round's result entries, in call order.
+    result_entry_ids: tuple[EntryId, ...]
+    extensions: tuple[str, ...] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RunAbortHooks:
+    """Run the ``on_abort`` hooks of an aborted tool call over the result the
+    abort handler built (a replacement chain). Answers ``ToolAbortHooked``."""
+
+    TAG: ClassVar[str] = "run_abort_hooks"
+    task_id: TaskId
+    conversation_id: ConversationId
+    call_id: str
+    name: str
+    arguments: dict[str, Json] = attrs.field(factory=dict)
+    #: The aborted result's text, as the abort handler built it.
+    text: str
+    extensions: tuple[str, ...] | None = None
+
+
+@attrs.frozen(kw_only=True)
 class MeasureContext:
     """Estimate the size of a generation's next request (core/compaction.py
     ``estimate_context_tokens`` over the context through ``cutoff``, plus
@@ -388,6 +419,8 @@ Effect: TypeAlias = (
     | PollModel
     | RenderSystem
     | SelectCut
+    | RunAfterTools
+    | RunAbortHooks
     | MeasureContext
     | Summarize
     | CancelDeferred

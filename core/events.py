@@ -295,6 +295,9 @@ class ModelResponded:
     stop_reason: str = "stop"
     usage: Usage | None = None
     prepared: tuple[PreparedCall | None, ...] = ()
+    #: An ``on_yield`` hook asked the run to go on after this answer (no
+    #: tool calls): the text of the user message that continues it.
+    continuation: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -385,6 +388,35 @@ class ToolFinished:
     #: where the full output went (``total_bytes, total_lines, kept_bytes,
     #: kept_lines, retain[, full_output]``); stored in the entry's ``data``.
     truncated: dict[str, Json] | None = None
+    #: The result's controls for the run (reference §3.10): ``terminate``
+    #: (true), ``handoff`` (text), ``add_tools`` (names); kept in the task's
+    #: outcome and read when the round finishes.
+    control: dict[str, Json] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolAbortHooked:
+    """The ``on_abort`` hooks of an aborted call ran (``RunAbortHooks``):
+    ``text`` is the result they replaced it with (None: unchanged), bounded
+    by the tool's limits (``truncated``: what was cut)."""
+
+    TAG: ClassVar[str] = "tool_abort_hooked"
+    now: int
+    task_id: TaskId
+    text: str | None = None
+    truncated: dict[str, Json] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class AfterToolsRan:
+    """The ``after_tools`` hooks of a settled tool round ran
+    (``RunAfterTools``); ``control`` is what they asked of the run
+    (``terminate``, ``handoff``, ``reset``, ``add_tools``), or None."""
+
+    TAG: ClassVar[str] = "after_tools_ran"
+    now: int
+    task_id: TaskId
+    control: dict[str, Json] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -514,6 +546,8 @@ Event: TypeAlias = (
     | ToolProgressed
     | ToolFailed
     | ToolProcessStarted
+    | ToolAbortHooked
+    | AfterToolsRan
     | InvocationFailed
     | CompactionRequested
     | CutSelected

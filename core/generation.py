@@ -60,7 +60,7 @@ import enum
 from collections.abc import Mapping
 
 from .live import LiveMove, live_to
-from . import compaction_task, rounds, system, thresholds
+from . import compaction_task, rounds, system, thresholds, yields
 from .checkpoints import (
     GenerationPhase,
     PollCheckpoint,
@@ -70,10 +70,10 @@ from .checkpoints import (
     ToolsCheckpoint,
     parse_generation,
 )
-from .answers import assistant_entry, convert_partial, count_usage, fail, unique_call_ids
+from .answers import assistant_entry, convert_partial, fail
 from .draft import Tx
 from .effects import RenderSystem, CallModel, CancelDeferred, PollModel, Sleep
-from .events import ContextMeasured, ModelDeferred, ModelFailed, ModelResponded, ModelStreamed, SystemRendered
+from .events import AfterToolsRan, ContextMeasured, ModelDeferred, ModelFailed, ModelResponded, ModelStreamed, SystemRendered
 from .events import TimerFired
 from .lifecycle import TaskMove
 from .model import (
@@ -93,8 +93,7 @@ from .model import (
     Usage,
 )
 from .phases import END, Machine, Row, Turn
-from .inbox import boundary
-from .runs import end_run, start_run
+from .runs import end_run
 from .settlement import fault, finish_task
 
 
@@ -144,6 +143,10 @@ class GenerationInput(enum.StrEnum):
     NEXT_CALL = "next_call"
     #: Picked at tools, with every call settled.
     ROUND_DONE = "round_done"
+    #: Picked at tools, with every call settled and ``after_tools`` hooks selected.
+    AFTER_TOOLS = "after_tools"
+    #: The ``after_tools`` hooks ran (``AfterToolsRan``).
+    AFTER_TOOLS_RAN = "after_tools_ran"
     #: Its abort handler runs (abort-marked, nothing below it live).
     ABORT = "abort"
 
@@ -278,41 +281,8 @@ def _deferred(turn: Turn, ev: ModelDeferred) -> None:
     tx.act(Sleep(task_id=task.id, until=poll_at))
 
 
-def _responded(turn: Turn, ev: ModelResponded) -> Entry:
-    """The assistant entry of a complete answer (both answer rows)."""
-    tx, task = turn.tx, turn.task
-    entry_id = EntryId(tx.alloc_id())
-    entry = Entry(
-        id=entry_id,
-        conversation_id=task.conversation_id,
-        kind=EntryKind.ASSISTANT,
-        text=ev.text,
-        tool_calls=unique_call_ids(entry_id, ev.tool_calls),
-        stop_reason=StopReason.TOOL_USE if ev.tool_calls else ev.stop_reason,
-        usage=ev.usage,
-        by_task_id=task.id,
-        at=ev.now,
-    )
-    tx.put_entry(entry)
-    _count_usage(turn, ev.usage)
-    live = tx.conv(task.conversation_id).live
-    if live.partial is not None or live.poll_at is not None:
-        tx.set_live(task.conversation_id, live_to(live, LiveMove.ANSWERED, partial=None, poll_at=None))
-    return entry
-
-
-def _answer(turn: Turn, ev: ModelResponded) -> None:
-    entry = _responded(turn, ev)
-    tx, task = turn.tx, turn.task
-    end_run(tx, task, status=SubmissionStatus.DONE, answer=entry.id)
-    finish_task(tx, task, Outcome(status=OutcomeStatus.COMPLETED, result={"entry_id": entry.id}))
-    placed = boundary(tx, task.conversation_id, final=True)
-    if placed:
-        start_run(tx, task.conversation_id, placed)
-
-
 def _tool_calls(turn: Turn, ev: ModelResponded) -> None:
-    entry = _responded(turn, ev)
+    entry = yields.responded(turn, ev)
     rounds.start_round(turn, entry, ev.prepared)
 
 
@@ -374,7 +344,7 @@ def _failure_entry(turn: Turn, ev: ModelFailed) -> None:
     if live.poll_at is not None:
         tx.set_live(task.conversation_id, live_to(live, LiveMove.STOP_POLLING, poll_at=None))
     if ev.reason != Reason.NO_MODEL:
-        _count_usage(turn, None)
+        yields.count_call(turn, None)
         assistant_entry(tx, task, ev.message, stop_reason=StopReason.ERROR, is_error=True)
 
 
@@ -433,10 +403,12 @@ def _rows() -> Mapping[tuple[enum.StrEnum, enum.StrEnum], Row]:
         (_P.POLL, _I.TIMER_FIRED): Row(handler=_poll, next=_P.POLL),
         (_P.TOOLS, _I.NEXT_CALL): Row(handler=rounds.next_call, next=_P.TOOLS),
         (_P.TOOLS, _I.ROUND_DONE): Row(handler=rounds.round_done, next=END),
+        (_P.TOOLS, _I.AFTER_TOOLS): Row(handler=rounds.after_tools, next=_P.TOOLS),
+        (_P.TOOLS, _I.AFTER_TOOLS_RAN): Row(handler=rounds.round_done, next=END),
     }
     # A request and a poll await the same answers.
     for phase in (_P.REQUEST, _P.POLL):
-        rows[(phase, _I.ANSWER)] = Row(handler=_answer, next=END)
+        rows[(phase, _I.ANSWER)] = Row(handler=yields.answer, next=END)
         rows[(phase, _I.TOOL_CALLS)] = Row(handler=_tool_calls, next=_P.TOOLS)
         rows[(phase, _I.DEFERRED)] = Row(handler=_deferred, next=_P.POLL)
         rows[(phase, _I.FAILED_RETRYABLE)] = Row(handler=_backoff, next=_P.RETRY)
@@ -479,6 +451,8 @@ def on_reserve(tx: Tx, task: Task) -> None:
         move = _I.RENDER
     elif isinstance(cp, ToolsCheckpoint):
         move = _I.NEXT_CALL if cp.pending else _I.ROUND_DONE
+        if move is _I.ROUND_DONE and system.hooked(tx.extensions, tx.conv(task.conversation_id).agent, "after_tools"):
+            move = _I.AFTER_TOOLS
     MACHINE.run(tx, task, cp, move)
 
 
@@ -559,6 +533,12 @@ def on_system_rendered(tx: Tx, ev: SystemRendered) -> None:
         MACHINE.run(tx, *found, _I.RENDERED, ev)
 
 
+def on_after_tools_ran(tx: Tx, ev: AfterToolsRan) -> None:
+    found = MACHINE.running(tx, ev.task_id)
+    if found is not None and MACHINE.accepts(found[1], _I.AFTER_TOOLS_RAN):
+        MACHINE.run(tx, *found, _I.AFTER_TOOLS_RAN, ev)
+
+
 def on_timer_fired(tx: Tx, ev: TimerFired) -> None:
     found = MACHINE.running(tx, ev.task_id)
     if found is None or not MACHINE.accepts(found[1], _I.TIMER_FIRED):
@@ -586,10 +566,3 @@ def _call_model(tx: Tx, task: Task, cp: RequestCheckpoint) -> None:
             extensions=tx.conv(task.conversation_id).agent.extensions,
         )
     )
-
-
-
-def _count_usage(turn: Turn, usage: Usage | None) -> None:
-    cp = turn.checkpoint
-    assert isinstance(cp, _ASKED)
-    count_usage(turn.tx, turn.task.conversation_id, cp.model, usage)

@@ -444,6 +444,9 @@ class ExtensionInfo:
     name: str
     tools: tuple[str, ...] = ()
     sections: tuple[str, ...] = ()
+    #: The names of its hooks (whether a step must ask the shell to run
+    #: ``after_tools`` / ``on_abort`` hooks before it commits).
+    hooks: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)

@@ -15,9 +15,14 @@ These are the handlers of generation.py's rows that lead into and out of the
 - ``next_call`` (row ``(tools, next_call)``): every task so far is terminal and
   a sequential call is left: its task is created and the generation waits on
   it.
+- ``after_tools`` (row ``(tools, after_tools)``): every call is settled and
+  ``after_tools`` hooks are selected: ``RunAfterTools``; their answer
+  (``AfterToolsRan``, row ``(tools, after_tools_ran)``) finishes the round.
 - ``round_done`` (row ``(tools, round_done)``): every call is settled: the
-  post-tools boundary places steering input, the generation ends
-  ``completed`` and a successor takes the run (runs.py) - one commit.
+  round's controls apply (controls.py: added tools; terminate/handoff end the
+  run answered by the tool-calling entry); otherwise the post-tools boundary
+  places steering input, the generation ends ``completed`` and a successor
+  takes the run (runs.py) - one commit.
 
 Must not touch: tool tasks' own phases (tools.py's table).
 """
@@ -27,16 +32,18 @@ from __future__ import annotations
 import attrs
 
 from .live import LiveMove, live_to
-from . import tools
+from . import controls, system, tools
 from .checkpoints import CallCheckpoint, ToolPhase, ToolsCheckpoint, to_dict
 from .draft import Tx
-from .events import PreparedCall
-from .inbox import boundary, has_reset
+from .effects import RunAfterTools
+from .events import AfterToolsRan, PreparedCall
+from .inbox import HEAD_SELF, append_write, boundary, has_reset
 from .lifecycle import SlotMove, TaskMove, next_slot_status
 from .model import (
     TOOL,
     Entry,
     EntryId,
+    EntryKind,
     ExecutionMode,
     Outcome,
     OutcomeStatus,
@@ -131,8 +138,32 @@ def next_call(turn: Turn, _: None) -> None:
     turn.store(TaskMove.WAIT, rest, on=(tool.id,))
 
 
-def round_done(turn: Turn, _: None) -> None:
-    """Row ``(tools, round_done)``: the post-tools boundary, then the
+def after_tools(turn: Turn, _: None) -> None:
+    """Row ``(tools, after_tools)``: every call is settled and the agent's
+    extensions have ``after_tools`` hooks: they run before the commit that
+    finishes the round (reserved in memory only: a crash runs them again)."""
+    tx, task, cp = turn.tx, turn.task, turn.checkpoint
+    assert isinstance(cp, ToolsCheckpoint)
+    cid = task.conversation_id
+    turn.store(TaskMove.RESERVE, durable=False, started_at=task.started_at or tx.now)
+    slots = tx.conv(cid).live.tools or ()
+    tx.act(
+        RunAfterTools(
+            task_id=task.id,
+            conversation_id=cid,
+            assistant_entry_id=cp.assistant,
+            result_entry_ids=tuple(s.entry_id for s in slots if s.entry_id is not None),
+            extensions=system.hooked(tx.extensions, tx.conv(cid).agent, "after_tools"),
+        )
+    )
+
+
+def round_done(turn: Turn, ev: AfterToolsRan | None) -> None:
+    """Row ``(tools, round_done)`` (or ``after_tools_ran``): the round's
+    controls (controls.py) first - tools added to the agent; a terminate or
+    handoff ends the run answered by the tool-calling entry (a handoff
+    writes its reset marker first), then the final boundary may start the
+    next run. Otherwise the post-tools boundary places steering input, the
     generation ends ``completed {entry_id: assistant}`` and hands the run
     over - one commit. A queued reset makes the boundary final and ends the
     run instead: its inputs settle ``unanswered/reset`` and the placed
@@ -140,13 +171,25 @@ def round_done(turn: Turn, _: None) -> None:
     tx, task, cp = turn.tx, turn.task, turn.checkpoint
     assert isinstance(cp, ToolsCheckpoint)
     cid = task.conversation_id
+    slots = tx.conv(cid).live.tools or ()
+    decision = controls.decide(controls.round_controls(slots), ev.control if ev else None)
+    controls.apply_added(tx, cid, decision.added)
+    done = Outcome(status=OutcomeStatus.COMPLETED, result={"entry_id": cp.assistant})
+    if decision.ends_run:
+        if decision.handoff is not None:
+            append_write(tx, cid, EntryKind.RESET, decision.handoff, {"head": HEAD_SELF})
+        end_run(tx, task, status=SubmissionStatus.DONE, answer=cp.assistant)
+        finish_task(tx, task, done)
+        placed = boundary(tx, cid, final=True)
+        if placed:
+            start_run(tx, cid, placed)
+        return
     reset = has_reset(tx, cid)
     steered = boundary(tx, cid, final=reset)
-    finish_task(tx, task, Outcome(status=OutcomeStatus.COMPLETED, result={"entry_id": cp.assistant}))
+    finish_task(tx, task, done)
     if not reset:
         hand_over(tx, task, steered)
         return
     end_run(tx, task, status=SubmissionStatus.UNANSWERED, reason=Reason.RESET)
     if steered:
         start_run(tx, cid, steered)
-

@@ -85,6 +85,10 @@ class ToolSlot:
     #: The bounded tail of the running body's output (``ToolProgressed``),
     #: for watchers; dropped when the call settles or runs again.
     output: str | None = None
+    #: What the settled call's result asks of the run (``ToolFinished.control``:
+    #: terminate / handoff / add_tools), read when the round finishes
+    #: (controls.py); only a call that completed has one.
+    control: dict[str, Json] | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -75,6 +75,12 @@ def offered_tools(extensions: Sequence[ExtensionInfo], catalog: Mapping[str, obj
     return tuple(names)
 
 
+def hooked(extensions: Sequence[ExtensionInfo], agent: AgentConfig, hook: str) -> tuple[str, ...]:
+    """The selected extensions that have a ``hook`` (running it is host
+    code: the step asks the shell first only when one does)."""
+    return tuple(e.name for e in selected(extensions, agent) if hook in e.hooks)
+
+
 def sectioned(extensions: Sequence[ExtensionInfo], agent: AgentConfig) -> tuple[str, ...]:
     """The selected extensions that have sections (their rendering is host code)."""
     return tuple(e.name for e in selected(extensions, agent) if e.sections)

@@ -58,11 +58,12 @@ from .live import LiveMove, live_to
 from . import system
 from .checkpoints import REPLAYS, CallCheckpoint, ExecuteCheckpoint, ToolPhase, parse_tool
 from .draft import Tx
-from .effects import PrepareTool, Refusal, RunTool
+from .effects import PrepareTool, Refusal, RunAbortHooks, RunTool
 from .events import (
     PreparedCall,
     ToolFailed,
     ToolFinished,
+    ToolAbortHooked,
     ToolPrepared,
     ToolProcessStarted,
     ToolProgressed,
@@ -114,6 +115,10 @@ class ToolInput(enum.StrEnum):
     FAILED = "failed"
     #: Its abort handler runs.
     ABORT = "abort"
+    #: Its abort handler runs, and the agent's extensions have ``on_abort`` hooks.
+    ABORT_HOOKS = "abort_hooks"
+    #: The ``on_abort`` hooks ran (``ToolAbortHooked``).
+    ABORT_HOOKED = "abort_hooked"
 
 
 def interrupted_message(name: str) -> str:
@@ -208,6 +213,7 @@ def _finished(turn: Turn, ev: ToolFinished) -> None:
         status=OutcomeStatus.COMPLETED,
         usage=ev.usage,
         truncated=ev.truncated,
+        control=ev.control,
     )
 
 
@@ -231,6 +237,42 @@ def _abort(turn: Turn, _: None) -> None:
     _settle(turn.tx, turn.task, message, is_error=True, status=OutcomeStatus.ABORTED, code=ResultCode.ABORTED)
 
 
+def _abort_hooks(turn: Turn, _: None) -> None:
+    """The abort handler of a call whose agent has ``on_abort`` hooks: the
+    result it would settle goes to them first (reserved in memory only: a
+    crash runs the handler, and the hooks, again)."""
+    tx, task = turn.tx, turn.task
+    running = turn.store(TaskMove.RESERVE, durable=False)
+    cp = turn.checkpoint
+    conv = tx.conv(task.conversation_id)
+    tx.act(
+        RunAbortHooks(
+            task_id=running.id,
+            conversation_id=task.conversation_id,
+            call_id=str(task.input["call_id"]),
+            name=str(task.input["name"]),
+            arguments=dict(cp.arguments) if isinstance(cp, ExecuteCheckpoint) else {},
+            text=_with_partial(tx, task, aborted_message(str(task.input["name"]))),
+            extensions=system.hooked(tx.extensions, conv.agent, "on_abort"),
+        )
+    )
+
+
+def _abort_hooked(turn: Turn, ev: ToolAbortHooked) -> None:
+    """The hooks' replacement (bounded by the shell), or the handler's own
+    result when they kept it."""
+    text = ev.text if ev.text is not None else _with_partial(turn.tx, turn.task, aborted_message(str(turn.task.input["name"])))
+    _settle(
+        turn.tx,
+        turn.task,
+        text,
+        is_error=True,
+        status=OutcomeStatus.ABORTED,
+        code=ResultCode.ABORTED,
+        truncated=ev.truncated,
+    )
+
+
 # --- the table ---------------------------------------------------------------
 
 _P, _I = ToolPhase, ToolInput
@@ -241,6 +283,8 @@ PHASES: Mapping[tuple[enum.StrEnum, enum.StrEnum], Row] = {
     (_P.CALL, _I.PREPARED_INVALID): Row(handler=_prepared_invalid, next=END),
     (_P.CALL, _I.REJECTED): Row(handler=_rejected, next=END),
     (_P.CALL, _I.ABORT): Row(handler=_abort, next=END),
+    (_P.CALL, _I.ABORT_HOOKS): Row(handler=_abort_hooks, next=_P.CALL),
+    (_P.CALL, _I.ABORT_HOOKED): Row(handler=_abort_hooked, next=END),
     (_P.EXECUTE, _I.PROCESS_STARTED): Row(handler=_process_started, next=_P.EXECUTE),
     (_P.EXECUTE, _I.PROGRESSED): Row(handler=_progressed, next=_P.EXECUTE),
     (_P.EXECUTE, _I.FINISHED): Row(handler=_finished, next=END),
@@ -248,6 +292,8 @@ PHASES: Mapping[tuple[enum.StrEnum, enum.StrEnum], Row] = {
     (_P.EXECUTE, _I.RERUN): Row(handler=_rerun, next=_P.EXECUTE),
     (_P.EXECUTE, _I.INTERRUPTED): Row(handler=_interrupted, next=END),
     (_P.EXECUTE, _I.ABORT): Row(handler=_abort, next=END),
+    (_P.EXECUTE, _I.ABORT_HOOKS): Row(handler=_abort_hooks, next=_P.EXECUTE),
+    (_P.EXECUTE, _I.ABORT_HOOKED): Row(handler=_abort_hooked, next=END),
 }
 # Not in the table: the shell's verdicts at execute and the body's reports at
 # call (such events are stale: their invocation ended).
@@ -282,7 +328,8 @@ def on_abort(tx: Tx, task: Task) -> None:
     if cp is None:
         fault(tx, task, f"Task {task.id} has unknown phase {task.phase!r}")
         return
-    MACHINE.run(tx, task, cp, _I.ABORT)
+    hooked = system.hooked(tx.extensions, tx.conv(task.conversation_id).agent, "on_abort")
+    MACHINE.run(tx, task, cp, _I.ABORT_HOOKS if hooked else _I.ABORT)
 
 
 def start_prepared(tx: Tx, tool: Task, prepared: PreparedCall) -> Task:
@@ -292,11 +339,19 @@ def start_prepared(tx: Tx, tool: Task, prepared: PreparedCall) -> Task:
     return tx.tasks[tool.id]
 
 
+#: Inputs that only the abort handler's own invocation sends: every other
+#: event for an abort-marked task is from an invocation the mark cancelled.
+_ABORTING = frozenset({_I.ABORT_HOOKED})
+
+
 def _event(tx: Tx, task_id: TaskId, move: ToolInput, event: object) -> bool:
     """Apply ``move`` if the task is running at a phase with a row for it;
-    False for a stale event."""
+    False for a stale event (also: a body's report for an abort-marked task,
+    whose running invocation is then the abort handler's)."""
     found = MACHINE.running(tx, task_id)
     if found is None or not MACHINE.accepts(found[1], move):
+        return False
+    if found[0].abort_requested != (move in _ABORTING):
         return False
     MACHINE.run(tx, *found, move, event)
     return True
@@ -328,6 +383,10 @@ def on_tool_failed(tx: Tx, ev: ToolFailed) -> None:
     _event(tx, ev.task_id, _I.FAILED, ev)
 
 
+def on_tool_abort_hooked(tx: Tx, ev: ToolAbortHooked) -> None:
+    _event(tx, ev.task_id, _I.ABORT_HOOKED, ev)
+
+
 # --- helpers -----------------------------------------------------------------
 
 
@@ -357,11 +416,13 @@ def _settle(
     code: str | None = None,
     usage: Usage | None = None,
     truncated: Mapping[str, Json] | None = None,
+    control: Mapping[str, Json] | None = None,
 ) -> None:
     """One commit: the result entry (its ``data``: the harness code, the
     truncation diagnostic), the task terminal, the slot done with its running
     output dropped (and the tool's usage, when it reported some, added to
-    ``pi.usage``)."""
+    ``pi.usage``). A completed result's ``control`` is kept in the outcome,
+    for the round's end (rounds.py)."""
     data: dict[str, Json] = {}
     if code:
         data["code"] = code
@@ -385,11 +446,11 @@ def _settle(
         task,
         Outcome(
             status=status,
-            result={"entry_id": entry.id},
+            result={"entry_id": entry.id, "control": dict(control)} if control else {"entry_id": entry.id},
             error={"message": error} if error is not None else None,
         ),
     )
-    _move_slot(tx, task, SlotMove.SETTLE, entry_id=entry.id, output=None)
+    _move_slot(tx, task, SlotMove.SETTLE, entry_id=entry.id, output=None, control=dict(control) if control else None)
     if usage is not None:
         name = str(task.input["name"])
         doc = tx.conv(task.conversation_id).usage
@@ -397,7 +458,7 @@ def _settle(
         tx.set_usage(task.conversation_id, attrs.evolve(doc, tools={**doc.tools, name: total}))
 
 
-def _move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = None, **changes: str | None) -> None:
+def _move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = None, **changes: Json) -> None:
     """Move the slot of ``task`` in the current round (lifecycle.py's slot
     table); ``changes`` are further slot fields (``output``)."""
     live = tx.conv(task.conversation_id).live

@@ -18,6 +18,7 @@ from .harness import (
     Write,
 )
 from .registry import (
+    Control,
     Extension,
     Progress,
     TaskDefinition,
@@ -78,6 +79,7 @@ __all__ = [
     "ToolCallContext",
     "ToolDefinition",
     "ToolResult",
+    "Control",
     "OutputLimits",
     "Write",
     "coding_tools",

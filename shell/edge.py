@@ -50,6 +50,8 @@ from pidurable.core.events import (
     PhaseReturned,
     ToolFailed,
     ToolFinished,
+    ToolAbortHooked,
+    AfterToolsRan,
     ToolPrepared,
     SystemRendered,
     ToolProcessStarted,
@@ -57,10 +59,10 @@ from pidurable.core.events import (
     ToolRejected,
 )
 from pidurable.core.admission import check_settings
-from pidurable.core.model import AgentConfig, ModelRef, Settings, ToolCall, Usage
+from pidurable.core.model import AgentConfig, Json, ModelRef, Settings, ToolCall, Usage
 
 from .errors import InvalidInput
-from .registry import ToolResult
+from .registry import Control, ToolResult
 
 log = logging.getLogger("pidurable")
 
@@ -285,6 +287,11 @@ REFUSALS: Mapping[type, Callable[[Any, EdgeError], Event]] = {
     # a before_compact hook's summary is host text: cleaned; a refusal lets
     # the model summarize instead
     CutSelected: lambda ev, e: attrs.evolve(ev, summary=None),
+    # hook answers are host values: an on_abort text is cleaned (a refusal
+    # keeps the handler's own result); an after_tools control likewise (a
+    # refusal asks nothing)
+    ToolAbortHooked: lambda ev, e: attrs.evolve(ev, text=None, truncated=None),
+    AfterToolsRan: lambda ev, e: attrs.evolve(ev, control=None),
     # running output is text (always cleanable); a refusal shows nothing
     ToolProgressed: lambda ev, e: attrs.evolve(ev, output=""),
 }
@@ -342,7 +349,49 @@ def tool_result(name: str, result: object) -> ToolResult:
     is_error = getattr(result, "is_error")
     if not isinstance(is_error, bool):
         raise EdgeError(f"Tool {name} returned a ToolResult whose is_error is not a bool")
-    return attrs.evolve(result, text=clean_text(str(text)), usage=clean_usage(result.usage, f"tool {name}"))
+    return attrs.evolve(
+        result,
+        text=clean_text(str(text)),
+        usage=clean_usage(result.usage, f"tool {name}"),
+        control=check_control(result.control, f"Tool {name}'s result"),
+    )
+
+
+def check_control(control: object, what: str) -> Any:
+    """A ``Control`` (or None) with valid values; raises EdgeError."""
+    if control is None:
+        return None
+    if not isinstance(control, Control):
+        raise EdgeError(f"{what} has a control that is a {type(control).__name__}, not a Control")
+    if not isinstance(control.terminate, bool) or not isinstance(control.reset, bool):
+        raise EdgeError(f"{what}: Control.terminate and Control.reset must be bools")
+    handoff = control.handoff
+    if handoff is not None and not isinstance(handoff, str):
+        raise EdgeError(f"{what}: Control.handoff must be a string or None, not {type(handoff).__name__}")
+    names = control.add_tools
+    if isinstance(names, str) or not isinstance(names, (tuple, list)) or not all(isinstance(n, str) for n in names):
+        raise EdgeError(f"{what}: Control.add_tools must be a list of tool names")
+    return attrs.evolve(
+        control, handoff=None if handoff is None else clean_text(handoff), add_tools=tuple(clean_text(n) for n in names)
+    )
+
+
+def control_json(control: Any) -> dict[str, Json] | None:
+    """A checked ``Control`` as the JSON a core event carries (defaults
+    dropped; ``reset`` is a handoff without text), or None when it asks
+    nothing."""
+    if control is None:
+        return None
+    out: dict[str, Json] = {}
+    if control.terminate:
+        out["terminate"] = True
+    if control.handoff is not None:
+        out["handoff"] = control.handoff
+    elif control.reset:
+        out["handoff"] = ""
+    if control.add_tools:
+        out["add_tools"] = list(control.add_tools)
+    return out or None
 
 
 # --- host input ----------------------------------------------------------------------

@@ -39,6 +39,28 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 
 
 @attrs.frozen(kw_only=True)
+class Control:
+    """What a tool result (``ToolResult.control``) or an ``after_tools`` hook
+    asks of the run when its tool round finishes (reference §3.7, §3.10):
+
+    - ``terminate``: end the run now, answered by the tool-calling assistant
+      entry, without asking the model again. From tool results it takes
+      *every* call of the round asking for it; from a hook, one is enough.
+    - ``handoff``: end the run like ``terminate`` and start the next context
+      afresh with this text (a reset marker carrying it); the last one in
+      call order wins, a hook's over the results'.
+    - ``reset`` (hooks only): end the run with a reset marker and no text.
+    - ``add_tools``: tool names the agent is offered from now on (appended to
+      its ``tools`` list; an agent offered every tool already has them).
+    """
+
+    terminate: bool = False
+    handoff: str | None = None
+    reset: bool = False
+    add_tools: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
 class ToolResult:
     """What a tool returns: text for the model, and whether it is an error."""
 
@@ -46,6 +68,9 @@ class ToolResult:
     is_error: bool = False
     #: Tokens the tool spent (e.g. calling a model), added to ``pi.usage``.
     usage: Usage | None = None
+    #: What the result asks of the run (``terminate``, ``handoff``,
+    #: ``add_tools``); see :class:`Control`.
+    control: Control | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -252,7 +277,19 @@ def define_task(
 
 
 #: The hooks an extension may define, and what each receives.
-HOOK_NAMES = ("before_tool", "after_tool", "before_request", "after_response", "before_compact")
+HOOK_NAMES = (
+    "before_tool",
+    "after_tool",
+    "before_request",
+    "after_response",
+    "after_tools",
+    "on_yield",
+    "on_abort",
+    "before_compact",
+)
+#: The hooks a step must ask the shell to run before it commits (the core
+#: learns which extensions have them from ``ExtensionInfo.hooks``).
+CORE_HOOKS = ("after_tools", "on_abort")
 
 
 _SECTION_KEY = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -304,7 +341,10 @@ class Extension:
 
     def info(self) -> ExtensionInfo:
         return ExtensionInfo(
-            name=self.name, tools=tuple(t.name for t in self.tools), sections=tuple(s.key for s in self.sections)
+            name=self.name,
+            tools=tuple(t.name for t in self.tools),
+            sections=tuple(s.key for s in self.sections),
+            hooks=tuple(h for h in CORE_HOOKS if h in self.hooks),
         )
 
 
@@ -321,9 +361,13 @@ def define_extension(
     ``after_tool(ctx, call, result) -> ToolResult | None``,
     ``before_request(ctx, messages) -> list | None`` (this request only),
     ``after_response(ctx, reply) -> None`` (an observer of every complete
-    model message), ``before_compact(ctx, info) -> None | {"decline": True}
-    | {"summary": text}`` (the first decision wins). A raising hook is
-    reported to ``on_report``."""
+    model message), ``after_tools(ctx, results) -> Control | None`` (the
+    settled round's result entries, in call order), ``on_yield(ctx, answer)
+    -> bool | str | None`` (True or a text asks the run to continue; the
+    first that does wins), ``on_abort(ctx, call, result) -> ToolResult |
+    None`` (replaces an aborted call's result), ``before_compact(ctx, info)
+    -> None | {"decline": True} | {"summary": text}`` (the first decision
+    wins). A raising hook is reported to ``on_report``."""
     sections = tuple(sections)
     if not all(isinstance(s, Section) for s in sections):
         raise TypeError(f"Extension {name}: sections must be made with section(key, render)")

@@ -44,7 +44,9 @@ class Interpreters:
         store_id: str,
         on_report: Callable[[HookReport], None] = log_report,
     ) -> "Interpreters":
-        hooks = HookRunner(registry=host.registry, loop=host.loop, harness=host.harness, on_report=on_report, env=env)
+        hooks = HookRunner(
+            registry=host.registry, loop=host.loop, harness=host.harness, on_report=on_report, env=env, entries=entries
+        )
         return cls(
             models=ModelInterpreter(loop=host.loop, models=models, registry=host.registry, hooks=hooks, context=context),
             tools=ToolInterpreter(

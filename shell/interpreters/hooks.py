@@ -19,21 +19,24 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from pidurable.core.effects import RenderSystem, RunTool, SelectCut
-from pidurable.core.events import SystemRendered
+from pidurable.core.effects import RenderSystem, RunAbortHooks, RunAfterTools, RunTool, SelectCut
+from pidurable.core.events import AfterToolsRan, SystemRendered
 from pidurable.core.state import SystemSection
-from pidurable.core.model import AgentConfig, ConversationId, TaskId, ToolCall
+from pidurable.core.model import AgentConfig, ConversationId, Json, TaskId, ToolCall
 
-from ..edge import tool_result
+from ..edge import check_control, control_json, tool_result
 from ..providers.base import ModelReply, ModelRequest
 from ..registry import PromptInput, Registry, ToolResult
 from ..tasks import HookContext
-from .ports import Requester
+from .ports import EntryReads, Requester
 
 if TYPE_CHECKING:
     from ..harness import Harness
 
 log = logging.getLogger("pidurable")
+
+#: The user message that continues a run when an ``on_yield`` hook returns True.
+CONTINUE = "Continue."
 
 
 @attrs.frozen(kw_only=True)
@@ -91,6 +94,8 @@ class HookRunner:
     harness: Harness
     on_report: Callable[[HookReport], None] = log_report
     env: object = None
+    #: Committed entries (what ``after_tools`` hooks are shown).
+    entries: EntryReads | None = None
 
     def report(self, hook: str, extension: str, task_id: int, conversation_id: int, e: BaseException, handled: str) -> None:
         """Hand a hook failure to the host's sink (never raises)."""
@@ -168,6 +173,77 @@ class HookRunner:
                 await hook(ctx, reply)
             except Exception as e:  # an observer failing changes nothing: reported
                 self.report("after_response", extension, task_id, conversation_id, e, "skipped")
+
+    async def on_yield(
+        self, task_id: int, conversation_id: int, reply: ModelReply, extensions: tuple[str, ...] | None = None
+    ) -> str | None:
+        """``on_yield(ctx, answer)`` hooks, in order, for an answer without
+        tool calls: the first that returns True (continue with the message
+        ``CONTINUE``) or a non-empty text (continue with that message) wins;
+        later ones are not asked. None: the run ends with this answer. A
+        raising hook, or one returning anything else, is reported and the
+        next asked. They run before the answer's commit (a crash runs them
+        again)."""
+        hooks = self.registry.named_hooks("on_yield", extensions)
+        ctx = self._context(task_id, conversation_id)
+        for extension, hook in hooks:
+            try:
+                decision = await hook(ctx, reply)
+                if decision is True:
+                    return CONTINUE
+                if isinstance(decision, str) and decision.strip():
+                    return decision
+                if decision not in (None, False):
+                    raise TypeError(f"on_yield returned {decision!r:.80}, not a bool, a text or None")
+            except Exception as e:  # reported; the next hook decides
+                self.report("on_yield", extension, task_id, conversation_id, e, "skipped")
+        return None
+
+    async def after_tools(self, effect: RunAfterTools) -> None:
+        """``after_tools(ctx, results)`` hooks, in order, over the settled
+        round's result entries (call order); each may return a ``Control``
+        (a later hook's fields override an earlier one's: handoff, reset;
+        ``terminate`` and ``add_tools`` accumulate). A raising hook, or one
+        returning something else, is reported and skipped. Answers
+        ``AfterToolsRan``."""
+        ctx = self._context(effect.task_id, effect.conversation_id)
+        reads = self.entries
+        found = (reads.entry(i) for i in effect.result_entry_ids) if reads is not None else iter(())
+        results = tuple(e for e in found if e is not None)
+        merged: dict[str, Json] = {}
+        for extension, hook in self.registry.named_hooks("after_tools", effect.extensions):
+            try:
+                control = control_json(check_control(await hook(ctx, results), "after_tools"))
+            except Exception as e:  # reported; the round finishes without it
+                self.report("after_tools", extension, effect.task_id, effect.conversation_id, e, "skipped")
+                continue
+            for key, value in (control or {}).items():
+                if key == "add_tools":
+                    prior = merged.get("add_tools")
+                    merged[key] = [*(prior if isinstance(prior, list) else []), *(value if isinstance(value, list) else [])]
+                else:
+                    merged[key] = value
+        self.loop.send(AfterToolsRan(now=self.loop.clock(), task_id=effect.task_id, control=merged or None))
+
+    async def on_abort(self, effect: RunAbortHooks) -> str | None:
+        """``on_abort(ctx, call, result)`` hooks, in order: a replacement
+        chain over the aborted call's error result (a ``ToolResult`` or a
+        text replaces it; its ``is_error`` and controls are ignored: an
+        aborted call is an error and asks nothing). A raising hook is
+        reported and the chain goes on. The replaced text, or None."""
+        ctx = self._context(effect.task_id, effect.conversation_id)
+        call = ToolCall(id=effect.call_id, name=effect.name, arguments=dict(effect.arguments))
+        result = ToolResult(text=effect.text, is_error=True)
+        replaced = False
+        for extension, hook in self.registry.named_hooks("on_abort", effect.extensions):
+            try:
+                changed = await hook(ctx, call, result)
+                if changed is not None:
+                    result = attrs.evolve(tool_result(effect.name, changed), is_error=True, control=None)
+                    replaced = True
+            except Exception as e:  # reported; the chain goes on
+                self.report("on_abort", extension, effect.task_id, effect.conversation_id, e, "skipped")
+        return result.text if replaced else None
 
     async def render_system(self, effect: RenderSystem, agent: AgentConfig) -> None:
         """Render the sections of the selected extensions, in order (a later

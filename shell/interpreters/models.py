@@ -277,6 +277,9 @@ class ModelInterpreter:
         await self.hooks.after_response(
             task_id, effect.conversation_id, reply, None if isinstance(effect, Summarize) else effect.extensions
         )
+        continuation = None
+        if not isinstance(effect, Summarize) and not reply.tool_calls:
+            continuation = await self.hooks.on_yield(task_id, effect.conversation_id, reply, effect.extensions)
         loop.send(
             ModelResponded(
                 now=loop.clock(),
@@ -289,5 +292,6 @@ class ModelInterpreter:
                 prepared=()
                 if isinstance(effect, Summarize)
                 else prepared_calls(self.registry, reply.tool_calls, effect.tools, effect.extensions),
+                continuation=continuation,
             )
         )

@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from pidurable.core.effects import PrepareTool, Refused, RunTool
+from pidurable.core.effects import PrepareTool, Refused, RunAbortHooks, RunTool
 from pidurable.core.events import (
     PreparedCall,
+    ToolAbortHooked,
     ToolFailed,
     ToolFinished,
     ToolPrepared,
@@ -44,7 +45,7 @@ from pidurable.core.events import (
 from pidurable.core.model import Json, TaskId, ToolCall
 
 from ..context_cache import ContextCache
-from ..edge import tool_result
+from ..edge import control_json, tool_result
 from ..env import describe_process
 from ..limits import DEFAULT_SPILL_CAP_BYTES, OutputLimits, RunningOutput, Spill, bound, with_notice
 from ..registry import Registry, ToolCallContext, ToolDefinition
@@ -229,8 +230,21 @@ class ToolInterpreter:
                 is_error=result.is_error,
                 usage=result.usage,
                 truncated=truncated,
+                control=control_json(result.control),
             )
         )
+
+    async def abort_hooks(self, effect: RunAbortHooks) -> None:
+        """The ``on_abort`` hooks of an aborted call (hooks.py); a replaced
+        result is bounded by the tool's current limits (defaults when it is
+        no longer installed). Answers ``ToolAbortHooked``."""
+        text = await self.hooks.on_abort(effect)
+        truncated: dict[str, Json] | None = None
+        if text is not None:
+            tool = self.registry.tool(effect.name)
+            limits = tool.output_limits if tool is not None else OutputLimits()
+            text, truncated = await self._bound(effect.task_id, text, limits)
+        self.loop.send(ToolAbortHooked(now=self.loop.clock(), task_id=effect.task_id, text=text, truncated=truncated))
 
     async def _bound(self, task_id: TaskId, text: str, limits: OutputLimits) -> tuple[str, dict[str, Json] | None]:
         """``text`` within ``limits`` (with the notice) and the diagnostic,

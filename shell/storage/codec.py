@@ -30,8 +30,8 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from cattrs.strategies import configure_tagged_union
 
 from pidurable.core.effects import WRITE_TYPES, Effect, Write
-from pidurable.core.events import EVENT_TYPES, Event, Opened, RegistryChanged
-from pidurable.core.model import AgentConfig, Entry, EntryKind, Settings
+from pidurable.core.events import EVENT_TYPES, Event, ModelResponded, Opened, RegistryChanged, ToolFinished
+from pidurable.core.model import AgentConfig, Entry, EntryKind, ExtensionInfo, Settings
 from pidurable.core.state import ContextDoc, ConvState
 from pidurable.core.state import ToolSlot
 
@@ -89,9 +89,12 @@ converter.register_unstructure_hook(
 )
 
 # A slot's running output (tool output limits) is written only while a body
-# reports it: slots without it keep their schema-1 bytes.
+# reports it, and a result's control only when it asks something: slots without it keep their schema-1 bytes.
 converter.register_unstructure_hook(
-    ToolSlot, make_dict_unstructure_fn(ToolSlot, converter, output=override(omit_if_default=True))
+    ToolSlot,
+    make_dict_unstructure_fn(
+        ToolSlot, converter, output=override(omit_if_default=True), control=override(omit_if_default=True)
+    ),
 )
 
 # ``pi.context`` (where the model context starts) was added after schema 1:
@@ -103,6 +106,20 @@ converter.register_unstructure_hook(
 # Compaction settings (issue 9) likewise: default ones keep the schema-1 bytes.
 converter.register_unstructure_hook(
     Settings, make_dict_unstructure_fn(Settings, converter, compaction=override(omit_if_default=True))
+)
+
+# Which core-asked hooks an extension has (issue 9) likewise.
+converter.register_unstructure_hook(
+    ExtensionInfo, make_dict_unstructure_fn(ExtensionInfo, converter, hooks=override(omit_if_default=True))
+)
+
+# Events that gained a field in issue 9 (an on_yield continuation, a tool
+# result's control) keep their schema-1 bytes without it.
+converter.register_unstructure_hook(
+    ModelResponded, make_dict_unstructure_fn(ModelResponded, converter, continuation=override(omit_if_default=True))
+)
+converter.register_unstructure_hook(
+    ToolFinished, make_dict_unstructure_fn(ToolFinished, converter, control=override(omit_if_default=True))
 )
 
 # Events holding the records above are built after them (a hook captures the
