@@ -22,6 +22,11 @@ guarantees, per effect kind:
   events (``interpreters/``). If it raises, ``InvocationFailed`` faults its task
   (logged to ``pidurable``); when it leaves, its scope is dropped and waiters
   wake, so an abort can join the work it stopped.
+- ``RunTool``: the bodies of one conversation's calls acted in one flush start
+  in the order the core emitted them, which is call order
+  (``_in_call_order``: Trio starts sibling tasks in no fixed order, so each
+  waits until the previous one has started). They still run concurrently and
+  finish in any order.
 - ``PrepareTool`` without hooks: inline (short, bounded); its answer is the
   next event. ``CancelDeferred``: a best-effort child, outside ``inflight``.
 - ``Cancel``: cancels the task's scope. The cancelled invocation reports
@@ -70,7 +75,7 @@ from pidurable.core.effects import (
     Sleep,
 )
 from pidurable.core.events import Event, InvocationFailed
-from pidurable.core.model import AgentConfig, TaskId
+from pidurable.core.model import AgentConfig, ConversationId, TaskId
 from pidurable.core.state import State
 
 from .clock import trio_anchored_clock
@@ -125,6 +130,8 @@ class Loop:
         self._journal: list[Event] = []
         self._commits: list[tuple[Commit, list[Event]]] = []
         self._acts: list[Effect] = []
+        #: per conversation, the start of the tool body acted last in this flush
+        self._tool_starts: dict[ConversationId, trio.Event] = {}
 
     def start(self, nursery: trio.Nursery, interpreters: Interpreters) -> None:
         self.nursery, self.interpreters = nursery, interpreters
@@ -212,6 +219,7 @@ class Loop:
         self.waits.wake()
 
     def _act_all(self, acts: list[Effect]) -> None:
+        self._tool_starts = {}
         for effect in acts:
             self._before(effect)
             try:
@@ -254,7 +262,8 @@ class Loop:
                 else:
                     do.tools.prepare(effect)
             case RunTool():
-                self._spawn(effect, partial(do.tools.run, effect, self.state.settings.partial_interval_ms))
+                run = partial(do.tools.run, effect, self.state.settings.partial_interval_ms)
+                self._spawn(effect, self._in_call_order(effect.conversation_id, run))
             case RunPhase():
                 task = self.state.tasks.get(effect.task_id)  # a read-only snapshot, at dispatch
                 self._spawn(effect, partial(do.tasks.run_phase, effect, task))
@@ -311,6 +320,28 @@ class Loop:
                     self.waits.wake()
 
         self.nursery.start_soon(guarded)
+
+    def _in_call_order(
+        self, conversation_id: ConversationId, job: Callable[[], Awaitable[None]]
+    ) -> Callable[[], Awaitable[None]]:
+        """``job`` (a tool body) once the body acted before it in this flush
+        for the same conversation has started: the bodies of a parallel round
+        start in call order, deterministically (Trio runs newly spawned tasks
+        in an arbitrary order). A body whose wait is cancelled still lets the
+        next one start."""
+        after = self._tool_starts.get(conversation_id)
+        started = self._tool_starts[conversation_id] = trio.Event()
+
+        async def ordered() -> None:
+            try:
+                if after is not None:
+                    await after.wait()
+                started.set()
+                await job()
+            finally:
+                started.set()
+
+        return ordered
 
     def _invocation_failed(self, effect: Effect, error: Exception) -> None:
         """Interpreting ``effect`` raised: report it, and fault its task (the

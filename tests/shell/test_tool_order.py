@@ -1,0 +1,97 @@
+"""Parallel tool bodies start in call order (issue 17 item 3).
+
+Trio starts the tasks spawned in one pass in an arbitrary order (it reverses
+or, under Hypothesis, shuffles each batch), so before the fix the last call of
+a round could start first. Each round below has calls with different delays,
+so the completion order differs from the call order: the bodies must start in
+call order, the transcript holds the results in completion order, and the
+next request lists them in call order (§3.15.1). Several rounds make an
+accidental pass of a broken ordering vanishingly unlikely.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+import trio.testing
+
+from pidurable.core.model import EntryKind, SubmissionStatus
+from pidurable.shell import AgentConfig, Harness, Input, MemoryStorage, ModelRef, Registry, ToolCallContext, define_tool
+from pidurable.shell.providers import ScriptedModels, reply, tool_call
+
+AGENT = AgentConfig(model=ModelRef("scripted", "demo"), cwd=".")
+WAIT = 60  # seconds of virtual time
+
+#: per round: (label, delay in seconds) in call order
+ROUNDS: list[list[tuple[str, int]]] = [
+    [("a", 3), ("b", 1), ("c", 4), ("d", 2)],
+    [("e", 1), ("f", 2), ("g", 3)],
+    [("h", 4), ("i", 3), ("j", 2), ("k", 1)],
+    [("l", 2), ("m", 4), ("n", 1), ("o", 3)],
+    [("p", 1), ("q", 3), ("r", 2)],
+]
+
+
+def by_delay(calls: list[tuple[str, int]]) -> list[str]:
+    return [label for label, _ in sorted(calls, key=lambda c: c[1])]
+
+
+async def test_issue_17_parallel_bodies_start_in_call_order(autojump_clock: trio.testing.MockClock) -> None:
+    """Every parallel round starts its bodies in call order while its results land in completion order and the next request lists them in call order."""
+    started: list[str] = []
+    finished: list[str] = []
+
+    async def wait(ctx: ToolCallContext, args: dict[str, Any]) -> str:
+        started.append(args["label"])  # before any checkpoint: this is the body's start
+        await trio.sleep(args["delay"])
+        finished.append(args["label"])
+        return f"done {args['label']}"
+
+    registry = Registry()
+    schema = {"type": "object", "properties": {"label": {"type": "string"}, "delay": {"type": "number"}}}
+    registry.install(define_tool("wait", "Wait a while.", schema, wait, replay="safe"))
+    models = ScriptedModels(
+        [reply(tool_calls=[tool_call("wait", label=label, delay=delay) for label, delay in calls]) for calls in ROUNDS]
+        + [reply(text="all done")]
+    )
+    async with Harness.open(MemoryStorage(), models=models, registry=registry, env=None) as h:
+        conv = await h.root(agent=AGENT)
+        handle = await conv.submit(Input("go"))
+        with trio.fail_after(WAIT):
+            settled = await handle.wait()
+        transcript = await conv.transcript()
+
+    assert settled.status == SubmissionStatus.DONE
+    assert started == [label for calls in ROUNDS for label, _ in calls]
+    assert finished == [label for calls in ROUNDS for label in by_delay(calls)]
+    # the transcript: each round's results in completion order
+    results = [e.text for e in transcript if e.kind == EntryKind.TOOL_RESULT]
+    assert results == [f"done {label}" for calls in ROUNDS for label in by_delay(calls)]
+    # the request after each round: its results in call order
+    for k, calls in enumerate(ROUNDS):
+        request = models.requests[k + 1]
+        tool_messages = [m.text for m in request.messages if m.role == "tool"]
+        assert tool_messages[-len(calls) :] == [f"done {label}" for label, _ in calls]
+
+
+async def test_a_cancelled_wait_lets_the_next_body_start(autojump_clock: trio.testing.MockClock) -> None:
+    """Aborting a conversation while its round's bodies are starting leaves no body waiting forever: the abort returns and the submission settles."""
+    entered = trio.Event()
+
+    async def block(ctx: ToolCallContext, args: dict[str, Any]) -> str:
+        entered.set()
+        await trio.sleep_forever()
+        return "never"
+
+    registry = Registry()
+    registry.install(define_tool("block", "Block.", {"type": "object"}, block, replay="safe"))
+    models = ScriptedModels([reply(tool_calls=[tool_call("block") for _ in range(3)])])
+    async with Harness.open(MemoryStorage(), models=models, registry=registry, env=None) as h:
+        conv = await h.root(agent=AGENT)
+        handle = await conv.submit(Input("go"))
+        with trio.fail_after(WAIT):
+            await entered.wait()
+            await conv.abort()
+            settled = await handle.wait()
+    assert settled.status == SubmissionStatus.UNANSWERED
