@@ -41,7 +41,12 @@ The rows' effects:
   ``safe``; otherwise ``interrupted``: settle the error result "Tool X was
   interrupted and may have partially run", outcome ``failed``.
 - ``abort`` (both phases) -> error result "Tool X was aborted", outcome
-  ``aborted``. Nothing the body did is rolled back.
+  ``aborted``. Nothing the body did is rolled back. With ``on_abort`` hooks
+  selected (``abort_hooks``): reserved in memory, ``RunAbortHooks``; their
+  answer (``abort_hooked``) settles the replacement. A body's report for an
+  abort-marked task is stale.
+- ``(execute, finished)`` with ``control`` -> kept in the outcome and the
+  round slot (the generation folds the round's controls, controls.py).
 
 Invariants: ``UnsafeToolRunsAtMostOnce``, ``OneResultPerCall`` (a task settles
 its call exactly once), ``IntentBeforeEffect``.

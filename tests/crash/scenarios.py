@@ -835,3 +835,134 @@ THRESHOLD_BACKGROUND = Scenario(
 )
 
 ALL = ALL + (THRESHOLD_BACKGROUND,)
+
+
+# --- issue 9: run controls and the hooks that decide before a commit -------------------
+
+
+def _control_tool(world: World, name: str, control: Any, *, replay: str = "safe") -> Any:
+    """A counted tool whose result carries ``control``."""
+
+    async def execute(ctx: Any, args: dict[str, Any]) -> ToolResult:
+        world.runs[(name, ctx.task_id)] += 1
+        await trio.sleep(0)
+        return ToolResult(text=f"{name} done", control=control)
+
+    return define_tool(name, f"control tool {name}", {"type": "object"}, execute, replay=replay)
+
+
+def _handoff_tools(world: World) -> list[Any]:
+    from pidurable.shell import Control
+
+    async def after_tools(ctx: Any, results: Any) -> Any:
+        world.flags["after_tools_seen"] = [e.text for e in results]
+        return None
+
+    return [
+        _control_tool(world, "plan", Control(handoff="Plan saved: continue with step 2.", add_tools=("probe",))),
+        counting_tool(world, "probe", replay="safe"),
+        define_extension("observer", hooks={"after_tools": after_tools}),
+    ]
+
+
+def _check_handoff(storage: Any) -> None:
+    """The handoff ended the first run (answered by the tool-calling entry)
+    with one reset marker; the second run's context starts there."""
+    entries = storage.entries(1)
+    markers = [e for e in entries if e.kind == "reset"]
+    assert [m.text for m in markers] == ["Plan saved: continue with step 2."]
+    subs = sorted(storage.submissions(), key=lambda s: s.id)
+    assert [s.status for s in subs] == ["done", "done"]
+    first = next(e for e in entries if e.id == subs[0].answer_entry_id)
+    assert first.kind == "assistant" and first.tool_calls and first.tool_calls[0].name == "plan"
+
+
+HANDOFF_CONTROL = Scenario(
+    name="handoff_control",
+    script=(
+        reply(tool_calls=[tool_call("plan")]),
+        reply(tool_calls=[tool_call("probe")]),
+        reply(text="Step 2 done."),
+    ),
+    tools=_handoff_tools,
+    inputs=("make a plan", "go on"),
+    agent=AgentConfig(model=ModelRef("scripted", "test"), tools=("plan",)),
+    final_check=_check_handoff,
+)
+
+
+def _yield_tools(world: World) -> list[Any]:
+    async def on_yield(ctx: Any, answer: Any) -> Any:
+        return "Double-check the total." if answer.text == "Total: 41." else None
+
+    return [define_extension("checker", hooks={"on_yield": on_yield})]
+
+
+def _check_yield(storage: Any) -> None:
+    """One continuation (never two: a crash before the answer's commit runs
+    the hook again, on the same answer), and the input answered by the last."""
+    entries = storage.entries(1)
+    assert [e.text for e in entries if e.kind == "user"] == ["add them up", "Double-check the total."]
+    (sub,) = storage.submissions()
+    assert sub.status == "done" and sub.answer_entry_id == entries[-1].id and entries[-1].text == "Total: 42."
+
+
+ON_YIELD = Scenario(
+    name="on_yield_continue",
+    script=(reply(text="Total: 41."), reply(text="Total: 42.")),
+    tools=_yield_tools,
+    inputs=("add them up",),
+    final_check=_check_yield,
+)
+
+
+def _abort_hook_tools(world: World) -> list[Any]:
+    async def on_abort(ctx: Any, call: Any, result: Any) -> Any:
+        return f"{call.name} was stopped; check the deploy log before retrying."
+
+    return [
+        _blocking_tool(world, "deploy", replay="unsafe"),
+        define_extension("careful", hooks={"on_abort": on_abort}),
+    ]
+
+
+async def _abort_tool_host(h: Any, conv: Any, world: World) -> list[Any]:
+    """Abort the blocking deploy call (the task, not the conversation) once it runs."""
+    sub = await conv.submit(Input("deploy", request_id="onabort-0"))
+    await until(lambda: world.flags.get("deploy_started") or world.flags.get("aborted") or _settled(sub))
+    if not world.flags.get("aborted") and not _settled(sub):
+        tools = [t for t in await h.tasks(live_only=True) if t.kind == "pi.tool"]
+        for t in tools:
+            await h.abort_task(t.id)
+        world.flags["aborted"] = True
+    return [sub]
+
+
+def _check_on_abort(storage: Any) -> None:
+    results = [e for e in storage.entries(1) if e.kind == "tool_result"]
+    assert len(results) == 1
+    text = results[0].text
+    assert text in (
+        "deploy was stopped; check the deploy log before retrying.",
+        "Tool deploy was interrupted and may have partially run",
+    ), text
+
+
+def _check_on_abort_replaced(storage: Any) -> None:
+    (result,) = [e for e in storage.entries(1) if e.kind == "tool_result"]
+    assert result.text == "deploy was stopped; check the deploy log before retrying."
+    assert result.data == {"code": "aborted"}
+
+
+ON_ABORT = Scenario(
+    name="on_abort_replace",
+    script=(reply(tool_calls=[tool_call("deploy")]), reply(text="Deploy was stopped.")),
+    tools=_abort_hook_tools,
+    host=_abort_tool_host,
+    unsafe=("deploy",),
+    same_outcome=False,
+    final_check=_check_on_abort,
+    baseline_check=_check_on_abort_replaced,
+)
+
+ALL = ALL + (HANDOFF_CONTROL, ON_YIELD, ON_ABORT)
