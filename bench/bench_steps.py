@@ -18,49 +18,15 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import sys
 import tempfile
-import time
 from pathlib import Path
 
 import trio
 
-from pidurable.shell import AgentConfig, Harness, Input, ModelRef, Registry, define_tool, open_sqlite_storage
-from pidurable.shell.providers import ScriptedModels, reply, tool_call
-
-
-def make_models(rounds: int, marks: list[float]) -> ScriptedModels:
-    calls = [tool_call("t", i=0), tool_call("t", i=1), tool_call("t", i=2)]
-    tool_round = reply(tool_calls=calls)
-    final = reply(text="done")
-
-    def script(request):  # type: ignore[no-untyped-def]
-        # O(1): each round adds assistant + 3 results to the context.
-        k = (len(request.messages) - 1) // 4
-        marks.append(time.perf_counter())
-        return tool_round if k < rounds else final
-
-    return ScriptedModels(script)
-
-
-async def tool(ctx, args):  # type: ignore[no-untyped-def]
-    return "ok"
-
-
-async def run_once(rounds: int, db: Path, synchronous: str) -> tuple[float, list[float], int]:
-    registry = Registry()
-    registry.install(define_tool("t", "trivial", {"type": "object"}, tool, replay="safe"))
-    marks: list[float] = []
-    models = make_models(rounds, marks)
-    storage = open_sqlite_storage(db, synchronous=synchronous)
-    async with Harness.open(storage, models=models, registry=registry) as h:
-        conv = await h.root(agent=AgentConfig(model=ModelRef("scripted", "bench")))
-        t0 = time.perf_counter()
-        sub = await conv.submit(Input("go"))
-        rec = await sub.wait()
-        t1 = time.perf_counter()
-        assert rec.status == "done", rec
-        commits = h.runtime.state.next_seq - 1
-    return t1 - t0, marks, commits
+# the workload lives in workload.py (shared with steps.py, recovery.py, concurrency.py)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workload import make_models, run_once, tool  # noqa: F401  (names kept for importers)
 
 
 def main() -> None:

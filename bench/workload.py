@@ -1,0 +1,168 @@
+"""The peers' workload for pidurable, shared by the benchmark scripts.
+
+R rounds of one model step returning 3 tool calls, then 3 tool steps, then a
+final answer step (R=200 -> 801 durable steps), as in
+../shared/bench-peers/peer_bench.py. The model is scripted (O(1) per request,
+it only counts the messages) and the tool does nothing, so what a run measures
+is the harness: the reducer, the commits, the effect round trips, context
+building.
+
+Used by bench_steps.py, steps.py, recovery.py and concurrency.py; not a
+script itself. Imports only the public API (``pidurable.shell``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pidurable.shell import AgentConfig, Harness, Input, ModelRef, Registry, define_tool, open_sqlite_storage
+from pidurable.shell.providers import ScriptedModels, reply, tool_call
+
+MODEL = ModelRef("scripted", "bench")
+AGENT = AgentConfig(model=MODEL)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def steps_of(rounds: int) -> int:
+    """Durable steps of one run: R+1 model steps and 3R tool steps."""
+    return rounds * 4 + 1
+
+
+def make_models(rounds: int, marks: list[float] | None = None) -> ScriptedModels:
+    """A model that asks for 3 tool calls while the conversation has had fewer
+    than ``rounds`` tool rounds since its first message, then answers "done".
+    ``marks`` (if given) gets the time of every model call."""
+    calls = [tool_call("t", i=0), tool_call("t", i=1), tool_call("t", i=2)]
+    tool_round = reply(tool_calls=calls)
+    final = reply(text="done")
+
+    def script(request):  # type: ignore[no-untyped-def]
+        # O(1): each round adds assistant + 3 results to the context.
+        k = (len(request.messages) - 1) // 4
+        if marks is not None:
+            marks.append(time.perf_counter())
+        return tool_round if k < rounds else final
+
+    return ScriptedModels(script)
+
+
+def answering_models(text: str = "done") -> ScriptedModels:
+    """A model that answers every request with ``text`` and no tool calls."""
+    final = reply(text=text)
+    return ScriptedModels(lambda request: final)
+
+
+async def tool(ctx, args):  # type: ignore[no-untyped-def]
+    return "ok"
+
+
+def make_registry() -> Registry:
+    registry = Registry()
+    registry.install(define_tool("t", "trivial", {"type": "object"}, tool, replay="safe"))
+    return registry
+
+
+async def run_once(rounds: int, db: Path, synchronous: str) -> tuple[float, list[float], int]:
+    """One conversation, one input, R tool rounds on a fresh SQLite store.
+    Returns (seconds from submit to done, the time of every model call, commits)."""
+    marks: list[float] = []
+    models = make_models(rounds, marks)
+    storage = open_sqlite_storage(db, synchronous=synchronous)
+    async with Harness.open(storage, models=models, registry=make_registry()) as h:
+        conv = await h.root(agent=AGENT)
+        t0 = time.perf_counter()
+        sub = await conv.submit(Input("go"))
+        rec = await sub.wait()
+        t1 = time.perf_counter()
+        assert rec.status == "done", rec
+        commits = h.runtime.state.next_seq - 1
+    return t1 - t0, marks, commits
+
+
+def tenth_ratio(marks: Sequence[float], rounds: int) -> tuple[float, float]:
+    """Seconds per step over the first and the last 10% of rounds (each mark
+    is one model call; a round is 4 steps)."""
+    tenth = max(1, rounds // 10)
+    first = (marks[tenth] - marks[0]) / (tenth * 4)
+    last = (marks[-1] - marks[-1 - tenth]) / (tenth * 4)
+    return first, last
+
+
+def dir_bytes(directory: Path) -> int:
+    """Bytes of every file under ``directory`` (the store and its sidecars)."""
+    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def source_fingerprint() -> str:
+    """A hash of the library's source (core/ and shell/): cached stores built
+    by other code are rebuilt, so a store is always written by the code under test."""
+    h = hashlib.sha256()
+    for directory in ("core", "shell"):
+        for path in sorted((ROOT / directory).rglob("*.py")):
+            h.update(str(path.relative_to(ROOT)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def wrap_commits(storage: Any, on_commit: Callable[[float, Sequence[Any]], None]) -> None:
+    """Time every storage transaction: ``on_commit(seconds, batch)`` after each.
+
+    Wraps the instance's ``commit_many`` (the loop writes one batch of commits
+    per transaction through it), or ``commit`` for a storage without it; the
+    shell's code is untouched."""
+    name = "commit_many" if hasattr(storage, "commit_many") else "commit"
+    inner = getattr(storage, name)
+    clock = time.perf_counter
+
+    if name == "commit_many":
+
+        def timed(batch):  # type: ignore[no-untyped-def]
+            t0 = clock()
+            inner(batch)
+            on_commit(clock() - t0, batch)
+
+    else:
+
+        def timed(seq, writes, events):  # type: ignore[no-untyped-def]
+            t0 = clock()
+            inner(seq, writes, events)
+            on_commit(clock() - t0, [(seq, writes, events)])
+
+    setattr(storage, name, timed)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) by nearest rank; nan for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def machine() -> str:
+    """One line: CPU model, cores, Python, SQLite."""
+    import platform
+    import sqlite3
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}"
