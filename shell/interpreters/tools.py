@@ -1,9 +1,11 @@
 """Tool calls: resolution and validation (one path), preparation, execution.
 
 ``check_call`` is the ONE validation of a model's tool call: resolve the name
-among the installed tools the agent's filter offers, then validate the
-arguments against the tool's JSON schema (``check_arguments``, which also
-re-validates arguments a ``before_tool`` hook rewrote). Three places use it:
+among the installed tools the agent's filter offers, then coerce and validate
+the arguments against the tool's JSON schema (``check_arguments``, rules in
+``arguments.py``; it also re-validates arguments a ``before_tool`` hook
+rewrote). The coerced arguments are what the hooks see, what is stored as the
+call's intent and what ``execute`` receives. Three places use it:
 the model interpreter pre-validating a reply's calls (``prepared_calls``, so
 tool tasks can be born at ``execute`` in the round's own commit), and the
 ``PrepareTool`` effect without hooks (inline) or with hooks (a child).
@@ -44,6 +46,7 @@ from pidurable.core.events import (
 )
 from pidurable.core.model import Json, TaskId, ToolCall
 
+from ..arguments import Invalid, check
 from ..context_cache import ContextCache
 from ..edge import control_json, tool_result
 from ..env import describe_process
@@ -71,19 +74,26 @@ def offered_tool(registry: Registry, name: object, allowed: tuple[str, ...] | No
     return registry.tool(name)
 
 
-def check_arguments(tool: ToolDefinition, arguments: object) -> Rejection | None:
-    problem = tool.validate(arguments)
-    if problem is None:
-        return None
-    return Rejection("invalid_arguments", f"Invalid arguments for tool {tool.name}: {problem}")
+def check_arguments(tool: ToolDefinition, arguments: object) -> dict[str, Json] | Rejection:
+    """The arguments coerced to the tool's schema, or why they do not validate."""
+    checked = check(tool.name, tool.parameters, arguments)
+    if isinstance(checked, Invalid):
+        return Rejection("invalid_arguments", checked.message)
+    return checked
 
 
-def check_call(registry: Registry, call: ToolCall, allowed: tuple[str, ...] | None) -> ToolDefinition | Rejection:
-    """The one validation of a tool call: its tool, or why it cannot run."""
+def check_call(
+    registry: Registry, call: ToolCall, allowed: tuple[str, ...] | None
+) -> tuple[ToolDefinition, ToolCall] | Rejection:
+    """The one validation of a tool call: its tool and the call with its
+    coerced arguments, or why it cannot run."""
     tool = offered_tool(registry, call.name, allowed)
     if tool is None:
         return Rejection("tool_unavailable", f"Tool {call.name} is not available")
-    return check_arguments(tool, call.arguments) or tool
+    checked = check_arguments(tool, call.arguments)
+    if isinstance(checked, Rejection):
+        return checked
+    return tool, attrs.evolve(call, arguments=checked)
 
 
 def prepared_calls(
@@ -102,10 +112,11 @@ def prepared_calls(
     out: list[PreparedCall | None] = []
     for call in calls:
         checked = check_call(registry, call, allowed)
-        if isinstance(checked, ToolDefinition):
-            out.append(PreparedCall(arguments=dict(call.arguments), replay=checked.replay))
-        else:
+        if isinstance(checked, Rejection):
             out.append(None)
+        else:
+            tool, coerced = checked
+            out.append(PreparedCall(arguments=dict(coerced.arguments), replay=tool.replay))
     return tuple(out)
 
 
@@ -146,7 +157,8 @@ class ToolInterpreter:
         if isinstance(checked, Rejection):
             self._reject(effect, checked)
             return None
-        return call, checked
+        tool, coerced = checked
+        return coerced, tool
 
     def _prepared(self, effect: PrepareTool, arguments: Mapping[str, Any], tool: ToolDefinition) -> None:
         self.loop.send(
@@ -170,11 +182,11 @@ class ToolInterpreter:
         except Blocked as e:
             self._reject(effect, Rejection("blocked", str(e)))
             return
-        rejection = check_arguments(tool, arguments)
-        if rejection is not None:
-            self._reject(effect, rejection)
+        checked = check_arguments(tool, arguments)
+        if isinstance(checked, Rejection):
+            self._reject(effect, checked)
             return
-        self._prepared(effect, arguments, tool)
+        self._prepared(effect, checked, tool)
 
     async def record_process(self, task_id: TaskId, pid: int) -> None:
         """``ToolCallContext.record_process``: commit the process group into

@@ -191,10 +191,9 @@ async def test_invalid_arguments_get_an_error_result_naming_the_problem(autojump
 
     missing, wrong_type = tool_results(transcript)
     assert missing.is_error and wrong_type.is_error
-    assert missing.text.startswith("Invalid arguments for tool count:")
-    assert "'n' is a required property" in missing.text
-    assert wrong_type.text.startswith("Invalid arguments for tool count:")
-    assert "n: 'many' is not of type 'integer'" in wrong_type.text
+    # the wording of the reference (shell/arguments.py; specs/tools.md "Strings the model reads")
+    assert 'Validation failed for tool "count":\n  - n: must have required properties n\n\nReceived arguments:\n{}' in missing.text
+    assert 'Validation failed for tool "count":\n  - n: must be integer\n\nReceived arguments:\n{\n  "n": "many"\n}' in wrong_type.text
     assert runs == []
     assert settled.status == SubmissionStatus.DONE
     assert transcript[-1].text == "gave up"
