@@ -96,15 +96,15 @@ def apply_op(value: Json, op: Op) -> Json:
         text = op[2]
         if type(text) is not str:
             raise OpError("'a' appends a string")
-        return _modify(value, path, lambda s: _string(s, "a") + text)
+        return _modify(value, path, lambda s: _string(s, "a") + str(text))
     if verb == "t":
         _arity(op, 3)
         n = op[2]
         if type(n) is not int or n < 0:
             raise OpError("'t' drops a non-negative count of characters")
 
-        def trim(s: Json) -> str:
-            s = _string(s, "t")
+        def trim(member: Json) -> str:
+            s = _string(member, "t")
             if n > len(s):
                 raise OpError(f"'t' drops {n} characters of a string of {len(s)}")
             return s[n:]

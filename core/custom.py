@@ -41,6 +41,7 @@ from __future__ import annotations
 import attrs
 
 from .cancellation import no_cycle
+from .documents import DocumentProblem, change_documents
 from .draft import Tx
 from .effects import MigrateTask, Refusal, RunPhase
 from .events import MemoRequested, MigrationFinished, PhaseReturned, TaskCommitRequested, TaskCreationRequested
@@ -175,6 +176,12 @@ def on_task_committed(tx: Tx, ev: TaskCommitRequested) -> None:
         tx.refuse(ev.ticket, Refusal.INVALID, problem)
         return
     assert task is not None
+    if ev.documents:  # runtime.update_document: committed with this state
+        try:
+            change_documents(tx, ev.documents)
+        except DocumentProblem as e:
+            tx.refuse(ev.ticket, Refusal.INVALID, str(e))
+            return
     if ev.status == TaskStatus.RUNNING:
         assert ev.checkpoint is not None
         tx.put_task(task_to(task, TaskMove.CHECKPOINT, checkpoint=dict(ev.checkpoint)))

@@ -28,10 +28,12 @@ from typing import Any
 
 import attrs
 
+from .documents import retire_task_documents
 from .effects import (
     Accepted,
     Commit,
     Effect,
+    PutDocument,
     PutAgent,
     PutConversation,
     PutEntry,
@@ -62,7 +64,7 @@ from .model import (
     TaskStatus,
     ToolInfo,
 )
-from .state import ContextDoc, ConvState, InboxItem, Live, State, UsageDoc
+from .state import ContextDoc, ConvState, DocKey, DocumentState, InboxItem, Live, State, UsageDoc
 
 #: State fields the draft does not carry: ``next_seq`` is advanced by
 #: ``finish`` (one per Commit), ``opened`` only by ``on_opened``.
@@ -89,6 +91,7 @@ class Tx:
     failed_migrations: Mapping[TaskId, int]
     scheduling: bool
     settings: Settings
+    documents: Mapping[DocKey, DocumentState]
 
     def __init__(self, state: State, now: int) -> None:
         self.now = now
@@ -139,6 +142,8 @@ class Tx:
         tasks = self._owned("tasks")
         if task.status is TaskStatus.TERMINAL:
             tasks.pop(task.id, None)
+            if self.documents:
+                retire_task_documents(self, task.id)
         else:
             tasks[task.id] = task
         if durable:
@@ -203,6 +208,22 @@ class Tx:
             return
         self._replace_conv(attrs.evolve(conv, agent=agent))
         self.write(PutAgent(conversation_id=cid, agent=agent))
+
+    def put_document(self, key: DocKey, doc: DocumentState | None, write: PutDocument | None) -> None:
+        """Replace (``None``: retire) a host-defined document; ``write`` is
+        its revision for this commit (documents.py decides it)."""
+        docs = self._owned("documents")
+        if doc is None:
+            docs.pop(key, None)
+        else:
+            docs[key] = doc
+        if write is not None:
+            self.write(write)
+
+    def document_write(self, document_id: int) -> PutDocument | None:
+        """The revision of ``document_id`` this step already stages, if any."""
+        w = self._writes.get(("document", document_id))
+        return w if isinstance(w, PutDocument) else None
 
     # effects ---------------------------------------------------------------
     def act(self, effect: Effect) -> None:

@@ -37,7 +37,7 @@ from .model import (
     Task,
     TaskId,
 )
-from .state import ContextDoc, InboxItem, Live, State, UsageDoc
+from .state import ContextDoc, DocHistory, DocScope, ForkPolicy, InboxItem, Live, State, UsageDoc
 
 
 # --- writes (the content of one Commit) -----------------------------------
@@ -102,8 +102,53 @@ class PutContext:
     context: ContextDoc
 
 
+class RevisionAction(enum.StrEnum):
+    """What one stored revision of a host-defined document is."""
+
+    #: The whole value (a new document, a new version, every N deltas).
+    BASE = "base"
+    #: The ops of one commit, applied to the value before it.
+    DELTA = "delta"
+    #: The document ends (its task ended); current-only revisions are dropped.
+    RETIRE = "retire"
+
+
+@attrs.frozen(kw_only=True)
+class DocumentRevision:
+    """One revision of a host-defined document, with its address and the
+    definition's settings (so storage can index and reclaim it)."""
+
+    scope: DocScope
+    owner: int
+    kind: str
+    version: int
+    history: DocHistory
+    fork: ForkPolicy
+    action: RevisionAction
+    #: The whole value (``base``).
+    value: Json = None
+    #: The ops (``delta``).
+    ops: tuple[Json, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class PutDocument:
+    TAG: ClassVar[str] = "document"
+    document_id: int
+    revision: DocumentRevision
+
+
 Write: TypeAlias = (
-    PutConversation | PutEntry | PutSubmission | PutTask | PutAgent | PutLive | PutInbox | PutUsage | PutContext
+    PutConversation
+    | PutEntry
+    | PutSubmission
+    | PutTask
+    | PutAgent
+    | PutLive
+    | PutInbox
+    | PutUsage
+    | PutContext
+    | PutDocument
 )
 WRITE_TYPES: tuple[type, ...] = get_args(Write)
 
@@ -129,6 +174,8 @@ def write_key(w: Write) -> tuple[str, int]:
             return ("pi.usage", c)
         case PutContext(conversation_id=c):
             return ("pi.context", c)
+        case PutDocument(document_id=d):
+            return ("document", d)
     raise AssertionError(w)  # pragma: no cover
 
 

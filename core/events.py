@@ -38,7 +38,7 @@ from .model import (
     ToolInfo,
     Usage,
 )
-from .state import ConvState, SystemSection
+from .state import ConvState, DocumentChange, DocumentState, SystemSection
 
 
 @attrs.frozen(kw_only=True)
@@ -57,6 +57,8 @@ class Opened:
     settings: Settings = Settings()
     task_catalog: tuple[TaskInfo, ...] = ()
     extensions: tuple[ExtensionInfo, ...] = ()
+    #: The live host-defined documents (values rebuilt from their revisions).
+    documents: tuple[DocumentState, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -106,6 +108,18 @@ class AgentConfigurationRequested:
     ticket: int
     conversation_id: ConversationId
     agent: AgentConfig
+
+
+@attrs.frozen(kw_only=True)
+class DocumentUpdateRequested:
+    """``conv.update_document(doc, fn)``: ``change`` is ``fn`` applied to
+    the committed value by the shell right before this step (validated,
+    as ops); one commit, answered with the document's id."""
+
+    TAG: ClassVar[str] = "document_update_requested"
+    now: int
+    ticket: int
+    change: DocumentChange
 
 
 @attrs.frozen(kw_only=True)
@@ -227,6 +241,9 @@ class TaskCommitRequested:
     policy: str = "allSettled"
     outcome: Outcome | None = None
     mode: str = "run"
+    #: Document changes the phase staged (``runtime.update_document``),
+    #: committed with this state.
+    documents: tuple[DocumentChange, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -380,6 +397,9 @@ class ToolFinished:
     TAG: ClassVar[str] = "tool_finished"
     now: int
     task_id: TaskId
+    #: Document changes the body staged (``call.update_document``),
+    #: committed with the result entry or not at all.
+    documents: tuple[DocumentChange, ...] = ()
     text: str
     is_error: bool = False
     #: Tokens the tool spent (e.g. a sub-model), if it reported any.
@@ -523,6 +543,7 @@ Event: TypeAlias = (
     | RegistryChanged
     | RootRequested
     | AgentConfigurationRequested
+    | DocumentUpdateRequested
     | InputSubmitted
     | WriteSubmitted
     | SubmissionAbortRequested

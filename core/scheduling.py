@@ -106,6 +106,7 @@ def on_opened(tx: Tx, ev: Opened) -> None:
         scheduling=ev.resume,
         settings=ev.settings,
         opened=True,
+        documents={d.key: d for d in ev.documents},
     )
     for task in sorted(ev.tasks, key=lambda t: t.id):
         if task.status is TaskStatus.RUNNING:

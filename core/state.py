@@ -19,6 +19,9 @@ Documents
 - ``pi.inbox``: :class:`InboxItem`s waiting for a boundary, in id order.
 - ``pi.context``: :class:`ContextDoc` - the current range start (the newest
   head marker's ``head``).
+- host-defined documents (``define_doc``): :class:`DocumentState` in
+  ``documents``, by address (scope, owner id, kind); their values are small
+  JSON, changed by Chord ops (documents.py, chord.py).
 """
 
 from __future__ import annotations
@@ -199,6 +202,82 @@ class ConvState:
         return self.live.run is not None
 
 
+class DocScope(enum.StrEnum):
+    """What a host-defined document belongs to (and lives as long as)."""
+
+    #: A conversation (lives as long as the store).
+    CONVERSATION = "conversation"
+    #: A task: retired in the commit that makes the task terminal.
+    TASK = "task"
+
+
+class DocHistory(enum.StrEnum):
+    """Which revisions storage keeps."""
+
+    #: Only the newest base and the deltas after it (older ones reclaimed).
+    LATEST = "latest"
+    #: Every revision: the value at any commit can be read back.
+    REWINDABLE = "rewindable"
+
+
+class ForkPolicy(enum.StrEnum):
+    """What a fork of the conversation gets of the document."""
+
+    #: The parent's value as of the fork point (needs ``rewindable``).
+    AS_OF = "as_of"
+    #: The parent's current value.
+    CURRENT = "current"
+    #: Nothing: the definition's initial value on first use.
+    INITIAL = "initial"
+
+
+#: A document's address: (scope, owner id, kind).
+DocKey = tuple[DocScope, int, str]
+
+
+@attrs.frozen(kw_only=True)
+class DocumentState:
+    """A live host-defined document: its current value and what decides its
+    next revision (documents.py)."""
+
+    #: The incarnation id (from the global id counter).
+    id: int
+    scope: DocScope
+    owner: int
+    kind: str
+    #: The definition version the stored value has.
+    version: int
+    history: DocHistory = DocHistory.REWINDABLE
+    fork: ForkPolicy = ForkPolicy.AS_OF
+    value: Json = None
+    #: Deltas stored since the newest base.
+    deltas: int = 0
+
+    @property
+    def key(self) -> DocKey:
+        return (self.scope, self.owner, self.kind)
+
+
+@attrs.frozen(kw_only=True)
+class DocumentChange:
+    """One document change as the shell resolved it (the update function
+    ran on the committed value, the result was validated, the difference
+    taken): ``ops`` from the current value (or ``["r", value]`` for a new
+    document or a new version)."""
+
+    scope: DocScope
+    owner: int
+    kind: str
+    version: int
+    history: DocHistory = DocHistory.REWINDABLE
+    fork: ForkPolicy = ForkPolicy.AS_OF
+    ops: tuple[Json, ...] = ()
+
+    @property
+    def key(self) -> DocKey:
+        return (self.scope, self.owner, self.kind)
+
+
 @attrs.frozen(kw_only=True)
 class State:
     #: The next id to hand out (global namespace: conversations, entries,
@@ -228,3 +307,5 @@ class State:
     settings: Settings = Settings()
     #: True once an Opened event was applied.
     opened: bool = False
+    #: Live host-defined documents by address (documents.py).
+    documents: Mapping[DocKey, DocumentState] = attrs.field(factory=dict)

@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import admission, cancellation, compaction_task, custom, generation, scheduling, settlement, tools
+from . import admission, cancellation, compaction_task, custom, documents, generation, scheduling, settlement, tools
 from .draft import Tx
 from .effects import Step
 from .events import (
     SystemRendered,
     EVENT_TYPES,
     AgentConfigurationRequested,
+    DocumentUpdateRequested,
     ConversationAbortRequested,
     ConversationCreationRequested,
     Event,
@@ -63,6 +64,7 @@ HANDLERS: Mapping[type, Callable[[Tx, Any], None]] = {
     RegistryChanged: scheduling.on_registry_changed,
     RootRequested: admission.on_root_requested,
     AgentConfigurationRequested: admission.on_agent_configured,
+    DocumentUpdateRequested: documents.on_document_update_requested,
     InputSubmitted: admission.on_input_submitted,
     WriteSubmitted: admission.on_write_submitted,
     SubmissionAbortRequested: admission.on_submission_abort_requested,

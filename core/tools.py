@@ -91,6 +91,7 @@ from .model import (
     Usage,
 )
 from .phases import END, Machine, Row, Turn
+from .documents import DocumentProblem, change_documents
 from .settlement import fault, finish_task
 from .state import SlotStatus, ToolSlot, UsageTotals
 
@@ -210,6 +211,14 @@ def _rejected(turn: Turn, ev: ToolRejected) -> None:
 
 
 def _finished(turn: Turn, ev: ToolFinished) -> None:
+    """The result entry, and the document changes the body staged, in one
+    commit; changes that cannot be applied fail the call instead."""
+    if ev.documents:
+        try:
+            change_documents(turn.tx, ev.documents)
+        except DocumentProblem as e:
+            _failed(turn, ToolFailed(now=ev.now, task_id=ev.task_id, message=f"The tool's document update was refused: {e}"))
+            return
     _settle(
         turn.tx,
         turn.task,

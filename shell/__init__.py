@@ -5,6 +5,7 @@ Names here follow API.md and are the public API.
 
 from pidurable.core.model import AgentConfig, CompactionSettings, ModelRef, RetryPolicy, Settings, ToolCall
 
+from .documents import DocDefinition, define_doc
 from .env import EnvError, LocalEnv
 from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound, StorageError, StoreLocked
 from .harness import (
@@ -84,6 +85,8 @@ __all__ = [
     "Write",
     "coding_tools",
     "define_extension",
+    "define_doc",
+    "DocDefinition",
     "define_subagent_tool",
     "define_tool",
     "open_sqlite_storage",

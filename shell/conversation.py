@@ -19,13 +19,15 @@ from pidurable.core.events import (
     AgentConfigurationRequested,
     CompactionRequested,
     ConversationAbortRequested,
+    DocumentUpdateRequested,
     InputSubmitted,
     WriteSubmitted,
 )
 from pidurable.core.model import AgentConfig, ConversationId, Entry, EntryKind, SubmissionId, TaskId
-from pidurable.core.state import AGENT_DOC, CONTEXT_DOC, USAGE_DOC, UsageDoc
+from pidurable.core.state import AGENT_DOC, CONTEXT_DOC, USAGE_DOC, DocScope, DocumentChange, UsageDoc
 from pidurable.core.system import system_text
 
+from .documents import Staged, current, to_host
 from .edge import check_agent, check_choice, check_id, check_json_object, check_text
 from .errors import InvalidInput, accepted
 from .loop import Loop
@@ -175,6 +177,44 @@ class Conversation:
             return True if not still and self._idle_now() else None
 
         await self._rt.waits.until(done)
+
+    async def document(self, doc: Any) -> Any:
+        """The committed value of this conversation's document ``doc`` (its
+        definition or its kind): the definition's initial value while none
+        is stored; a value stored at an older version is migrated on the way
+        (not written back: the next update does that)."""
+        _live(self._rt)
+        definition = self._rt.documents.definition(doc)
+        stored = self._rt.storage.document_state(definition.scope, self.id, definition.kind)
+        return to_host(definition, current(definition, stored)[0])
+
+    async def update_document(self, doc: Any, fn: Any) -> Any:
+        """Change this conversation's document ``doc``: ``fn(old) -> new``
+        (or a new value), run on the committed value on the reducer,
+        validated against the definition's schema; one commit, storing the
+        difference. Returns the new value. ``InvalidInput`` (nothing stored)
+        when ``fn`` raises or the result does not fit."""
+        _live(self._rt)
+        definition = self._rt.documents.definition(doc)
+        if definition.scope is not DocScope.CONVERSATION:
+            raise InvalidInput(f"Document {definition.kind!r} belongs to tasks (runtime.update_document)")
+        staged = Staged(doc=definition, owner=self.id, update=fn)
+        self._rt.documents.preview([staged])  # fails here, where it is asked for
+        change = DocumentChange(
+            scope=definition.scope,
+            owner=self.id,
+            kind=definition.kind,
+            version=definition.version,
+            history=definition.history,
+            fork=definition.fork,
+        )
+
+        def make(ticket: int, now: int) -> DocumentUpdateRequested:
+            self._rt.documents.stage(("ticket", ticket), [staged])
+            return DocumentUpdateRequested(now=now, ticket=ticket, change=change)
+
+        _unwrap(await self._rt.request(make), self.id)
+        return await self.document(definition)
 
     async def owned_by(self) -> int | None:
         _live(self._rt)

@@ -105,7 +105,8 @@ class Harness:
     def __init__(self, loop: Loop, registry: Registry) -> None:
         self._rt = loop
         #: what host code started from here reaches (``create_task``)
-        self._host = HostPort(loop=loop, tasks=loop.storage, registry=registry, harness=self)
+        self._host = HostPort(loop=loop, tasks=loop.storage, registry=registry, harness=self, documents=loop.documents)
+        loop.documents.registry = registry
 
     @classmethod
     @asynccontextmanager
@@ -180,6 +181,7 @@ class Harness:
                         settings=settings,
                         task_catalog=registry.task_catalog(),
                         extensions=registry.extension_catalog(),
+                        documents=loaded.documents,
                     )
                 )
                 try:

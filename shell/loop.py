@@ -80,6 +80,7 @@ from pidurable.core.state import State
 
 from .clock import trio_anchored_clock
 from .context_cache import ContextCache
+from .documents import DocumentUpdates
 from .edge import clean_event
 from .enrich import enrich, needs_lookup
 from .interpreters import Interpreters
@@ -121,6 +122,8 @@ class Loop:
         self.inflight: dict[TaskId, trio.CancelScope] = {}
         #: Host waits and request tickets (``waits.py``).
         self.waits = Waits()
+        #: Document updates staged for events not yet stepped (``documents.py``).
+        self.documents = DocumentUpdates(lambda: self.state)
         self.effect_index = 0
         self.steps = 0
         #: The agent as it is journaled: its model's context window recorded
@@ -182,6 +185,13 @@ class Loop:
             if needs_lookup(event):
                 self._flush()  # the read must see every earlier decision
                 event = enrich(event, self.state, self.storage)
+            if self.documents.waiting(event):
+                # staged update functions run on the value the core holds now
+                resolved = self.documents.resolve(event, self.state)
+                if isinstance(resolved, Respond):
+                    self.waits.answer(resolved)  # refused: nothing stepped, nothing stored
+                    continue
+                event = resolved
             self._journal.append(event)
             result = core_step(self.state, event)
             self.state = result.state

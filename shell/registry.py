@@ -28,6 +28,7 @@ import jsonschema
 
 from pidurable.core.model import AgentConfig, ExtensionInfo, Task, TaskInfo, ToolInfo, Usage
 
+from .doc_types import DocDefinition
 from .limits import OutputLimits
 from .limits import output_limits as _output_limits
 
@@ -93,6 +94,9 @@ class ToolCallContext:
     #: there, inside the env's root. None means the env's root.
     cwd: str | None = None
     _record: Callable[[int], Awaitable[None]] | None = attrs.field(default=None, repr=False, alias="record")
+    _update_document: Callable[[Any, Any], Awaitable[Any]] | None = attrs.field(
+        default=None, repr=False, alias="update_document"
+    )
     _report: Callable[[str], None] | None = attrs.field(default=None, repr=False, alias="report")
 
     def report_output(self, chunk: str) -> None:
@@ -103,6 +107,16 @@ class ToolCallContext:
         no-op. The result is what the model gets, not this."""
         if self._report is not None and isinstance(chunk, str):
             self._report(chunk)
+
+    async def update_document(self, doc: Any, fn: Any) -> Any:
+        """Stage ``fn(old) -> new`` (or a new value) for a document (its
+        definition, or its kind): the conversation's, or this call's task's
+        for a task-scoped kind. It is checked now (``InvalidInput`` if the
+        result does not fit the schema) and committed with this call's
+        result, or not at all; returns the new value."""
+        if self._update_document is None:
+            raise RuntimeError("this tool call cannot update documents (no harness)")
+        return await self._update_document(doc, fn)
 
     async def record_process(self, pid: int) -> None:
         """Durably record the OS process group ``pid`` leads in this call's
@@ -338,6 +352,8 @@ class Extension:
     tasks: tuple[TaskDefinition, ...] = ()
     hooks: dict[str, Callable[..., Awaitable[Any]]] = attrs.field(factory=dict)
     sections: tuple[Section, ...] = ()
+    #: Host-defined document kinds (``define_doc``).
+    docs: tuple[DocDefinition, ...] = ()
 
     def info(self) -> ExtensionInfo:
         return ExtensionInfo(
@@ -395,7 +411,11 @@ class Registry:
         self._extensions: dict[str, Extension] = {}
         self._listeners: list[Callable[[], None]] = []
 
-    def install(self, item: Extension | ToolDefinition | TaskDefinition | Iterable[ToolDefinition]) -> None:
+    def install(
+        self, item: Extension | ToolDefinition | TaskDefinition | DocDefinition | Iterable[ToolDefinition]
+    ) -> None:
+        if isinstance(item, DocDefinition):
+            item = Extension(name=item.kind, docs=(item,))
         if isinstance(item, ToolDefinition):
             ext = Extension(name=item.name, tools=(item,))
         elif isinstance(item, TaskDefinition):
@@ -416,8 +436,20 @@ class Registry:
         others = {t.kind for e in self._extensions.values() if e.name != ext.name for t in e.tasks}
         if len(kinds) != len(set(kinds)) or others & set(kinds):
             raise ValueError(f"Extension {ext.name}: a task kind is defined twice")
+        doc_kinds = [d.kind for d in ext.docs]
+        other_docs = {d.kind for e in self._extensions.values() if e.name != ext.name for d in e.docs}
+        if len(doc_kinds) != len(set(doc_kinds)) or other_docs & set(doc_kinds):
+            raise ValueError(f"Extension {ext.name}: a document kind is defined twice")
         self._extensions[ext.name] = ext
         self._changed()
+
+    def doc(self, kind: str) -> DocDefinition | None:
+        """The installed definition of document ``kind``."""
+        for ext in self._extensions.values():
+            for d in ext.docs:
+                if d.kind == kind:
+                    return d
+        return None
 
     def uninstall(self, name: str) -> None:
         if self._extensions.pop(name, None) is None:

@@ -21,6 +21,7 @@ from pidurable.core.effects import Refused
 from pidurable.core.events import MemoRequested, TaskCommitRequested, TaskCreationRequested
 from pidurable.core.model import ConversationId, Outcome, OutcomeStatus, Task, TaskId
 
+from .documents import Staging
 from .edge import check_json, check_text
 from .errors import InvalidInput
 from .interpreters.ports import HostPort, Requester
@@ -93,6 +94,7 @@ class TaskRuntime:
         self.conversation_id: ConversationId = task.conversation_id
         self.mode = mode
         self.harness: Harness = port.harness
+        self._documents = Staging(port.documents, task_id=task.id, conversation_id=task.conversation_id)
 
     def now(self) -> int:
         """The harness clock, in milliseconds."""
@@ -124,8 +126,10 @@ class TaskRuntime:
         for tid in ids:
             if self._rt.tasks.task(tid) is None:
                 raise TaskCommitError(f"Task {tid} does not exist")
-        resp = await self._rt.request(
-            lambda ticket, now: TaskCommitRequested(
+
+        def make(ticket: int, now: int) -> TaskCommitRequested:
+            self._documents.hand_over(("ticket", ticket))  # committed with this state, or not at all
+            return TaskCommitRequested(
                 now=now,
                 ticket=ticket,
                 task_id=TaskId(self.task_id),
@@ -136,9 +140,18 @@ class TaskRuntime:
                 outcome=out,
                 mode=self.mode,
             )
-        )
+
+        resp = await self._rt.request(make)
         if isinstance(resp.reply, Refused):
             raise TaskCommitError(resp.reply.message)
+
+    async def update_document(self, doc: Any, fn: Any) -> Any:
+        """Stage ``fn(old) -> new`` (or a new value) for a document (its
+        definition or kind): the task's conversation's, or this task's for a
+        task-scoped kind. Checked now (``InvalidInput``), committed with the
+        phase's next ``commit`` (or returned ``Progress``); returns the new
+        value."""
+        return await self._documents.update(doc, fn)
 
     async def create_task(self, kind: str, input: dict[str, Any] | None = None) -> int:
         """Create a custom task owned by this one (in its conversation)."""

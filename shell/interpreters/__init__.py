@@ -58,6 +58,7 @@ class Interpreters:
                 env=env,
                 store_id=store_id,
                 harness=host.harness,
+                documents=host.documents,
             ),
             tasks=TaskInterpreter(port=host),
             hooks=hooks,

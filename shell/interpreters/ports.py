@@ -20,6 +20,7 @@ from pidurable.core.events import Event
 from pidurable.core.model import Entry, Task, TaskId
 
 if TYPE_CHECKING:  # the facade is passed through, opaque; never imported at run time
+    from ..documents import DocumentPort
     from ..harness import Harness
     from ..registry import Registry
 
@@ -64,6 +65,8 @@ class HostPort:
     tasks: TaskReads
     registry: Registry
     harness: Harness
+    #: where document updates are staged (``documents.py``)
+    documents: DocumentPort | None = None
 
     async def request(self, make: MakeEvent) -> Respond:
         return await self.loop.request(make)

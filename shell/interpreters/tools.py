@@ -48,6 +48,7 @@ from pidurable.core.model import Json, TaskId, ToolCall
 
 from ..arguments import Invalid, check
 from ..context_cache import ContextCache
+from ..documents import DocumentPort, Staging
 from ..edge import control_json, tool_result
 from ..env import describe_process
 from ..limits import DEFAULT_SPILL_CAP_BYTES, OutputLimits, RunningOutput, Spill, bound, with_notice
@@ -134,6 +135,8 @@ class ToolInterpreter:
     env: object
     store_id: str
     harness: Harness
+    #: where ``call.update_document`` stages its updates
+    documents: DocumentPort | None = None
 
     def needs_child(self, effect: PrepareTool) -> bool:
         """Preparing is short and bounded (done inline, no task per call)
@@ -208,6 +211,8 @@ class ToolInterpreter:
         async def record(pid: int) -> None:
             await self.record_process(effect.task_id, pid)
 
+        staging = Staging(self.documents, task_id=effect.task_id, conversation_id=effect.conversation_id)
+
         async with trio.open_nursery() as nursery:
             progress = _Progress(self.loop, effect.task_id, nursery, max(interval_ms, 1) / 1000)
             ctx = ToolCallContext(
@@ -220,6 +225,7 @@ class ToolInterpreter:
                 cwd=effect.cwd,
                 record=record,
                 report=progress.report,
+                update_document=staging.update,
             )
             failure: str | None = None
             try:
@@ -234,6 +240,7 @@ class ToolInterpreter:
             self.loop.send(ToolFailed(now=now(), task_id=effect.task_id, message=message))
             return
         text, truncated = await self._bound(effect.task_id, result.text, tool.output_limits)
+        staging.hand_over(("task", effect.task_id))  # committed with the result, or not at all
         self.loop.send(
             ToolFinished(
                 now=now(),

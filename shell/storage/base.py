@@ -27,8 +27,11 @@ import attrs
 import cattrs
 from cattrs.errors import BaseValidationError
 
+from pidurable.core.chord import OpError, rebuild
 from pidurable.core.effects import (
+    DocumentRevision,
     PutAgent,
+    PutDocument,
     PutConversation,
     PutEntry,
     PutInbox,
@@ -58,6 +61,10 @@ from pidurable.core.state import (
     CONTEXT_DOC,
     ContextDoc,
     ConvState,
+    DocHistory,
+    DocScope,
+    DocumentState,
+    ForkPolicy,
     InboxItem,
     Live,
     UsageDoc,
@@ -66,7 +73,8 @@ from pidurable.core.state import (
 from . import codec
 
 #: Version of the persisted layout; stored in every store, checked at open.
-SCHEMA_VERSION = 1
+#: 2: host-defined documents (``document_records``, ``document_revisions``).
+SCHEMA_VERSION = 2
 
 
 class StorageError(Exception):
@@ -106,6 +114,8 @@ class Loaded:
     tasks: tuple[Task, ...]
     submissions: tuple[Submission, ...]
     store_id: str
+    #: The live host-defined documents, values rebuilt from their revisions.
+    documents: tuple[DocumentState, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -147,6 +157,10 @@ class Storage(Protocol):
     def conversations(self) -> list[Conversation]: ...
 
     def document(self, conversation_id: ConversationId, kind: str) -> Any: ...
+
+    def document_state(self, scope: DocScope, owner: int, kind: str) -> DocumentState | None: ...
+
+    def document_at(self, conversation_id: ConversationId, kind: str, seq: int) -> DocumentState | None: ...
 
     def journal(self) -> list[JournalRow]: ...
 
@@ -224,6 +238,27 @@ def _row(w: Write, seq: int, rec: str) -> Row:
             return _doc(cid, USAGE_DOC, rec, seq)
         case PutContext(conversation_id=cid):
             return _doc(cid, CONTEXT_DOC, rec, seq)
+        case PutDocument(document_id=did, revision=r):
+            return Row(
+                table="document_revisions",
+                key=(did, seq),
+                columns={
+                    "document_id": did,
+                    "seq": seq,
+                    "action": r.action.value,
+                    "scope": r.scope.value,
+                    "owner": r.owner,
+                    "kind": r.kind,
+                    "version": r.version,
+                    "history": r.history.value,
+                    "fork": r.fork.value,
+                    "content": rec,
+                    #: revisions before this one are reclaimed (a base or a
+                    #: retirement of a current-only document)
+                    "reclaims": r.action.value != "delta"
+                    and (r.history is DocHistory.LATEST or r.scope is DocScope.TASK),
+                },
+            )
     assert_never(w)
 
 
@@ -319,4 +354,61 @@ def conv_state(conversation: Conversation, docs: dict[str, str], store: str = ""
         inbox=doc(INBOX_DOC, ()),
         usage=doc(USAGE_DOC, UsageDoc()),
         context=doc(CONTEXT_DOC, ContextDoc()),
+    )
+
+
+# --- host-defined documents ------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class DocumentRow:
+    """A ``document_records`` row."""
+
+    id: int
+    scope: str
+    owner: int
+    kind: str
+    version: int
+    history: str
+    fork: str
+    created_seq: int
+    retired_seq: int | None = None
+
+
+def document_state(store: str, row: DocumentRow, revisions: Sequence[tuple[int, str]], upto: int | None = None) -> DocumentState | None:
+    """The document's value from its ``(seq, content)`` revisions (oldest
+    first), as of commit ``upto`` (None: now); None if it did not exist then
+    or was retired. A history without its base is damaged (or, as of an
+    earlier commit, reclaimed: ``latest`` keeps only the newest base)."""
+    if row.retired_seq is not None and (upto is None or row.retired_seq <= upto):
+        return None
+    if upto is not None and upto < row.created_seq:
+        return None
+    taken: list[tuple[str, Any]] = []
+    version = row.version
+    for seq, content in revisions:
+        if upto is not None and seq > upto:
+            break
+        r = decode_record(store, "document_revisions", (row.id, seq), content, DocumentRevision)
+        taken.append((r.action.value, r.value if r.action.value == "base" else r.ops))
+        version = r.version
+    try:
+        value, deltas = rebuild(taken)
+    except OpError as e:
+        if upto is not None and row.history == DocHistory.LATEST:
+            raise StorageError(
+                f"Store {store}: document {row.kind!r} keeps only its latest revisions (history='latest'); "
+                f"its value as of commit {upto} is gone"
+            ) from None
+        raise DamagedRecord(f"Store {store}: damaged record in document_revisions (document {row.id}): {e}") from e
+    return DocumentState(
+        id=row.id,
+        scope=DocScope(row.scope),
+        owner=row.owner,
+        kind=row.kind,
+        version=version,
+        history=DocHistory(row.history),
+        fork=ForkPolicy(row.fork),
+        value=value,
+        deltas=deltas,
     )

@@ -29,8 +29,9 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.strategies import configure_tagged_union
 
-from pidurable.core.effects import WRITE_TYPES, Effect, Write
-from pidurable.core.events import EVENT_TYPES, Event, ModelResponded, Opened, RegistryChanged, ToolFinished
+from pidurable.core.effects import WRITE_TYPES, DocumentRevision, Effect, Write
+from pidurable.core.events import ModelResponded, TaskCommitRequested, ToolFinished
+from pidurable.core.events import EVENT_TYPES, Event, Opened, RegistryChanged
 from pidurable.core.model import AgentConfig, Entry, EntryKind, ExtensionInfo, Settings
 from pidurable.core.state import ContextDoc, ConvState
 from pidurable.core.state import ToolSlot
@@ -128,6 +129,31 @@ for _cl in (Opened, RegistryChanged):
     converter.register_unstructure_hook(
         _cl, make_dict_unstructure_fn(_cl, converter, extensions=override(omit_if_default=True))
     )
+
+# Host-defined documents (issue 10): a revision holds a value (base) or ops
+# (delta), never both; events without document changes keep their bytes.
+converter.register_unstructure_hook(
+    DocumentRevision,
+    make_dict_unstructure_fn(
+        DocumentRevision, converter, value=override(omit_if_default=True), ops=override(omit_if_default=True)
+    ),
+)
+converter.register_unstructure_hook(
+    TaskCommitRequested,
+    make_dict_unstructure_fn(TaskCommitRequested, converter, documents=override(omit_if_default=True)),
+)
+converter.register_unstructure_hook(  # with issue 9's control (above)
+    ToolFinished,
+    make_dict_unstructure_fn(
+        ToolFinished, converter, documents=override(omit_if_default=True), control=override(omit_if_default=True)
+    ),
+)
+converter.register_unstructure_hook(
+    Opened,
+    make_dict_unstructure_fn(
+        Opened, converter, extensions=override(omit_if_default=True), documents=override(omit_if_default=True)
+    ),
+)
 
 configure_tagged_union(Event, converter, tag_generator=_tag, tag_name="type")
 configure_tagged_union(Write, converter, tag_generator=_tag, tag_name="type")

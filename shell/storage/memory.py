@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from pidurable.core.effects import Write
 from pidurable.core.events import Event
+from pidurable.core.state import DocScope, DocumentState
 from pidurable.core.model import (
     Conversation,
     ConversationId,
@@ -31,15 +32,17 @@ from .base import (
     StorageError,
     StoreFenced,
     StoreLocked,
+    DocumentRow,
     conv_state,
     decode_doc,
+    document_state,
     decode_record,
     encode_commit,
 )
 
 T = TypeVar("T")
 
-_TABLES = ("conversations", "entries", "submissions", "tasks", "documents")
+_TABLES = ("conversations", "entries", "submissions", "tasks", "documents", "document_records", "document_revisions")
 
 
 class MemoryStorage:
@@ -76,7 +79,15 @@ class MemoryStorage:
             for _, r in sorted(self._tables["submissions"].items())
             if r["status"] in ("queued", "placed")
         )
-        max_id = max((k[0] for t in ("conversations", "entries", "submissions", "tasks") for k in self._tables[t]), default=1)
+        max_id = max(
+            (k[0] for t in ("conversations", "entries", "submissions", "tasks", "document_records") for k in self._tables[t]),
+            default=1,
+        )
+        live_docs = tuple(
+            d
+            for row in self._document_rows(lambda r: r.retired_seq is None)
+            if (d := document_state(self.name, row, self._revisions(row.id))) is not None
+        )
         return Loaded(
             next_id=max_id + 1,
             next_seq=(self._journal[-1].seq + 1) if self._journal else 1,
@@ -84,6 +95,7 @@ class MemoryStorage:
             tasks=tasks,
             submissions=subs,
             store_id=self._store_id,
+            documents=live_docs,
         )
 
     def fence(self) -> None:
@@ -118,7 +130,10 @@ class MemoryStorage:
             encoded.append((seq, rows, ev_text, wr_text))
         for seq, rows, ev_text, wr_text in encoded:
             for row in rows:
-                self._tables[row.table][row.key] = row.columns
+                if row.table == "document_revisions":
+                    self._write_document(row.columns)
+                else:
+                    self._tables[row.table][row.key] = row.columns
             self._journal.append(JournalRow(seq=seq, events=ev_text, writes=wr_text))
             self.commits += 1
 
@@ -181,6 +196,55 @@ class MemoryStorage:
     def document(self, conversation_id: ConversationId, kind: str) -> Any:
         r = self._tables["documents"].get((conversation_id, kind))
         return None if r is None else decode_doc(kind, r["value"], self.name, conversation_id)
+
+    def _write_document(self, c: dict[str, Any]) -> None:
+        """Like SQLite's: the record row, the revision, reclamation."""
+        records, revisions = self._tables["document_records"], self._tables["document_revisions"]
+        did, seq = c["document_id"], c["seq"]
+        if c["action"] == "retire":
+            records[(did,)] = {**records[(did,)], "retired_seq": seq}
+        else:
+            if c["action"] == "base":
+                old = records.get((did,))
+                records[(did,)] = {
+                    "id": did,
+                    "scope": c["scope"],
+                    "owner": c["owner"],
+                    "kind": c["kind"],
+                    "version": c["version"],
+                    "history": c["history"],
+                    "fork": c["fork"],
+                    "created_seq": old["created_seq"] if old is not None else seq,
+                    "retired_seq": None,
+                }
+            revisions[(did, seq)] = {"seq": seq, "content": c["content"]}
+        if c["reclaims"]:
+            keep = None if c["action"] == "retire" else seq
+            for key in [k for k in revisions if k[0] == did and (keep is None or k[1] < keep)]:
+                del revisions[key]
+
+    def _document_rows(self, keep: Any) -> list[DocumentRow]:
+        rows = [DocumentRow(**r) for _, r in sorted(self._tables["document_records"].items())]
+        return [r for r in rows if keep(r)]
+
+    def _revisions(self, document_id: int) -> list[tuple[int, str]]:
+        return [
+            (r["seq"], r["content"])
+            for k, r in sorted(self._tables["document_revisions"].items())
+            if k[0] == document_id
+        ]
+
+    def document_state(self, scope: DocScope, owner: int, kind: str) -> DocumentState | None:
+        rows = self._document_rows(
+            lambda r: r.scope == scope.value and r.owner == owner and r.kind == kind and r.retired_seq is None
+        )
+        return document_state(self.name, rows[-1], self._revisions(rows[-1].id)) if rows else None
+
+    def document_at(self, conversation_id: ConversationId, kind: str, seq: int) -> DocumentState | None:
+        rows = self._document_rows(
+            lambda r: r.scope == "conversation" and r.owner == conversation_id and r.kind == kind and r.created_seq <= seq
+        )
+        return document_state(self.name, rows[-1], self._revisions(rows[-1].id), upto=seq) if rows else None
 
     def journal(self) -> list[JournalRow]:
         return list(self._journal)

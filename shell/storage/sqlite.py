@@ -71,7 +71,7 @@ from pidurable.core.model import (
     TaskId,
 )
 
-from . import codec, owner
+from . import codec, owner, sqlite_documents
 from .base import (
     SCHEMA_VERSION,
     DamagedRecord,
@@ -102,7 +102,7 @@ def _wal_has_content(file: Path) -> bool:
         return True
 
 
-class SqliteStorage:
+class SqliteStorage(sqlite_documents.DocumentReads):
     """A store in one SQLite file (see the module comment for how it opens)."""
 
     def __init__(
@@ -392,7 +392,8 @@ class SqliteStorage:
         ((max_id,),) = self._rows(
             "load",
             "SELECT max(m) FROM (SELECT max(id) AS m FROM conversations UNION ALL SELECT max(id) FROM entries "
-            "UNION ALL SELECT max(id) FROM tasks UNION ALL SELECT max(id) FROM submissions)",
+            "UNION ALL SELECT max(id) FROM tasks UNION ALL SELECT max(id) FROM submissions "
+            "UNION ALL SELECT max(id) FROM document_records)",
         )
         ((seq,),) = self._rows("load", "SELECT max(seq) FROM journal")
         ids = self._rows("load", "SELECT value FROM meta WHERE key = 'store_id'")
@@ -405,6 +406,7 @@ class SqliteStorage:
             tasks=tasks,
             submissions=subs,
             store_id=str(ids[0][0]),
+            documents=self.live_documents(),
         )
 
     def fence(self) -> None:
@@ -504,7 +506,10 @@ class SqliteStorage:
     @staticmethod
     def _write_one(conn: sqlite3.Connection, seq: int, rows: list[Any], ev_text: str, wr_text: str) -> None:
         for row in rows:
-            conn.execute(UPSERT[row.table], row.columns)
+            if row.table == "document_revisions":
+                sqlite_documents.write(conn, row.columns)
+            else:
+                conn.execute(UPSERT[row.table], row.columns)
         conn.execute(
             "INSERT INTO journal (seq, format, events, writes) VALUES (?, ?, ?, ?)",
             (seq, codec.FORMAT_VERSION, ev_text, wr_text),
@@ -588,3 +593,4 @@ def open_sqlite_storage(
     ``StoreLocked`` if another live process or harness holds it, and
     ``NotAStore`` for a file that is not a pidurable store (left untouched)."""
     return SqliteStorage(path, synchronous=synchronous, create=create)
+

@@ -1,7 +1,7 @@
 """The SQLite layout: its tables, the migrations that build them, the upsert
 statements, and the read-only check that an existing file has the layout.
 
-Layout (schema version 1)::
+Layout (schema version 2)::
 
     schema(version)                               the layout version, one row
     meta(key PK, value)                           store_id, canonical_path
@@ -11,16 +11,21 @@ Layout (schema version 1)::
                                                   partial idx on live status
     submissions(id PK, conversation_id, request_id, status, record)
                                                   idx (conversation_id, request_id)
-    documents(conversation_id, kind, seq, value)  PK (conversation_id, kind)
-    document_revisions(conversation_id, kind, seq, value)   not written (see below)
+    documents(conversation_id, kind, seq, value)  PK (conversation_id, kind): the built-in documents
+    document_records(id PK, scope, owner, kind, version, history, fork, created_seq, retired_seq)
+                                                  idx (scope, owner, kind): host-defined documents
+    document_revisions(document_id, seq, action, content)   PK (document_id, seq)
     journal(seq PK, format, events, writes)       the events behind each commit
 
 Every record is stored whole as JSON in ``record``; the other columns are
-indexes. ``document_revisions`` is created by the version-1 migration and
-nothing writes or reads it; it stays so that every version-1 store, old or
-new, has the same tables (dropping it would take a version-2 migration, and
-older pidurable releases would then refuse the upgraded stores). ``MIGRATIONS[v]`` upgrades a store from version ``v - 1`` to ``v``
-inside one transaction; a store newer than this code is refused.
+indexes. A host-defined document (``define_doc``) is a ``document_records``
+row and its revisions: ``base`` (the whole value) or ``delta`` (the ops of
+one commit), each the JSON of a ``DocumentRevision``; a base (or a
+retirement) of a current-only document (history ``latest``, or task scope)
+deletes the revisions before it. ``MIGRATIONS[v]`` upgrades a store from
+version ``v - 1`` to ``v`` inside one transaction; a store newer than this
+code is refused. Version 2 replaced version 1's ``document_revisions``
+(created, never written) by the table above and added ``document_records``.
 
 ``inspect_store`` only reads: it runs on a read-only connection before the
 opener writes anything, so a file that is not a pidurable store is refused
@@ -77,7 +82,28 @@ def _migrate_v1(db: sqlite_utils.Database) -> None:
     db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('store_id', ?)", [str(uuid.uuid4())])
 
 
-MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {1: _migrate_v1}
+def _migrate_v2(db: sqlite_utils.Database) -> None:
+    """Host-defined documents: their records and revisions (version 1's
+    ``document_revisions`` was never written, so nothing is lost)."""
+    db.executescript(
+        """
+        DROP TABLE document_revisions;
+        CREATE TABLE document_records (
+            id INTEGER PRIMARY KEY,
+            scope TEXT NOT NULL CHECK (scope IN ('conversation','task')),
+            owner INTEGER NOT NULL, kind TEXT NOT NULL, version INTEGER NOT NULL,
+            history TEXT NOT NULL CHECK (history IN ('latest','rewindable')),
+            fork TEXT NOT NULL, created_seq INTEGER NOT NULL, retired_seq INTEGER);
+        CREATE INDEX document_records_by_address ON document_records (scope, owner, kind, id);
+        CREATE TABLE document_revisions (
+            document_id INTEGER NOT NULL, seq INTEGER NOT NULL,
+            action TEXT NOT NULL CHECK (action IN ('base','delta','retire')),
+            content TEXT NOT NULL, PRIMARY KEY (document_id, seq));
+        """
+    )
+
+
+MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {1: _migrate_v1, 2: _migrate_v2}
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
 
 UPSERT = {
@@ -97,7 +123,18 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 #: The tables of the layout at SCHEMA_VERSION.
 TABLES = frozenset(
-    {"schema", "meta", "conversations", "entries", "tasks", "submissions", "documents", "document_revisions", "journal"}
+    {
+        "schema",
+        "meta",
+        "conversations",
+        "entries",
+        "tasks",
+        "submissions",
+        "documents",
+        "document_records",
+        "document_revisions",
+        "journal",
+    }
 )
 
 

@@ -19,6 +19,9 @@ import attrs
 import pytest
 
 from pidurable.core.effects import (
+    DocumentRevision,
+    PutDocument,
+    RevisionAction,
     PutAgent,
     PutConversation,
     PutEntry,
@@ -63,6 +66,9 @@ from pidurable.core.model import (
     Usage,
 )
 from pidurable.core.state import (
+    DocHistory,
+    DocScope,
+    ForkPolicy,
     ContextDoc,
     AGENT_DOC,
     INBOX_DOC,
@@ -482,6 +488,20 @@ def test_journal_holds_the_events_and_writes_of_each_commit(adapter: Adapter) ->
         assert [d["type"] for d in wr_data] == [type(w).TAG for w in writes]
 
 
+TODO_BASE = DocumentRevision(
+    scope=DocScope.CONVERSATION,
+    owner=C1,
+    kind="todo",
+    version=1,
+    history=DocHistory.REWINDABLE,
+    fork=ForkPolicy.AS_OF,
+    action=RevisionAction.BASE,
+    value={"items": []},
+)
+TODO_DELTA = attrs.evolve(
+    TODO_BASE, action=RevisionAction.DELTA, value=None, ops=(["p", ["items"], 0, 0, [{"text": "milk ü"}]],)
+)
+
 #: The sample history plus a usage document: every write type once at least.
 USAGE = UsageDoc(
     models={"scripted:m1": UsageTotals(input_tokens=3, output_tokens=4, calls=1)},
@@ -492,6 +512,9 @@ GOLDEN_HISTORY = [
     (8, [PutUsage(conversation_id=C1, usage=USAGE)], []),
     # appended with pi.context (issue 9): the earlier lines are unchanged
     (9, [PutContext(conversation_id=C1, context=ContextDoc(head=EntryId(8)))], []),
+    # appended with host-defined documents (issue 10): a base, then a delta
+    (10, [PutDocument(document_id=16, revision=TODO_BASE)], []),
+    (11, [PutDocument(document_id=16, revision=TODO_DELTA)], []),
 ]
 #: The journal rows of GOLDEN_HISTORY as the schema-1 encoder wrote them
 #: (recorded once, never regenerated): stores written since must replay.

@@ -52,6 +52,7 @@ from pidurable.shell import (
 from pidurable.shell.providers import ScriptedModels, reply, tool_call
 from pidurable.shell.storage import DamagedRecord, NotAStore, SqliteStorage, StoreLocked, StoreMissing
 from pidurable.shell.storage.readonly import lock_holder, open_readonly
+from pidurable.shell.storage.base import SCHEMA_VERSION
 
 AGENT = AgentConfig(model=ModelRef("scripted", "demo"), cwd=".")
 WAIT = 10
@@ -371,7 +372,7 @@ TAMPERED = {
     "text": ("UPDATE schema SET version = 'abc'", r"damaged record in schema \(version 'abc'\): not a version number"),
     "zero": ("UPDATE schema SET version = 0", r"damaged record in schema \(version 0\): not a version number"),
     "two rows": ("INSERT INTO schema (version) VALUES (1)", r"damaged record in schema: 2 version rows, one expected"),
-    "newer": ("UPDATE schema SET version = 99", r"has schema version 99; this pidurable reads versions up to 1"),
+    "newer": ("UPDATE schema SET version = 99", r"has schema version 99; this pidurable reads versions up to 2"),
 }
 
 
@@ -460,7 +461,7 @@ def test_issue7_missing_or_empty_file_with_create_false(tmp_path: Path) -> None:
         open_readonly(empty)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.sqlite"] and empty.stat().st_size == 0
     with open_sqlite_storage(empty) as store:
-        assert store.schema_version == 1 and store.load().next_seq == 1
+        assert store.schema_version == SCHEMA_VERSION and store.load().next_seq == 1
 
 
 def test_issue7_a_directory_is_not_a_store(tmp_path: Path) -> None:
