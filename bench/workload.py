@@ -67,12 +67,36 @@ def make_registry() -> Registry:
     return registry
 
 
-async def run_once(rounds: int, db: Path, synchronous: str) -> tuple[float, list[float], int]:
-    """One conversation, one input, R tool rounds on a fresh SQLite store.
-    Returns (seconds from submit to done, the time of every model call, commits)."""
+STORAGES = ("sqlite", "jsonl")
+
+
+def open_storage(kind: str, db: Path, synchronous: str = "NORMAL") -> Any:
+    """A store at ``db`` (SQLite: that file, WAL with ``synchronous``) or in
+    ``db``'s directory (JSONL: ``open_jsonl_storage(dir, fsync=False)``, once
+    the shell has it)."""
+    if kind == "sqlite":
+        return open_sqlite_storage(db, synchronous=synchronous)
+    if kind == "jsonl":
+        import pidurable.shell as shell
+
+        opener = getattr(shell, "open_jsonl_storage", None)
+        if opener is None:
+            raise SystemExit("this pidurable has no open_jsonl_storage (issue 11 item 5): use --storage sqlite")
+        return opener(db.parent / (db.stem + "-jsonl"), fsync=synchronous == "FULL")
+    raise SystemExit(f"unknown storage {kind!r}: one of {', '.join(STORAGES)}")
+
+
+async def run_once(
+    rounds: int, db: Path, synchronous: str, *, storage_kind: str = "sqlite", times: dict[str, float] | None = None
+) -> tuple[float, list[float], int]:
+    """One conversation, one input, R tool rounds on a fresh store.
+    Returns (seconds from submit to done, the time of every model call, commits).
+    ``times`` (if given) gets perf_counter() marks: ``start`` (before the store
+    is opened), ``submit``, ``done`` and ``closed``."""
     marks: list[float] = []
     models = make_models(rounds, marks)
-    storage = open_sqlite_storage(db, synchronous=synchronous)
+    start = time.perf_counter()
+    storage = open_storage(storage_kind, db, synchronous)
     async with Harness.open(storage, models=models, registry=make_registry()) as h:
         conv = await h.root(agent=AGENT)
         t0 = time.perf_counter()
@@ -81,6 +105,8 @@ async def run_once(rounds: int, db: Path, synchronous: str) -> tuple[float, list
         t1 = time.perf_counter()
         assert rec.status == "done", rec
         commits = h.runtime.state.next_seq - 1
+    if times is not None:
+        times.update(start=start, submit=t0, done=t1, closed=time.perf_counter())
     return t1 - t0, marks, commits
 
 
