@@ -40,11 +40,13 @@ from .tasks import HookContext, TaskCommitError, TaskRuntime
 from .storage import MemoryStorage, SqliteStorage, open_sqlite_storage
 from .subagents import define_subagent_tool
 from .tools.coding import coding_tools
+from .watch import ConversationView, TaskGraphView
 
 __all__ = [
     "AgentConfig",
     "Conversation",
     "ConversationBusy",
+    "ConversationView",
     "EntryRecord",
     "EnvError",
     "Extension",
@@ -62,6 +64,7 @@ __all__ = [
     "TaskDefinition",
     "TaskRuntime",
     "TaskCommitError",
+    "TaskGraphView",
     "HookContext",
     "HookReport",
     "PromptInput",

@@ -8,6 +8,7 @@ committed state (``transcript``, ``context``, ``usage``). Liveness questions
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import attrs
@@ -32,6 +33,7 @@ from .edge import check_agent, check_choice, check_id, check_json_object, check_
 from .errors import InvalidInput, accepted
 from .loop import Loop
 from .submissions import Input, SubmissionHandle, Write, _live, _unwrap
+from .watch import DEFAULT_ENTRIES, ConversationViews, watch_conversation
 
 WHEN_BUSY = ("follow_up", "steer", "reject")
 
@@ -215,6 +217,18 @@ class Conversation:
 
         _unwrap(await self._rt.request(make), self.id)
         return await self.document(definition)
+
+    def watch(
+        self, entries: int = DEFAULT_ENTRIES, *, interval_ms: int = 0
+    ) -> AbstractAsyncContextManager[ConversationViews]:
+        """``async with conv.watch() as views: async for view in views`` -
+        committed :class:`~pidurable.shell.watch.ConversationView`\\ s, the
+        first one the conversation as it is now, then one per commit that
+        touched it; a slow consumer gets the newest next (docs/watch.md).
+        ``entries``: how many of the newest entries a view holds;
+        ``interval_ms``: at most one view per interval (0: every commit)."""
+        _live(self._rt)
+        return watch_conversation(self._rt.watches, self._rt, self.id, entries, interval_ms)
 
     async def owned_by(self) -> int | None:
         _live(self._rt)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from functools import partial
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import attrs
@@ -82,11 +82,13 @@ from .interpreters import Interpreters
 from .interpreters.hooks import HookReport, log_report
 from .interpreters.ports import HostPort
 from .loop import Hooks, Loop
+from .observe import Observer
 from .providers.base import Models
 from .registry import Registry
 from .storage.base import Storage
 from .tasks import create_task
 from .conversation import Conversation
+from .watch import TaskGraphViews, watch_task_graph
 from .submissions import Input, SubmissionHandle, Write, _live, _unwrap, abort_submission
 
 __all__ = ["Conversation", "Input", "SubmissionHandle", "Write", "abort_submission"]
@@ -122,17 +124,21 @@ class Harness:
         hooks: Hooks | None = None,
         clock: Callable[[], int] | None = None,
         on_report: Callable[[HookReport], None] | None = None,
+        tracer: object = None,
     ) -> AsyncIterator["Harness"]:
         """Open the store, run recovery (running -> pending), and, if
         ``resume``, start scheduling. Leaving the block cancels in-flight
         invocations; their tasks stay as stored, for the next open.
         ``on_report(HookReport)`` receives every hook failure (default: the
-        ``pidurable`` logger at WARNING)."""
+        ``pidurable`` logger at WARNING). ``tracer``: an OpenTelemetry
+        tracer for the run / model request / tool spans (default: the global
+        provider's, when ``opentelemetry-api`` is installed; observe.py)."""
         try:  # the harness owns the storage from here: close it on every path
             if not isinstance(registry, Registry):
                 raise InvalidInput("registry must be a pidurable.shell.Registry")
             if on_report is not None and not callable(on_report):
                 raise InvalidInput("on_report must be a function HookReport -> None")
+            observer = Observer(tracer) if tracer is not None else None
             settings = settings if settings is not None else Settings()
             check_settings_object(settings)
             loaded = storage.load()
@@ -141,6 +147,8 @@ class Harness:
             storage.close()
             raise
         rt = Loop(storage=storage, store_id=loaded.store_id, hooks=hooks, clock=clock)
+        if observer is not None:
+            rt.observer = observer
         rt.windowed = partial(_windowed, models, rt)
         harness = cls(rt, registry)
         interpreters = Interpreters.build(
@@ -388,6 +396,13 @@ class Harness:
             for c in self._rt.storage.conversations()
             if c.owner_task_id == task_id
         ]
+
+    def watch_task_graph(self, *, interval_ms: int = 0) -> AbstractAsyncContextManager[TaskGraphViews]:
+        """``async with harness.watch_task_graph() as graphs: async for g in
+        graphs`` - every live task with its owner link, after each commit
+        that created, moved or ended a task (latest value, as ``conv.watch``)."""
+        _live(self._rt)
+        return watch_task_graph(self._rt.watches, self._rt, interval_ms)
 
     @property
     def runtime(self) -> Loop:

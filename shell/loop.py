@@ -86,8 +86,10 @@ from .enrich import enrich, needs_lookup
 from .interpreters import Interpreters
 from .interpreters.ports import MakeEvent
 from .interpreters.tasks import sleep
+from .observe import Observer
 from .storage.base import Storage
 from .waits import Waits
+from .watch import Watches
 
 #: At most this many ready events are stepped before their effects run.
 MAX_BATCH = 64
@@ -122,6 +124,10 @@ class Loop:
         self.inflight: dict[TaskId, trio.CancelScope] = {}
         #: Host waits and request tickets (``waits.py``).
         self.waits = Waits()
+        #: Conversation / task-graph watchers (``watch.py``), told after each durable commit.
+        self.watches = Watches()
+        #: Log records and spans derived from each durable commit (``observe.py``).
+        self.observer = Observer()
         #: Document updates staged for events not yet stepped (``documents.py``).
         self.documents = DocumentUpdates(lambda: self.state)
         self.effect_index = 0
@@ -131,7 +137,9 @@ class Loop:
         self.windowed: Callable[[AgentConfig | None], AgentConfig | None] = lambda agent: agent
         self._send, self._recv = trio.open_memory_channel[Event](math.inf)
         self._journal: list[Event] = []
-        self._commits: list[tuple[Commit, list[Event]]] = []
+        #: Commits not yet persisted: the effect, the events it journals, and
+        #: the state before the step that made it (what ``observe.py`` compares).
+        self._commits: list[tuple[Commit, list[Event], State]] = []
         self._acts: list[Effect] = []
         #: per conversation, the start of the tool body acted last in this flush
         self._tool_starts: dict[ConversationId, trio.Event] = {}
@@ -144,8 +152,11 @@ class Loop:
         return self.waits.closed
 
     def close(self) -> None:
-        """Refuse further calls and wake every waiter (it then raises)."""
+        """Refuse further calls and wake every waiter (it then raises); every
+        watcher's iterator stops; open spans end."""
         self.waits.close()
+        self.watches.close()
+        self.observer.close()
 
     # --- feeding events ---------------------------------------------------
     def send(self, event: Event) -> None:
@@ -193,13 +204,14 @@ class Loop:
                     continue
                 event = resolved
             self._journal.append(event)
+            before = self.state
             result = core_step(self.state, event)
             self.state = result.state
             self.steps += 1
             for effect in result.effects:
                 if isinstance(effect, Commit):
                     # the commit journals every event stepped since the last one
-                    self._commits.append((effect, self._journal))
+                    self._commits.append((effect, self._journal, before))
                     self._journal = []
                 else:
                     self._acts.append(effect)
@@ -215,17 +227,24 @@ class Loop:
             self._act_all(acts)
             self._persist(commits)
 
-    def _persist(self, commits: list[tuple[Commit, list[Event]]]) -> None:
+    def _persist(self, commits: list[tuple[Commit, list[Event], State]]) -> None:
         if not commits:
             return
-        for effect, _ in commits:
+        for effect, _, _ in commits:
             self._before(effect)
-        self.storage.commit_many([(c.seq, c.writes, evs) for c, evs in commits])
-        for effect, _ in commits:
+        try:
+            self.storage.commit_many([(c.seq, c.writes, evs) for c, evs, _ in commits])
+        except BaseException:
+            # State is now ahead of the store: no watcher may build a view from it
+            self.watches.close()
+            raise
+        for effect, _, _ in commits:
             for w in effect.writes:
                 if isinstance(w, PutEntry):
                     self.context.on_entry(w.entry)
             self.waits.committed(effect.writes)
+            self.watches.committed(effect.seq, effect.writes)
+        self.observer.committed(commits)
         self.waits.wake()
 
     def _act_all(self, acts: list[Effect]) -> None:

@@ -1,0 +1,333 @@
+"""Logs and traces for hosts, derived from what each durable commit changed.
+
+Theory of operation
+-------------------
+The loop hands every commit to :meth:`Observer.committed` once it is durable,
+with the events it journals and the reducer's ``State`` from before the step
+that produced it. Comparing a written record with its version in that state
+says what happened: a task created, a phase entered, a task ended, a run
+started (``pi.live.run`` set) or ended (cleared). Each such change that
+matters to a host becomes one record on the ``pidurable`` logger, with
+structured fields in ``extra`` (``kind``, ``conversation_id``, ``task_id``,
+``seq`` and per kind ``attempt``, ``delay_ms``, ``tool``, ``outcome``...):
+
+=====================  =======  ==================================================
+``kind``               level    when
+=====================  =======  ==================================================
+``run_start``          INFO     ``pi.live.run`` set (fields: ``inputs``)
+``run_end``            INFO     ``pi.live.run`` cleared (``statuses``, ``reasons``);
+                                WARNING when an input settled ``model_error`` /
+                                ``faulted`` / ``no_model``
+``tool_start``         INFO     a ``pi.tool`` task stored its ``execute`` intent
+                                and runs (``tool``, ``call_id``, ``replay``)
+``tool_end``           INFO     a ``pi.tool`` task ended (``outcome``, ``is_error``)
+``retry``              WARNING  a request (or a summary) failed retryably and
+                                waits: ``attempt``, ``delay_ms``, ``until``, ``error``
+``compaction_start``   INFO     a ``pi.compaction`` task was created (``reason``)
+``compaction_end``     INFO     it ended (``outcome``)
+``fault``              WARNING  a task ended ``faulted`` or ``orphaned`` (``error``)
+``model_request``      DEBUG    a generation sent a request (``attempt``, ``model``)
+``task_start/_end``    DEBUG    any other task created / ended
+``recovered``          INFO     the opening commit moved ``running`` tasks back
+=====================  =======  ==================================================
+
+Cheap when nobody listens: the loop calls in only after the commit, and the
+observer returns at once unless the logger is enabled for WARNING (then it
+looks only for retries and faults), INFO or DEBUG, or a tracer is active.
+
+Traces: when ``opentelemetry-api`` is importable (the ``otel`` extra), spans
+for runs, model requests, tool calls and compactions, the way DBOS and
+Temporal's interceptors make them: ``tracer.start_span(name,
+context=set_span_in_context(parent), attributes=...)`` at the start commit,
+``span.end()`` at the end commit, an ERROR status on failure; conversation
+and task ids as attributes (``pidurable.conversation_id``,
+``pidurable.task_id``, ...). Model-request and tool spans are children of
+their run's span. Without the package nothing is imported and no span is made.
+Spans still open when the harness closes end with ``pidurable.closed=true``
+(their work resumes, under new spans, at the next open).
+
+This module only reads; it never writes, never touches the core's decisions.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from pidurable.core.effects import Commit, PutEntry, PutLive, PutSubmission, PutTask
+from pidurable.core.events import Event, Opened
+from pidurable.core.model import (
+    COMPACTION,
+    GENERATION,
+    TOOL,
+    ConversationId,
+    EntryKind,
+    OutcomeStatus,
+    SubmissionStatus,
+    SubmissionType,
+    Task,
+    TaskId,
+    TaskStatus,
+)
+from pidurable.core.state import Live, State
+
+from .errors import InvalidInput
+
+log = logging.getLogger("pidurable")
+
+#: Reasons a run's input settled with that are a problem, not a choice.
+TROUBLE = frozenset({"model_error", "faulted", "no_model", "context_overflow"})
+
+#: Phases that mean "a request is out" (a deferred one is polled).
+ASKING = frozenset({"request", "poll"})
+
+
+class Span(Protocol):
+    """The part of an OpenTelemetry span this module uses."""
+
+    def set_attribute(self, key: str, value: Any) -> None: ...
+
+    def set_status(self, status: Any, description: str | None = None) -> None: ...
+
+    def end(self, end_time: int | None = None) -> None: ...
+
+
+class _Otel:
+    """The imported ``opentelemetry.trace`` pieces and the open spans."""
+
+    def __init__(self, trace: Any, tracer: Any, *, explicit: bool) -> None:
+        self.trace = trace
+        self.tracer = tracer
+        #: The host gave the tracer (else: the global provider's, which makes
+        #: no spans until the host sets a provider).
+        self.explicit = explicit
+        self.error = trace.Status(trace.StatusCode.ERROR)
+        #: ("run", conversation) / ("model", task) / ("tool", task) / ("compaction", task)
+        self.open: dict[tuple[str, int], Span] = {}
+
+    def start(self, key: tuple[str, int], name: str, attrs: Mapping[str, Any], parent: tuple[str, int] | None) -> None:
+        if key in self.open:
+            return
+        context = None
+        if parent is not None and parent in self.open:
+            context = self.trace.set_span_in_context(self.open[parent])
+        attributes = {f"pidurable.{k}": v for k, v in attrs.items() if isinstance(v, (str, bool, int, float))}
+        self.open[key] = self.tracer.start_span(name, context=context, attributes=attributes)
+
+    def end(self, key: tuple[str, int], attrs: Mapping[str, Any] | None = None, error: str | None = None) -> None:
+        span = self.open.pop(key, None)
+        if span is None:
+            return
+        for k, v in (attrs or {}).items():
+            if isinstance(v, (str, bool, int, float)):
+                span.set_attribute(f"pidurable.{k}", v)
+        if error is not None:
+            span.set_status(self.trace.Status(self.trace.StatusCode.ERROR, error))
+        span.end()
+
+    @property
+    def active(self) -> bool:
+        """Spans are recorded: an explicit tracer, or a global provider set."""
+        return self.explicit or bool(self.open) or not isinstance(
+            self.trace.get_tracer_provider(), self.trace.ProxyTracerProvider
+        )
+
+    def close(self) -> None:
+        for key in list(self.open):
+            self.end(key, {"closed": True})
+
+
+def load_tracing(tracer: object = None) -> _Otel | None:
+    """Tracing, when ``opentelemetry-api`` is importable (else None: nothing
+    imported, no span made). ``tracer`` defaults to the global provider's."""
+    try:
+        trace = importlib.import_module("opentelemetry.trace")
+    except ImportError:
+        return None
+    if tracer is None:
+        return _Otel(trace, trace.get_tracer("pidurable"), explicit=False)
+    if not callable(getattr(tracer, "start_span", None)):
+        raise InvalidInput("tracer must be an OpenTelemetry Tracer (with start_span)")
+    return _Otel(trace, tracer, explicit=True)
+
+
+class Observer:
+    """Turns durable commits into log records and spans (see the module doc)."""
+
+    def __init__(self, tracer: object = None, *, tracing: bool = True) -> None:
+        self.otel = load_tracing(tracer) if tracing else None
+
+    def close(self) -> None:
+        if self.otel is not None:
+            self.otel.close()
+
+    def committed(self, commits: Sequence[tuple[Commit, Sequence[Event], State]]) -> None:
+        """Every commit of a flush, in order, once all are durable."""
+        otel = self.otel if self.otel is not None and self.otel.active else None
+        if otel is None and not log.isEnabledFor(logging.WARNING):
+            return  # the cheap path: nobody listens
+        for commit, events, before in commits:
+            _Commit(commit, events, before, otel).observe()
+
+
+class _Commit:
+    """One commit's changes, compared with ``before``."""
+
+    def __init__(self, commit: Commit, events: Sequence[Event], before: State, otel: _Otel | None) -> None:
+        self.commit, self.before, self.otel = commit, before, otel
+        self.now = events[-1].now if events else None
+        self.opening = any(isinstance(e, Opened) for e in events)
+        self.lives = {w.conversation_id: w.live for w in commit.writes if isinstance(w, PutLive)}
+
+    def emit(self, level: int, kind: str, message: str, *args: Any, **fields: Any) -> None:
+        """One record (``message % args``, formatted only if it is emitted)."""
+        if log.isEnabledFor(level):
+            log.log(level, message, *args, extra={"kind": kind, "seq": self.commit.seq, **fields})
+
+    def observe(self) -> None:
+        writes = self.commit.writes
+        if self.opening:
+            moved = [w.task.id for w in writes if isinstance(w, PutTask) and w.task.status is TaskStatus.PENDING]
+            if moved:
+                self.emit(logging.INFO, "recovered", "opened the store: %d interrupted task(s) back to pending",
+                          len(moved), task_ids=moved)
+            return
+        for cid, live in self.lives.items():
+            self.run(cid, live)
+        for w in writes:
+            if isinstance(w, PutTask):
+                self.task(w.task)
+
+    # --- runs ---------------------------------------------------------------------
+    def run(self, cid: ConversationId, live: Live) -> None:
+        conv = self.before.conversations.get(cid)
+        was = conv.live.run if conv is not None else None
+        if was is None and live.run is not None:
+            inputs = list(live.run.inputs)
+            self.emit(logging.INFO, "run_start", "run started in conversation %s (task %s, inputs %s)",
+                      cid, live.run.task_id, inputs, conversation_id=cid, task_id=live.run.task_id, inputs=inputs)
+            if self.otel is not None:
+                self.otel.start(("run", cid), "pidurable.run", {"conversation_id": cid, "task_id": live.run.task_id,
+                                                                "inputs": ",".join(map(str, inputs))}, None)
+        elif was is not None and live.run is None:
+            settled = [w.submission for w in self.commit.writes if isinstance(w, PutSubmission)
+                       and w.submission.type is SubmissionType.INPUT and w.submission.id in was.inputs]
+            statuses = {s.id: s.status.value for s in settled}
+            reasons = {s.id: s.reason for s in settled if s.reason is not None}
+            trouble = sorted({r for r in reasons.values() if r in TROUBLE})
+            level = logging.WARNING if trouble else logging.INFO
+            self.emit(level, "run_end", "run ended in conversation %s (inputs %s, reasons %s)",
+                      cid, statuses, reasons, conversation_id=cid, task_id=was.task_id, statuses=statuses, reasons=reasons)
+            if self.otel is not None:
+                done = all(s.status is SubmissionStatus.DONE for s in settled)
+                self.otel.end(("run", cid), {"outcome": "done" if done else "unanswered",
+                                             "reasons": ",".join(sorted(set(reasons.values())))},
+                              error=", ".join(trouble) if trouble else None)
+
+    # --- tasks --------------------------------------------------------------------
+    def task(self, task: Task) -> None:
+        old = self.before.tasks.get(task.id)
+        if task.kind == GENERATION:
+            self.generation(task, old)
+        elif task.kind == TOOL:
+            self.tool(task, old)
+        elif task.kind == COMPACTION:
+            self.compaction(task, old)
+        elif old is None and task.live:
+            self.emit(logging.DEBUG, "task_start", "task %s (%s) created", task.id, task.kind, **_ids(task))
+        if task.status is TaskStatus.TERMINAL and task.outcome is not None:
+            outcome = task.outcome.status
+            if outcome in (OutcomeStatus.FAULTED, OutcomeStatus.ORPHANED):
+                error = _error(task)
+                self.emit(logging.WARNING, "fault", "task %s (%s) %s: %s", task.id, task.kind, outcome.value, error,
+                          outcome=outcome.value, error=error, **_ids(task))
+            elif task.kind not in (GENERATION, TOOL, COMPACTION):
+                self.emit(logging.DEBUG, "task_end", "task %s (%s) %s", task.id, task.kind, outcome.value,
+                          outcome=outcome.value, **_ids(task))
+
+    def generation(self, task: Task, old: Task | None) -> None:
+        phase, was = task.phase, (old.phase if old is not None else None)
+        cp = task.checkpoint
+        attempt = cp.get("attempt")
+        if phase in ASKING and (was not in ASKING or (old is not None and old.checkpoint.get("attempt") != attempt)):
+            model = cp.get("model")
+            name = f"{model.get('provider')}/{model.get('model_id')}" if isinstance(model, dict) else None
+            self.emit(logging.DEBUG, "model_request", "task %s sent request attempt %s to %s", task.id, attempt, name,
+                      attempt=attempt, model=name, **_ids(task))
+            if self.otel is not None:
+                if old is not None and was in ASKING:
+                    self.otel.end(("model", task.id))
+                self.otel.start(("model", task.id), "pidurable.model_request",
+                                {**_ids(task), "attempt": attempt, "model": name}, ("run", task.conversation_id))
+        if phase == "retry" and was != "retry":
+            live = self.lives.get(task.conversation_id)
+            error = live.retry_error if live is not None else None
+            self.retry(task, error)
+            if self.otel is not None:
+                self.otel.end(("model", task.id), error=error or "retryable failure")
+        elif self.otel is not None and was in ASKING and (phase not in ASKING or not task.live):
+            failed = task.outcome is not None and task.outcome.status is not OutcomeStatus.COMPLETED
+            self.otel.end(("model", task.id), error=_error(task) if failed else None)
+
+    def retry(self, task: Task, error: str | None) -> None:
+        until = task.checkpoint.get("until")
+        attempt = task.checkpoint.get("attempt")
+        delay = until - self.now if isinstance(until, int) and self.now is not None else None
+        self.emit(logging.WARNING, "retry", "task %s (%s) attempt %s failed (%s); retrying in %s ms",
+                  task.id, task.kind, attempt, error, delay, attempt=attempt, delay_ms=delay, until=until, error=error, **_ids(task))
+
+    def tool(self, task: Task, old: Task | None) -> None:
+        name, call_id = task.input.get("name"), task.input.get("call_id")
+        running = task.status is TaskStatus.RUNNING and task.phase == "execute"
+        was_running = old is not None and old.status is TaskStatus.RUNNING and old.phase == "execute"
+        if running and not was_running:
+            replay = task.checkpoint.get("replay")
+            resumed = old is not None and old.phase == "execute"  # re-run after a restart
+            self.emit(logging.INFO, "tool_start", "tool %s started (task %s, call %s)%s", name, task.id, call_id,
+                      " again after a restart" if resumed else "",
+                      tool=name, call_id=call_id, replay=replay, resumed=resumed, **_ids(task))
+            if self.otel is not None:
+                self.otel.start(("tool", task.id), f"pidurable.tool {name}",
+                                {**_ids(task), "tool": name, "call_id": call_id, "replay": replay},
+                                ("run", task.conversation_id))
+        if task.status is TaskStatus.TERMINAL and (old is None or old.live):
+            outcome = task.outcome.status.value if task.outcome is not None else None
+            is_error = any(isinstance(w, PutEntry) and w.entry.kind is EntryKind.TOOL_RESULT
+                           and w.entry.tool_call_id == call_id and w.entry.is_error for w in self.commit.writes)
+            self.emit(logging.INFO, "tool_end", "tool %s ended %s%s", name, outcome,
+                      " with an error result" if is_error else "", tool=name, call_id=call_id, outcome=outcome, is_error=is_error, **_ids(task))
+            if self.otel is not None:
+                failed = is_error or outcome != OutcomeStatus.COMPLETED.value
+                self.otel.end(("tool", task.id), {"outcome": outcome or "", "is_error": is_error},
+                              error=(_error(task) or "error result") if failed else None)
+
+    def compaction(self, task: Task, old: Task | None) -> None:
+        reason = task.input.get("reason")
+        if old is None and task.live:
+            self.emit(logging.INFO, "compaction_start", "compaction %s started (%s)", task.id, reason,
+                      reason=reason, **_ids(task))
+            if self.otel is not None:
+                self.otel.start(("compaction", task.id), "pidurable.compaction", {**_ids(task), "reason": reason},
+                                ("run", task.conversation_id))
+        if task.phase == "summarize_retry" and (old is None or old.phase != "summarize_retry"):
+            self.retry(task, _error(task))
+        if task.status is TaskStatus.TERMINAL and (old is None or old.live):
+            outcome = task.outcome.status.value if task.outcome is not None else None
+            self.emit(logging.INFO, "compaction_end", "compaction %s ended %s", task.id, outcome,
+                      reason=reason, outcome=outcome, **_ids(task))
+            if self.otel is not None:
+                failed = outcome != OutcomeStatus.COMPLETED.value
+                self.otel.end(("compaction", task.id), {"outcome": outcome or ""}, error=_error(task) if failed else None)
+
+
+def _ids(task: Task) -> dict[str, Any]:
+    return {"conversation_id": task.conversation_id, "task_id": task.id, "task_kind": task.kind}
+
+
+def _error(task: Task) -> str | None:
+    if task.outcome is None or task.outcome.error is None:
+        return None
+    message = task.outcome.error.get("message")
+    return message if isinstance(message, str) else str(task.outcome.error)

@@ -1,0 +1,212 @@
+"""Logs and traces for hosts (issue 10, item 4): structured records on the
+``pidurable`` logger and OpenTelemetry spans, derived from durable commits."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import pytest
+import trio
+import trio.testing
+
+from pidurable.core.model import RetryPolicy
+from pidurable.shell import (
+    AgentConfig,
+    Harness,
+    Input,
+    InvalidInput,
+    MemoryStorage,
+    ModelRef,
+    Registry,
+    Settings,
+    define_task,
+    define_tool,
+)
+from pidurable.shell.observe import Observer, load_tracing
+from pidurable.shell.providers import ScriptedModels, reply, tool_call
+
+AGENT = AgentConfig(model=ModelRef("scripted", "m"))
+
+
+def records(caplog: pytest.LogCaptureFixture, kind: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "pidurable" and getattr(r, "kind", None) == kind]
+
+
+def one_tool() -> Registry:
+    registry = Registry()
+
+    async def run(call, args):  # type: ignore[no-untyped-def]
+        await trio.sleep(1)
+        return "ok"
+
+    registry.install(define_tool("t", "a tool", {"type": "object"}, run, replay="safe"))
+    return registry
+
+
+async def test_a_retry_is_logged_with_its_delay(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A retryable model error becomes a WARNING record ``kind=retry`` with the
+    conversation, the task, the attempt, the error and the backoff delay."""
+    caplog.set_level(logging.WARNING, logger="pidurable")
+    settings = Settings(retry=RetryPolicy(base_delay_ms=2_000))
+    models = ScriptedModels([reply(error="429 Too Many Requests", retryable=True), reply(text="finally")])
+    async with Harness.open(MemoryStorage(), models=models, registry=Registry(), settings=settings) as h:
+        conv = await h.root(agent=AGENT)
+        sub = await conv.submit(Input("go"))
+        with trio.fail_after(60):
+            assert (await sub.wait()).status == "done"
+    (record,) = records(caplog, "retry")
+    assert record.levelno == logging.WARNING
+    assert record.delay_ms == settings.retry.delay_ms(1, None) == 2_000  # type: ignore[attr-defined]
+    assert record.attempt == 1  # type: ignore[attr-defined]
+    assert record.conversation_id == conv.id  # type: ignore[attr-defined]
+    assert record.task_kind == "pi.generation"  # type: ignore[attr-defined]
+    assert "429" in record.error  # type: ignore[attr-defined]
+    assert "retrying in 2000 ms" in record.getMessage()
+
+
+async def test_lifecycle_records_at_info(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run with one tool call logs run_start, tool_start, tool_end and
+    run_end at INFO (in that order) with structured ids; model requests at DEBUG."""
+    caplog.set_level(logging.DEBUG, logger="pidurable")
+    models = ScriptedModels([reply(tool_calls=[tool_call("t")]), reply(text="done")])
+    async with Harness.open(MemoryStorage(), models=models, registry=one_tool()) as h:
+        conv = await h.root(agent=AGENT)
+        sub = await conv.submit(Input("go"))
+        with trio.fail_after(60):
+            await sub.wait()
+            await conv.wait_idle()
+    kinds = [getattr(r, "kind", None) for r in caplog.records if r.levelno == logging.INFO and hasattr(r, "kind")]
+    assert kinds == ["run_start", "tool_start", "tool_end", "run_end"]
+    (start,) = records(caplog, "tool_start")
+    (end,) = records(caplog, "tool_end")
+    assert (start.tool, start.task_id, start.conversation_id) == ("t", end.task_id, conv.id)  # type: ignore[attr-defined]
+    assert (end.outcome, end.is_error) == ("completed", False)  # type: ignore[attr-defined]
+    (run_end,) = records(caplog, "run_end")
+    assert run_end.statuses == {sub.id: "done"}  # type: ignore[attr-defined]
+    assert [r.attempt for r in records(caplog, "model_request")] == [1, 1]  # type: ignore[attr-defined]
+    assert all(r.levelno == logging.DEBUG for r in records(caplog, "model_request"))
+
+
+async def test_a_faulted_task_is_a_warning(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A custom task whose phase raises ends ``faulted``: one WARNING ``fault``
+    record with its error."""
+    caplog.set_level(logging.WARNING, logger="pidurable")
+
+    async def boom(task, runtime):  # type: ignore[no-untyped-def]
+        raise RuntimeError("kaboom")
+
+    registry = Registry()
+    registry.install(define_task("demo.boom", initial=lambda input: {"phase": "start"}, phases={"start": boom}))
+    async with Harness.open(MemoryStorage(), models=None, registry=registry) as h:
+        await h.root(agent=AGENT)
+        task_id = await h.create_task("demo.boom")
+        with trio.fail_after(60):
+            await h.wait_for_task(task_id)
+    faults = records(caplog, "fault")
+    assert [(r.task_id, r.outcome) for r in faults] == [(task_id, "faulted")]  # type: ignore[attr-defined]
+    assert "kaboom" in faults[0].error  # type: ignore[attr-defined]
+
+
+async def test_nothing_is_formatted_when_logging_is_off(autojump_clock: trio.testing.MockClock) -> None:
+    """With the logger disabled and no tracing the observer returns at once."""
+    logger = logging.getLogger("pidurable")
+    old = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        models = ScriptedModels([reply(error="busy", retryable=True), reply(text="ok")])
+        async with Harness.open(MemoryStorage(), models=models, registry=Registry(),
+                                settings=Settings(retry=RetryPolicy(base_delay_ms=10))) as h:
+            h.runtime.observer = Observer(tracing=False)
+            conv = await h.root(agent=AGENT)
+            with trio.fail_after(60):
+                assert (await (await conv.submit(Input("go"))).wait()).status == "done"
+    finally:
+        logger.setLevel(old)
+
+
+def test_without_opentelemetry_nothing_is_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When ``opentelemetry`` cannot be imported, tracing is off (no error)."""
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)
+    monkeypatch.setitem(sys.modules, "opentelemetry.trace", None)
+    assert load_tracing() is None
+    assert Observer().otel is None
+
+
+async def test_a_tracer_that_is_not_one_is_refused() -> None:
+    """``Harness.open(tracer=...)`` takes an OpenTelemetry tracer only."""
+    pytest.importorskip("opentelemetry.trace")
+    with pytest.raises(InvalidInput):
+        async with Harness.open(MemoryStorage(), models=None, registry=Registry(), tracer=object()):
+            pass
+
+
+async def test_spans_for_the_run_its_model_requests_and_tools(autojump_clock: trio.testing.MockClock) -> None:
+    """With an OpenTelemetry SDK tracer: one run span, a model-request span per
+    attempt and a tool span, the latter two children of the run span, each
+    with the conversation and task ids; a retried request's span has an
+    ERROR status."""
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import StatusCode
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    models = ScriptedModels(
+        [reply(error="overloaded", retryable=True), reply(tool_calls=[tool_call("t")]), reply(text="done")]
+    )
+    settings = Settings(retry=RetryPolicy(base_delay_ms=10))
+    async with Harness.open(
+        MemoryStorage(), models=models, registry=one_tool(), settings=settings, tracer=provider.get_tracer("test")
+    ) as h:
+        conv = await h.root(agent=AGENT)
+        sub = await conv.submit(Input("go"))
+        with trio.fail_after(60):
+            await sub.wait()
+            await conv.wait_idle()
+    spans = exporter.get_finished_spans()
+    names = sorted(s.name for s in spans)
+    assert names == ["pidurable.model_request"] * 3 + ["pidurable.run", "pidurable.tool t"]
+    (run,) = [s for s in spans if s.name == "pidurable.run"]
+    assert run.attributes["pidurable.conversation_id"] == conv.id
+    assert run.attributes["pidurable.outcome"] == "done"
+    for s in spans:
+        if s is not run:
+            assert s.parent is not None and s.parent.span_id == run.context.span_id
+            assert s.attributes["pidurable.conversation_id"] == conv.id
+            assert isinstance(s.attributes["pidurable.task_id"], int)
+    requests = sorted((s for s in spans if s.name == "pidurable.model_request"), key=lambda s: s.start_time)
+    assert [s.attributes["pidurable.attempt"] for s in requests] == [1, 2, 1]
+    assert requests[0].status.status_code is StatusCode.ERROR and requests[0].status.description == "overloaded"
+    assert requests[1].status.status_code is StatusCode.UNSET
+    (tool,) = [s for s in spans if s.name == "pidurable.tool t"]
+    assert tool.attributes["pidurable.outcome"] == "completed"
+
+
+async def test_open_spans_end_when_the_harness_closes(autojump_clock: trio.testing.MockClock) -> None:
+    """Spans of work still running at close end, marked ``pidurable.closed``."""
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    models = ScriptedModels([reply(text="slow", delay=100)])
+    async with Harness.open(MemoryStorage(), models=models, registry=Registry(), tracer=provider.get_tracer("t")) as h:
+        conv = await h.root(agent=AGENT)
+        await conv.submit(Input("go"))
+        await trio.sleep(1)
+    spans = exporter.get_finished_spans()
+    assert sorted(s.name for s in spans) == ["pidurable.model_request", "pidurable.run"]
+    assert all(s.attributes["pidurable.closed"] is True for s in spans)
