@@ -20,7 +20,7 @@ in the page cache: this is a warm open) and runs in a fresh child process:
   one), from submit to the answer: the request reads the conversation's
   context;
 - close: leaving the harness (checkpoint, unlock);
-- peak RSS: the child's own ru_maxrss.
+- peak RSS: the child's own peak (VmHWM).
 Medians of --repeat (default 3).
 
     python bench/recovery.py                 # 10 / 1,000 / 10,000 settled + long 10,000 rounds

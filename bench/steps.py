@@ -16,7 +16,7 @@ printed value is the median over --repeat runs.
   answer. Import time is excluded.
 - x pidurable: that system's ms/step over pidurable's at the same R.
 - bytes/step: every file the store left in its directory after close / steps.
-- peak RSS: the child's own ru_maxrss (imports included).
+- peak RSS: the child's own peak (VmHWM; imports included).
 - last/first 10%: ms/step over the last 10% of rounds over ms/step over the
   first 10% (from the time of each model call): 1.00 means flat in history.
 
@@ -97,8 +97,6 @@ def child_pidurable(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def child_peer(args: argparse.Namespace, peer: str) -> dict[str, Any]:
-    import resource
-
     spec = importlib.util.spec_from_file_location("peer_bench", args.peer_bench)
     assert spec is not None and spec.loader is not None
     pb = importlib.util.module_from_spec(spec)
@@ -133,8 +131,18 @@ def child_peer(args: argparse.Namespace, peer: str) -> dict[str, Any]:
         "last_s": (marks[-1] - marks[-1 - tenth]) / (tenth * 4),
         "bytes": pb.db_bytes(d),
         "model_calls": len(marks),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "peak_rss_mb": vm_hwm_mb(),
     }
+
+
+def vm_hwm_mb() -> float:
+    """Peak RSS of this process (as workload.peak_rss_mb, which this venv cannot import)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def child(args: argparse.Namespace) -> None:

@@ -125,7 +125,16 @@ def dir_bytes(directory: Path) -> int:
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident set size (Linux reports KiB)."""
+    """This process's peak resident set size in MiB: ``VmHWM`` of
+    /proc/self/status. Not ru_maxrss: Linux carries a parent's peak into a
+    forked child's ru_maxrss across exec, so a child started by a big parent
+    would report the parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
