@@ -34,6 +34,7 @@ from __future__ import annotations
 import attrs
 
 from .draft import Tx
+from .index import has_intent
 from .effects import Refusal
 from .events import ConversationAbortRequested, ConversationCreationRequested, TaskAbortRequested
 from .inbox import withdraw_inputs
@@ -57,9 +58,7 @@ def on_conversation_abort_requested(tx: Tx, ev: ConversationAbortRequested) -> N
     if ev.conversation_id not in tx.conversations:
         tx.refuse(ev.ticket, Refusal.NOT_FOUND, f"Conversation {ev.conversation_id} does not exist")
         return
-    reached, convs = reached_from_conversation(
-        tx.tasks, tx.conversations, ev.conversation_id, background=ev.background
-    )
+    reached, convs = reached_from_conversation(tx, ev.conversation_id, background=ev.background)
     for task in reached:
         current = tx.tasks.get(task.id)
         if current is not None:
@@ -113,36 +112,29 @@ def on_conversation_created(tx: Tx, ev: ConversationCreationRequested) -> None:
     tx.respond(ev.ticket, cid)
 
 
-def has_intent(task: Task) -> bool:
-    """Cancellation intent: marked, or holding a non-completed outcome."""
-    if task.abort_requested:
-        return True
-    return (
-        task.status is TaskStatus.COMPLETING
-        and task.outcome is not None
-        and task.outcome.status is not OutcomeStatus.COMPLETED
-    )
-
-
 def reconcile(tx: Tx) -> None:
-    """Cascade intent downwards and drain completing tasks, to a fixpoint."""
+    """Cascade intent downwards and drain completing tasks, to a fixpoint.
+    Only the tasks the index holds in ``intent`` (marked or completing) are
+    looked at."""
     changed = True
     while changed:
         changed = False
-        for task in sorted(tx.tasks.values(), key=lambda t: t.id):
-            if not has_intent(task) or tx.tasks.get(task.id) is None:
+        for tid in sorted(tx.index.intent):
+            task = tx.tasks.get(tid)
+            if task is None or not has_intent(task):
                 continue
-            for below in owned_work(tx.tasks, tx.conversations, task.id):
+            for below in owned_work(tx, task.id):
                 current = tx.tasks.get(below.id)
                 if current is not None and not current.abort_requested:
                     mark(tx, current)
                     changed = True
-            for cid in conversations_below(tx.tasks, tx.conversations, task.id):
+            for cid in conversations_below(tx, task.id):
                 if any(i.mode != InboxMode.WRITE for i in tx.conv(cid).inbox):
                     withdraw_inputs(tx, cid)
                     changed = True
-        for task in sorted(tx.tasks.values(), key=lambda t: t.id):
-            if task.status is TaskStatus.COMPLETING and not has_owned_work(tx.tasks, tx.conversations, task.id):
+        for tid in sorted(tx.index.intent):
+            task = tx.tasks.get(tid)
+            if task is not None and task.status is TaskStatus.COMPLETING and not has_owned_work(tx, task.id):
                 assert task.outcome is not None
                 tx.put_task(task_to(task, TaskMove.DRAIN, ended_at=tx.now))
                 changed = True
@@ -156,7 +148,7 @@ def abort_ready(tx: Tx, task: Task) -> bool:
         task.abort_requested
         and task.id not in tx.invocations
         and task.status in (TaskStatus.PENDING, TaskStatus.WAITING)
-        and not has_owned_work(tx.tasks, tx.conversations, task.id)
+        and not has_owned_work(tx, task.id)
     )
 
 
@@ -169,7 +161,7 @@ def orphan(tx: Tx, task: Task, reason: Reason) -> None:
 
 def no_cycle(tx: Tx, task: Task, on: tuple[int, ...]) -> str | None:
     """A waiting task may not wait on itself or on its owner chain."""
-    chain = set(owner_chain(tx.tasks, tx.conversations, task))
+    chain = set(owner_chain(tx, task))
     for tid in on:
         if tid == task.id or tid in chain:
             return f"Task {task.id} cannot wait on itself or its owner ({tid})"

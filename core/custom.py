@@ -219,7 +219,7 @@ def _commit_problem(tx: Tx, task: Task | None, ev: TaskCommitRequested) -> str |
         if cycle is not None:
             return cycle
         if ev.policy == WaitPolicy.FAIL_FAST:
-            mine = {t.id for t in owned_work(tx.tasks, tx.conversations, task.id)}
+            mine = {t.id for t in owned_work(tx, task.id)}
             for tid in ev.on:
                 if tid not in mine and tid in tx.tasks:
                     return f"Task {task.id} can wait failFast only on tasks it owns ({tid})"
@@ -241,6 +241,7 @@ def on_phase_returned(tx: Tx, ev: PhaseReturned) -> None:
     if ev.task_id not in tx.invocations:
         return  # stale
     tx.invocations = tx.invocations - {ev.task_id}
+    tx.touch(ev.task_id)
     task = tx.tasks.get(ev.task_id)
     if task is None or task.status is not TaskStatus.RUNNING:
         return  # rule 1: it committed waiting/terminal, or was interrupted
@@ -282,11 +283,13 @@ def on_migration_finished(tx: Tx, ev: MigrationFinished) -> None:
     if ev.task_id not in tx.invocations:
         return
     tx.invocations = tx.invocations - {ev.task_id}
+    tx.touch(ev.task_id)
     task = tx.tasks.get(ev.task_id)
     if task is None:
         return
     if ev.error is not None or ev.checkpoint is None or not isinstance(ev.checkpoint.get("phase"), str):
         tx.failed_migrations = {**tx.failed_migrations, task.id: ev.version}
+        tx.touch(task.id)
         return
     tx.put_task(
         attrs.evolve(task, version=ev.version, input=dict(ev.input or task.input), checkpoint=dict(ev.checkpoint))

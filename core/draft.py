@@ -64,6 +64,7 @@ from .model import (
     TaskStatus,
     ToolInfo,
 )
+from .index import IndexDraft, TaskIndex
 from .state import ContextDoc, ConvState, DocKey, DocumentState, InboxItem, Live, State, UsageDoc
 
 #: State fields the draft does not carry: ``next_seq`` is advanced by
@@ -92,6 +93,7 @@ class Tx:
     scheduling: bool
     settings: Settings
     documents: Mapping[DocKey, DocumentState]
+    task_index: TaskIndex
 
     def __init__(self, state: State, now: int) -> None:
         self.now = now
@@ -106,6 +108,8 @@ class Tx:
     @property
     def state(self) -> State:
         base = self._base
+        if self._ix is not None:
+            self.task_index = self._ix.freeze()
         return State(
             next_seq=base.next_seq, opened=base.opened, **dict(zip(DRAFT_FIELDS, _read_drafted(self)))
         )
@@ -118,6 +122,24 @@ class Tx:
         for name, value in zip(DRAFT_FIELDS, _read_drafted(state)):
             setattr(self, name, value)
         self._own: set[str] = set()
+        self._ix: IndexDraft | None = None
+        #: Tasks this step changed, or whose readiness a change may have
+        #: changed (waiters of a task that ended, its owner): what the
+        #: scheduling pass looks at (scheduling.py), unless ``rescan``.
+        self.touched: set[TaskId] = set()
+        #: Look at every live task in the next pass (open, registry change).
+        self.rescan = False
+
+    @property
+    def index(self) -> IndexDraft:
+        """The step's working index (index.py), kept by put_task/put_conversation."""
+        if self._ix is None:
+            self._ix = IndexDraft(self.task_index)
+        return self._ix
+
+    def touch(self, task_id: TaskId) -> None:
+        """The scheduling pass should look at ``task_id`` again."""
+        self.touched.add(task_id)
 
     def _owned(self, name: str) -> dict[Any, Any]:
         """The draft's own (mutable) copy of the mapping field ``name``."""
@@ -140,11 +162,25 @@ class Tx:
         """Replace a task in the draft; ``durable=False`` changes only memory
         (a reservation whose intent is already stored)."""
         tasks = self._owned("tasks")
+        old = tasks.get(task.id)
+        ix = self.index
+        self.touched.add(task.id)
         if task.status is TaskStatus.TERMINAL:
+            if old is not None:
+                # whoever waited on it, owned it or owns its conversation may now run
+                self.touched.update(ix.waiters.get(task.id, ()))
+                owner = task.owner
+                if owner is None:
+                    conv = self.conversations.get(task.conversation_id)
+                    owner = conv.conversation.owner_task_id if conv is not None else None
+                if owner is not None:
+                    self.touched.add(owner)
+                ix.task(old, None)
             tasks.pop(task.id, None)
             if self.documents:
                 retire_task_documents(self, task.id)
         else:
+            ix.task(old, task)
             tasks[task.id] = task
         if durable:
             self.write(PutTask(task=task))
@@ -161,7 +197,12 @@ class Tx:
         self.write(PutEntry(entry=entry))
 
     def put_conversation(self, conv: ConvState) -> None:
-        self._owned("conversations")[conv.id] = conv
+        convs = self._owned("conversations")
+        old = convs.get(conv.id)
+        self.index.conversation(
+            conv.id, old.conversation.owner_task_id if old is not None else None, conv.conversation.owner_task_id
+        )
+        convs[conv.id] = conv
         self.write(PutConversation(conversation=conv.conversation))
         self.write(PutAgent(conversation_id=conv.id, agent=conv.agent))
         self.write(PutLive(conversation_id=conv.id, live=conv.live))

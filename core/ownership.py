@@ -15,38 +15,55 @@ stopping below the first background owner. A task with owned work cannot
 become terminal: it is held ``completing`` until the work drains, and an abort
 runs bottom-up, children first.
 
-Pure functions over the live state; nothing here writes. Their cost is
-O(live tasks + conversations), which stays small: terminal tasks are not in
-the state.
+Pure functions over the live state; nothing here writes. They read the
+derived indexes (index.py: children, conversation-owned tasks, owned
+conversations), so their cost is the size of the subtree they visit, not
+the number of live tasks. Each takes a *graph*: a ``State`` or the step's
+draft (``Tx``), anything with ``tasks``, ``conversations`` and ``index``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
+from typing import Protocol
 
 from .model import ConversationId, Task, TaskId
 from .state import ConvState
 
 
-def _children(tasks: Mapping[TaskId, Task], owner: TaskId) -> list[Task]:
-    return [t for t in tasks.values() if t.owner == owner]
+class _Index(Protocol):
+    @property
+    def children(self) -> Mapping[TaskId, frozenset[TaskId]]: ...
+    @property
+    def top(self) -> Mapping[ConversationId, frozenset[TaskId]]: ...
+    @property
+    def owned_conversations(self) -> Mapping[TaskId, frozenset[ConversationId]]: ...
 
 
-def _conversations_owned(conversations: Mapping[ConversationId, ConvState], owner: TaskId) -> list[ConversationId]:
-    return [c.id for c in conversations.values() if c.conversation.owner_task_id == owner]
+class Graph(Protocol):
+    """What the traversals read (a ``State`` or a ``Tx``)."""
+
+    @property
+    def tasks(self) -> Mapping[TaskId, Task]: ...
+    @property
+    def conversations(self) -> Mapping[ConversationId, ConvState]: ...
+    @property
+    def index(self) -> _Index: ...
 
 
-def _top_level(tasks: Mapping[TaskId, Task], cid: ConversationId) -> list[Task]:
-    return [t for t in tasks.values() if t.conversation_id == cid and t.owner is None]
+def _children(g: Graph, owner: TaskId) -> list[Task]:
+    return [g.tasks[t] for t in sorted(g.index.children.get(owner, ()))]
 
 
-def _walk(
-    tasks: Mapping[TaskId, Task],
-    conversations: Mapping[ConversationId, ConvState],
-    start: list[Task],
-    *,
-    background: bool,
-) -> tuple[list[Task], list[ConversationId]]:
+def _conversations_owned(g: Graph, owner: TaskId) -> list[ConversationId]:
+    return sorted(g.index.owned_conversations.get(owner, ()))
+
+
+def _top_level(g: Graph, cid: ConversationId) -> list[Task]:
+    return [g.tasks[t] for t in sorted(g.index.top.get(cid, ()))]
+
+
+def _walk(g: Graph, start: list[Task], *, background: bool) -> tuple[list[Task], list[ConversationId]]:
     """Ordinary traversal from ``start``: each reached live task (background
     subtrees excluded unless ``background``) and the conversations entered."""
     reached: list[Task] = []
@@ -59,60 +76,50 @@ def _walk(
             continue
         seen.add(t.id)
         reached.append(t)
-        stack.extend(_children(tasks, t.id))
-        for owned in _conversations_owned(conversations, t.id):
+        stack.extend(_children(g, t.id))
+        for owned in _conversations_owned(g, t.id):
             if owned not in convs:
                 convs.append(owned)
-            stack.extend(_top_level(tasks, owned))
+            stack.extend(_top_level(g, owned))
     reached.sort(key=lambda t: t.id)
     return reached, convs
 
 
-def owned_work(
-    tasks: Mapping[TaskId, Task],
-    conversations: Mapping[ConversationId, ConvState],
-    owner: TaskId,
-    *,
-    background: bool = False,
-) -> list[Task]:
+def owned_work(g: Graph, owner: TaskId, *, background: bool = False) -> list[Task]:
     """The live work below ``owner`` (ordinary: background subtrees excluded)."""
-    start = _children(tasks, owner)
-    for cid in _conversations_owned(conversations, owner):
-        start.extend(_top_level(tasks, cid))
-    return _walk(tasks, conversations, start, background=background)[0]
+    start = _children(g, owner)
+    for cid in _conversations_owned(g, owner):
+        start.extend(_top_level(g, cid))
+    return _walk(g, start, background=background)[0]
 
 
-def has_owned_work(tasks: Mapping[TaskId, Task], conversations: Mapping[ConversationId, ConvState], owner: TaskId) -> bool:
-    if any(t.owner == owner and not t.background for t in tasks.values()):
+def has_owned_work(g: Graph, owner: TaskId) -> bool:
+    if any(not g.tasks[t].background for t in g.index.children.get(owner, ())):
         return True
-    return bool(owned_work(tasks, conversations, owner))
+    if owner not in g.index.children and owner not in g.index.owned_conversations:
+        return False
+    return bool(owned_work(g, owner))
 
 
 def reached_from_conversation(
-    tasks: Mapping[TaskId, Task],
-    conversations: Mapping[ConversationId, ConvState],
-    cid: ConversationId,
-    *,
-    background: bool = False,
+    g: Graph, cid: ConversationId, *, background: bool = False
 ) -> tuple[list[Task], list[ConversationId]]:
     """Ordinary traversal from a conversation: the live tasks reached and the
     conversations reached (``cid`` first)."""
-    reached, convs = _walk(tasks, conversations, _top_level(tasks, cid), background=background)
+    reached, convs = _walk(g, _top_level(g, cid), background=background)
     return reached, [cid, *(c for c in convs if c != cid)]
 
 
-def conversations_below(
-    tasks: Mapping[TaskId, Task], conversations: Mapping[ConversationId, ConvState], owner: TaskId
-) -> list[ConversationId]:
+def conversations_below(g: Graph, owner: TaskId) -> list[ConversationId]:
     """Conversations owned by ``owner`` or by its ordinary owned work."""
-    owners: Iterable[TaskId] = [owner, *(t.id for t in owned_work(tasks, conversations, owner))]
+    owners = [owner, *(t.id for t in owned_work(g, owner))]
     out: list[ConversationId] = []
     for o in owners:
-        out.extend(_conversations_owned(conversations, o))
+        out.extend(_conversations_owned(g, o))
     return out
 
 
-def owner_chain(tasks: Mapping[TaskId, Task], conversations: Mapping[ConversationId, ConvState], task: Task) -> list[TaskId]:
+def owner_chain(g: Graph, task: Task) -> list[TaskId]:
     """The live tasks above ``task`` (its owner, the owner's owner, ... across
     owned conversations), nearest first."""
     chain: list[TaskId] = []
@@ -122,18 +129,15 @@ def owner_chain(tasks: Mapping[TaskId, Task], conversations: Mapping[Conversatio
         if current.owner is not None:
             nxt = current.owner
         else:
-            conv = conversations.get(current.conversation_id)
+            conv = g.conversations.get(current.conversation_id)
             nxt = conv.conversation.owner_task_id if conv is not None else None
         if nxt is None or nxt in chain:
             break
         chain.append(nxt)
-        current = tasks.get(nxt)
+        current = g.tasks.get(nxt)
     return chain
 
 
-def conversation_is_idle(
-    tasks: Mapping[TaskId, Task], conversations: Mapping[ConversationId, ConvState], cid: ConversationId
-) -> bool:
+def conversation_is_idle(g: Graph, cid: ConversationId) -> bool:
     """No live non-background task is reached by ordinary traversal."""
-    reached, _ = reached_from_conversation(tasks, conversations, cid)
-    return not reached
+    return not any(not g.tasks[t].background for t in g.index.top.get(cid, ())) and not reached_from_conversation(g, cid)[0]

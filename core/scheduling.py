@@ -30,6 +30,7 @@ import attrs
 
 from . import cancellation, compaction_task, custom, generation, tools
 from .draft import Tx
+from .index import build
 from .events import Opened, RegistryChanged, Resumed
 from .lifecycle import TaskMove, task_to
 from .model import COMPACTION, GENERATION, TOOL, CoreInvariantError, Task, TaskId, TaskStatus
@@ -71,14 +72,49 @@ def _dispatch(tx: Tx, task: Task) -> None:
         RESERVE.get(task.kind, custom.on_reserve)(tx, task)
 
 
+#: Tests set this: every pass also computes the ready set by looking at every
+#: live task and checks that the touched tasks found the same (index.py).
+CHECK_TOUCHED = False
+
+
+def _candidates(tx: Tx) -> list[TaskId]:
+    """The tasks whose readiness this step may have changed (what the draft
+    touched), or every live task after an open or a registry change."""
+    if tx.rescan:
+        tx.rescan = False
+        tx.touched.clear()
+        return sorted(tx.tasks)
+    ids = sorted(t for t in tx.touched if t in tx.tasks)
+    tx.touched.clear()
+    return ids
+
+
+def _check_index(tx: Tx) -> None:
+    owners = {c.id: c.conversation.owner_task_id for c in tx.conversations.values()}
+    assert tx.index.freeze().as_dict() == build(tx.tasks.values(), owners).as_dict(), "task index out of step"
+
+
 def run_pass(tx: Tx) -> None:
+    """Reserve every runnable task, to a fixpoint. Each round looks only at
+    the candidates (``_candidates``): a task becomes runnable only by a
+    change the draft records (its own put, the end of a task it waits on or
+    owns, an invocation ending) - so a step costs what it changed, not the
+    number of live tasks."""
     if not tx.scheduling:
         return
     while True:
-        if any(cancellation.has_intent(t) or t.status is TaskStatus.COMPLETING for t in tx.tasks.values()):
+        if tx.index.intent:
             cancellation.reconcile(tx)
-        ready = [t for _, t in sorted(tx.tasks.items()) if is_runnable(tx, t)]
+        candidates = _candidates(tx)
+        ready = [tx.tasks[t] for t in candidates if is_runnable(tx, tx.tasks[t])]
+        if CHECK_TOUCHED:
+            everything = [t.id for _, t in sorted(tx.tasks.items()) if is_runnable(tx, t)]
+            assert [t.id for t in ready] == everything, (
+                f"touched-set scheduling missed runnable tasks: {sorted(set(everything) - {t.id for t in ready})}"
+            )
         if not ready:
+            if CHECK_TOUCHED:
+                _check_index(tx)
             return
         for task in ready:
             current = tx.tasks.get(task.id)
@@ -97,6 +133,10 @@ def on_opened(tx: Tx, ev: Opened) -> None:
         next_seq=ev.next_seq,
         conversations={c.id: c for c in ev.conversations},
         tasks={t.id: t for t in ev.tasks if t.status is not TaskStatus.TERMINAL},
+        task_index=build(
+            (t for t in ev.tasks if t.status is not TaskStatus.TERMINAL),
+            {c.id: c.conversation.owner_task_id for c in ev.conversations},
+        ),
         submissions={s.id: s for s in ev.submissions if not s.settled},
         catalog={i.name: i for i in ev.catalog},
         task_catalog={i.kind: i for i in ev.task_catalog},
@@ -111,10 +151,12 @@ def on_opened(tx: Tx, ev: Opened) -> None:
     for task in sorted(ev.tasks, key=lambda t: t.id):
         if task.status is TaskStatus.RUNNING:
             tx.put_task(task_to(task, TaskMove.RECOVER))
+    tx.rescan = True
 
 
 def on_resumed(tx: Tx, ev: Resumed) -> None:
     tx.scheduling = True
+    tx.rescan = True
 
 
 def on_registry_changed(tx: Tx, ev: RegistryChanged) -> None:
@@ -129,6 +171,7 @@ def on_registry_changed(tx: Tx, ev: RegistryChanged) -> None:
         and (info := tx.task_catalog.get(t.kind)) is not None
         and info.version == v
     }
+    tx.rescan = True  # a definition arriving or leaving may (un)block any custom task
 
 
 @attrs.frozen(kw_only=True)
@@ -158,7 +201,7 @@ def inspect_tasks(state: State) -> tuple[TaskInspection, ...]:
         elif task.status is TaskStatus.RUNNING or task.id in state.invocations:
             kind = "running"
         elif task.abort_requested:
-            below = tuple(t.id for t in owned_work(state.tasks, state.conversations, task.id))
+            below = tuple(t.id for t in owned_work(state, task.id))
             kind, on = ("waiting", below) if below else ("ready", ())
         elif task.kind not in RESERVE and (reason := custom.blocked_reason(tx, task)) is not None:
             kind = "blocked"

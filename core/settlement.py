@@ -37,7 +37,7 @@ def finish_task(tx: Tx, task: Task, outcome: Outcome) -> Task:
     """Record ``task``'s outcome (memos are dropped). Terminal at once, or
     held ``completing`` while it still owns live work (it becomes terminal when
     that work drains). A failure releases failFast siblings' waiters."""
-    if has_owned_work(tx.tasks, tx.conversations, task.id):
+    if has_owned_work(tx, task.id):
         done = task_to(task, TaskMove.HOLD, outcome=outcome, memos=None)
     else:
         done = task_to(task, TaskMove.FINISH, outcome=outcome, memos=None, ended_at=tx.now)
@@ -93,6 +93,7 @@ def on_invocation_failed(tx: Tx, ev: InvocationFailed) -> None:
     if task is None or task.outcome is not None:
         return
     tx.invocations = tx.invocations - {ev.task_id}
+    tx.touch(ev.task_id)
     fault(tx, task, ev.message)
 
 

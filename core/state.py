@@ -47,6 +47,7 @@ from .model import (
     ToolInfo,
     Usage,
 )
+from .index import TaskIndex
 
 AGENT_DOC = "pi.agent"
 LIVE_DOC = "pi.live"
@@ -309,3 +310,10 @@ class State:
     opened: bool = False
     #: Live host-defined documents by address (documents.py).
     documents: Mapping[DocKey, DocumentState] = attrs.field(factory=dict)
+    #: Derived indexes over ``tasks``/``conversations`` (index.py): kept in
+    #: step by the draft, rebuilt by ``Opened``; no part of equality.
+    task_index: TaskIndex = attrs.field(factory=TaskIndex, eq=False, repr=False)
+
+    @property
+    def index(self) -> TaskIndex:
+        return self.task_index

@@ -145,7 +145,7 @@ class Conversation:
         # The reducer's state mirrors storage after every commit; reading it
         # (never writing) is how waits avoid a storage scan per commit.
         st = self._rt.state
-        return conversation_is_idle(st.tasks, st.conversations, self.id)
+        return conversation_is_idle(st, self.id)
 
     async def idle(self) -> bool:
         """No live non-background task is reached from this conversation."""

@@ -293,7 +293,7 @@ class Harness:
             return (
                 True
                 if all(
-                    conversation_is_idle(st.tasks, st.conversations, c.id)
+                    conversation_is_idle(st, c.id)
                     for c in st.conversations.values()
                     if c.conversation.owner_task_id is None
                 )

@@ -23,6 +23,13 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# Every test run cross-checks the touched-set scheduling pass against a full
+# scan of the live tasks, and the kept task index against a fresh build
+# (core/scheduling.py, core/index.py): a missed readiness change fails loudly.
+from pidurable.core import scheduling  # noqa: E402
+
+scheduling.CHECK_TOUCHED = True
+
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
     """Print how many effect boundaries the crash tests killed the shell at."""

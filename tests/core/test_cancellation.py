@@ -149,7 +149,7 @@ def test_conversation_abort_while_a_tool_runs_settles_the_whole_run_in_one_commi
     assert note not in subs and d.state.submissions[note].status is SubmissionStatus.QUEUED
     assert [i.submission_id for i in only(writes_of(st, PutInbox)).items] == [note]
     assert put_live(st) is not None and put_live(st).run is None
-    assert d.state.tasks == {} and conversation_is_idle(d.state.tasks, d.state.conversations, ROOT)
+    assert d.state.tasks == {} and conversation_is_idle(d.state, ROOT)
 
 
 def test_a_late_tool_result_after_the_abort_is_ignored() -> None:
@@ -242,7 +242,7 @@ def test_conversation_abort_stops_at_background_tasks_unless_background_is_true(
     first = d.value(submit("first"))
     gen = d.gen()
     # idle ignores the background subtree, but the child itself is busy
-    assert not conversation_is_idle(d.state.tasks, d.state.conversations, child)
+    assert not conversation_is_idle(d.state, child)
 
     st = d(abort_conv())
     assert respond(st).reply.data == [gen]
@@ -250,7 +250,7 @@ def test_conversation_abort_stops_at_background_tasks_unless_background_is_true(
     assert anchor.id not in put_tasks(st) and child_gen not in put_tasks(st)
     assert d.task(child_gen) is not None and not d.task(child_gen).abort_requested
     assert d.task(anchor.id) == anchor
-    assert conversation_is_idle(d.state.tasks, d.state.conversations, ROOT)
+    assert conversation_is_idle(d.state, ROOT)
 
     st = d(abort_conv(background=True))
     assert set(respond(st).reply.data) == {anchor.id, child_gen}
@@ -351,7 +351,7 @@ def test_tool_with_a_busy_child_is_held_completing_until_the_child_answers() -> 
     assert result.text == "delegated" and held.outcome.result == {"entry_id": result.id}
     assert only(s for s in put_live(st).tools).status == "done"
     assert d.task(gen).status is TaskStatus.WAITING and not effects_of(st, CallModel)
-    assert not conversation_is_idle(d.state.tasks, d.state.conversations, ROOT)
+    assert not conversation_is_idle(d.state, ROOT)
 
     st = d(answer(child_gen, "child answer"))
     drained = put_tasks(st)[tool]

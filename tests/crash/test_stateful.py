@@ -247,7 +247,7 @@ class StepRecorder(Recorder):
 def _idle(h: Harness) -> bool:
     st = h.runtime.state
     return all(
-        conversation_is_idle(st.tasks, st.conversations, c.id)
+        conversation_is_idle(st, c.id)
         for c in st.conversations.values()
         if c.conversation.owner_task_id is None
     )

@@ -1,0 +1,162 @@
+"""Derived indexes over the live tasks: who owns what, who waits on whom,
+and who carries cancellation intent - so that a step touches only what it
+changed, not every live task (issue 11: per-event cost independent of the
+amount of live work).
+
+Theory of operation
+-------------------
+``TaskIndex`` is a pure function of ``State.tasks`` and
+``State.conversations``: ``build`` computes it from scratch (``Opened``), and
+the draft (draft.py) keeps it in step with every ``put_task`` /
+``put_conversation`` through ``IndexDraft``. It is never stored and takes no
+part in ``State`` equality; ``tests/core/test_index.py`` checks after random
+event sequences that the incrementally kept index equals ``build`` of the
+same state.
+
+- ``children``: owner task -> its live child tasks;
+- ``top``: conversation -> its live conversation-owned tasks (``owner`` None);
+- ``owned_conversations``: owner task -> the conversations it owns;
+- ``waiters``: task -> the live ``waiting`` tasks whose ``on`` holds it;
+- ``intent``: the live tasks with cancellation intent (abort-marked, or held
+  ``completing`` with an outcome other than completed) or held
+  ``completing`` at all (both need ``cancellation.reconcile``).
+
+A draft copies a mapping on its first change in a step (like the draft's own
+fields), so a committed State's index is never mutated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from .model import ConversationId, OutcomeStatus, Task, TaskId, TaskStatus
+
+
+def needs_reconcile(task: Task) -> bool:
+    """Abort-marked, or held ``completing`` (a cascade or a drain may be due)."""
+    return task.abort_requested or task.status is TaskStatus.COMPLETING
+
+
+def has_intent(task: Task) -> bool:
+    """Cancellation intent: marked, or holding a non-completed outcome."""
+    if task.abort_requested:
+        return True
+    return (
+        task.status is TaskStatus.COMPLETING
+        and task.outcome is not None
+        and task.outcome.status is not OutcomeStatus.COMPLETED
+    )
+
+
+@attrs.frozen(eq=False, repr=False)
+class TaskIndex:
+    """The indexes (see the module docstring); derived, never stored."""
+
+    children: Mapping[TaskId, frozenset[TaskId]] = attrs.field(factory=dict)
+    top: Mapping[ConversationId, frozenset[TaskId]] = attrs.field(factory=dict)
+    owned_conversations: Mapping[TaskId, frozenset[ConversationId]] = attrs.field(factory=dict)
+    waiters: Mapping[TaskId, frozenset[TaskId]] = attrs.field(factory=dict)
+    intent: frozenset[TaskId] = frozenset()
+
+    def as_dict(self) -> dict[str, Any]:
+        """Comparable form (tests): empty sets dropped."""
+        return {
+            "children": {k: v for k, v in self.children.items() if v},
+            "top": {k: v for k, v in self.top.items() if v},
+            "owned_conversations": {k: v for k, v in self.owned_conversations.items() if v},
+            "waiters": {k: v for k, v in self.waiters.items() if v},
+            "intent": self.intent,
+        }
+
+
+def build(tasks: Iterable[Task], owners: Mapping[ConversationId, TaskId | None]) -> TaskIndex:
+    """The index of these live tasks and conversation owners."""
+    draft = IndexDraft(TaskIndex())
+    for task in tasks:
+        draft.task(None, task)
+    for cid, owner in owners.items():
+        draft.conversation(cid, None, owner)
+    return draft.freeze()
+
+
+def _add(index: dict[Any, frozenset[Any]], key: Any, value: Any) -> None:
+    index[key] = index.get(key, frozenset()) | {value}
+
+
+def _remove(index: dict[Any, frozenset[Any]], key: Any, value: Any) -> None:
+    members = index.get(key)
+    if members is None or value not in members:
+        return
+    rest = members - {value}
+    if rest:
+        index[key] = rest
+    else:
+        del index[key]
+
+
+class IndexDraft:
+    """A step's working copy of a ``TaskIndex`` (copy on first change)."""
+
+    def __init__(self, base: TaskIndex) -> None:
+        self._base = base
+        self._own: set[str] = set()
+        self.children = base.children
+        self.top = base.top
+        self.owned_conversations = base.owned_conversations
+        self.waiters = base.waiters
+        self.intent = base.intent
+
+    def _owned(self, name: str) -> dict[Any, Any]:
+        if name not in self._own:
+            setattr(self, name, dict(getattr(self, name)))
+            self._own.add(name)
+        return getattr(self, name)  # type: ignore[no-any-return]
+
+    def task(self, old: Task | None, new: Task | None) -> None:
+        """``old`` (None: absent) became ``new`` (None: left the live map)."""
+        if old is not None and (new is None or new.owner != old.owner or new.conversation_id != old.conversation_id):
+            if old.owner is not None:
+                _remove(self._owned("children"), old.owner, old.id)
+            else:
+                _remove(self._owned("top"), old.conversation_id, old.id)
+        if new is not None and (old is None or new.owner != old.owner or new.conversation_id != old.conversation_id):
+            if new.owner is not None:
+                _add(self._owned("children"), new.owner, new.id)
+            else:
+                _add(self._owned("top"), new.conversation_id, new.id)
+        old_on = old.on if old is not None and old.status is TaskStatus.WAITING else ()
+        new_on = new.on if new is not None and new.status is TaskStatus.WAITING else ()
+        if old_on != new_on:
+            waiters = self._owned("waiters")
+            for tid in old_on:
+                _remove(waiters, tid, old.id)  # type: ignore[union-attr]
+            for tid in new_on:
+                _add(waiters, tid, new.id)  # type: ignore[union-attr]
+        was = old is not None and needs_reconcile(old)
+        now = new is not None and needs_reconcile(new)
+        if was != now:
+            tid = (new or old).id  # type: ignore[union-attr]
+            self.intent = self.intent | {tid} if now else self.intent - {tid}
+
+    def conversation(self, cid: ConversationId, old_owner: TaskId | None, new_owner: TaskId | None) -> None:
+        if old_owner == new_owner:
+            return
+        owned = self._owned("owned_conversations")
+        if old_owner is not None:
+            _remove(owned, old_owner, cid)
+        if new_owner is not None:
+            _add(owned, new_owner, cid)
+
+    def freeze(self) -> TaskIndex:
+        if not self._own and self.intent is self._base.intent:
+            return self._base
+        return TaskIndex(
+            children=self.children,
+            top=self.top,
+            owned_conversations=self.owned_conversations,
+            waiters=self.waiters,
+            intent=self.intent,
+        )
