@@ -39,6 +39,11 @@ guarantees, per effect kind:
 (``i`` counts effects in this process life): the seam where crash tests kill
 the shell. Host waits use one primitive, ``waits.until(check)``
 (``waits.py``), re-checked after every commit and every invocation leaving.
+Once a batch's commits are durable the loop tells ``watches`` which
+conversations each one touched (``watch.py``; watchers build their views
+lazily, in their own tasks) and hands them to ``observer`` (``observe.py``:
+log records and spans derived from what changed); a failed commit closes the
+watches before the error leaves the loop.
 """
 
 from __future__ import annotations
@@ -252,6 +257,7 @@ class Loop:
         for effect in acts:
             self._before(effect)
             try:
+                self.observer.acted(effect, self.state)  # a tool re-run after a restart commits nothing
                 self._act(effect)
             except Exception as e:  # one effect failing never stops the harness
                 self._invocation_failed(effect, e)

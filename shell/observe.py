@@ -56,7 +56,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from pidurable.core.effects import Commit, PutEntry, PutLive, PutSubmission, PutTask
+from pidurable.core.effects import Commit, Effect, PutEntry, PutLive, PutSubmission, PutTask, RunTool
 from pidurable.core.events import Event, Opened
 from pidurable.core.model import (
     COMPACTION,
@@ -158,6 +158,22 @@ class Observer:
 
     def __init__(self, tracer: object = None, *, tracing: bool = True) -> None:
         self.otel = load_tracing(tracer) if tracing else None
+        #: Tool tasks whose start was observed in this process life (a body
+        #: re-run after a restart starts without a commit: see ``acted``).
+        self.started: set[TaskId] = set()
+
+    def acted(self, effect: Effect, state: State) -> None:
+        """An act is starting. Only a tool body that is not known to have
+        started in this life matters: a safe call re-run after a restart,
+        whose start commits nothing - it is logged (and traced) here."""
+        if not isinstance(effect, RunTool) or effect.task_id in self.started:
+            return
+        otel = self.otel if self.otel is not None and self.otel.active else None
+        if otel is None and not log.isEnabledFor(logging.INFO):
+            return
+        task = state.tasks.get(effect.task_id)
+        if task is not None:
+            _Commit(None, (), state, otel, self.started).tool_started(task, resumed=True)
 
     def close(self) -> None:
         if self.otel is not None:
@@ -169,25 +185,29 @@ class Observer:
         if otel is None and not log.isEnabledFor(logging.WARNING):
             return  # the cheap path: nobody listens
         for commit, events, before in commits:
-            _Commit(commit, events, before, otel).observe()
+            _Commit(commit, events, before, otel, self.started).observe()
 
 
 class _Commit:
     """One commit's changes, compared with ``before``."""
 
-    def __init__(self, commit: Commit, events: Sequence[Event], before: State, otel: _Otel | None) -> None:
-        self.commit, self.before, self.otel = commit, before, otel
+    def __init__(
+        self, commit: Commit | None, events: Sequence[Event], before: State, otel: _Otel | None, started: set[TaskId]
+    ) -> None:
+        self.commit, self.before, self.otel, self.started = commit, before, otel, started
+        self.writes = commit.writes if commit is not None else ()
         self.now = events[-1].now if events else None
         self.opening = any(isinstance(e, Opened) for e in events)
-        self.lives = {w.conversation_id: w.live for w in commit.writes if isinstance(w, PutLive)}
+        self.lives = {w.conversation_id: w.live for w in self.writes if isinstance(w, PutLive)}
 
     def emit(self, level: int, kind: str, message: str, *args: Any, **fields: Any) -> None:
         """One record (``message % args``, formatted only if it is emitted)."""
         if log.isEnabledFor(level):
-            log.log(level, message, *args, extra={"kind": kind, "seq": self.commit.seq, **fields})
+            seq = self.commit.seq if self.commit is not None else self.before.next_seq - 1
+            log.log(level, message, *args, extra={"kind": kind, "seq": seq, **fields})
 
     def observe(self) -> None:
-        writes = self.commit.writes
+        writes = self.writes
         if self.opening:
             moved = [w.task.id for w in writes if isinstance(w, PutTask) and w.task.status is TaskStatus.PENDING]
             if moved:
@@ -201,6 +221,16 @@ class _Commit:
                 self.task(w.task)
 
     # --- runs ---------------------------------------------------------------------
+    def run_span(self, cid: ConversationId) -> tuple[str, int]:
+        """The key of ``cid``'s run span, started now (``resumed``) when the
+        run began in an earlier process life."""
+        key = ("run", cid)
+        conv = self.before.conversations.get(cid)
+        if self.otel is not None and key not in self.otel.open and conv is not None and conv.live.run is not None:
+            self.otel.start(key, "pidurable.run", {"conversation_id": cid, "task_id": conv.live.run.task_id,
+                                                   "resumed": True}, None)
+        return key
+
     def run(self, cid: ConversationId, live: Live) -> None:
         conv = self.before.conversations.get(cid)
         was = conv.live.run if conv is not None else None
@@ -212,7 +242,7 @@ class _Commit:
                 self.otel.start(("run", cid), "pidurable.run", {"conversation_id": cid, "task_id": live.run.task_id,
                                                                 "inputs": ",".join(map(str, inputs))}, None)
         elif was is not None and live.run is None:
-            settled = [w.submission for w in self.commit.writes if isinstance(w, PutSubmission)
+            settled = [w.submission for w in self.writes if isinstance(w, PutSubmission)
                        and w.submission.type is SubmissionType.INPUT and w.submission.id in was.inputs]
             statuses = {s.id: s.status.value for s in settled}
             reasons = {s.id: s.reason for s in settled if s.reason is not None}
@@ -260,7 +290,7 @@ class _Commit:
                 if old is not None and was in ASKING:
                     self.otel.end(("model", task.id))
                 self.otel.start(("model", task.id), "pidurable.model_request",
-                                {**_ids(task), "attempt": attempt, "model": name}, ("run", task.conversation_id))
+                                {**_ids(task), "attempt": attempt, "model": name}, self.run_span(task.conversation_id))
         if phase == "retry" and was != "retry":
             live = self.lives.get(task.conversation_id)
             error = live.retry_error if live is not None else None
@@ -279,29 +309,37 @@ class _Commit:
                   task.id, task.kind, attempt, error, delay, attempt=attempt, delay_ms=delay, until=until, error=error, **_ids(task))
 
     def tool(self, task: Task, old: Task | None) -> None:
-        name, call_id = task.input.get("name"), task.input.get("call_id")
         running = task.status is TaskStatus.RUNNING and task.phase == "execute"
         was_running = old is not None and old.status is TaskStatus.RUNNING and old.phase == "execute"
         if running and not was_running:
-            replay = task.checkpoint.get("replay")
-            resumed = old is not None and old.phase == "execute"  # re-run after a restart
-            self.emit(logging.INFO, "tool_start", "tool %s started (task %s, call %s)%s", name, task.id, call_id,
-                      " again after a restart" if resumed else "",
-                      tool=name, call_id=call_id, replay=replay, resumed=resumed, **_ids(task))
-            if self.otel is not None:
-                self.otel.start(("tool", task.id), f"pidurable.tool {name}",
-                                {**_ids(task), "tool": name, "call_id": call_id, "replay": replay},
-                                ("run", task.conversation_id))
+            self.tool_started(task, resumed=False)
         if task.status is TaskStatus.TERMINAL and (old is None or old.live):
+            self.started.discard(task.id)
+            name, call_id = task.input.get("name"), task.input.get("call_id")
             outcome = task.outcome.status.value if task.outcome is not None else None
             is_error = any(isinstance(w, PutEntry) and w.entry.kind is EntryKind.TOOL_RESULT
-                           and w.entry.tool_call_id == call_id and w.entry.is_error for w in self.commit.writes)
+                           and w.entry.tool_call_id == call_id and w.entry.is_error for w in self.writes)
             self.emit(logging.INFO, "tool_end", "tool %s ended %s%s", name, outcome,
-                      " with an error result" if is_error else "", tool=name, call_id=call_id, outcome=outcome, is_error=is_error, **_ids(task))
+                      " with an error result" if is_error else "", tool=name, call_id=call_id, outcome=outcome,
+                      is_error=is_error, **_ids(task))
             if self.otel is not None:
                 failed = is_error or outcome != OutcomeStatus.COMPLETED.value
                 self.otel.end(("tool", task.id), {"outcome": outcome or "", "is_error": is_error},
                               error=(_error(task) or "error result") if failed else None)
+
+    def tool_started(self, task: Task, *, resumed: bool) -> None:
+        """Its body starts: after the commit of its ``execute`` intent, or (a
+        safe re-run after a restart, which commits nothing) as it is acted."""
+        self.started.add(task.id)
+        name, call_id = task.input.get("name"), task.input.get("call_id")
+        replay = task.checkpoint.get("replay")
+        self.emit(logging.INFO, "tool_start", "tool %s started (task %s, call %s)%s", name, task.id, call_id,
+                  " again after a restart" if resumed else "",
+                  tool=name, call_id=call_id, replay=replay, resumed=resumed, **_ids(task))
+        if self.otel is not None:
+            self.otel.start(("tool", task.id), f"pidurable.tool {name}",
+                            {**_ids(task), "tool": name, "call_id": call_id, "replay": replay, "resumed": resumed},
+                            self.run_span(task.conversation_id))
 
     def compaction(self, task: Task, old: Task | None) -> None:
         reason = task.input.get("reason")

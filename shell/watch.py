@@ -42,9 +42,9 @@ when idle) and ``idle``. This module never writes and never touches the core.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Protocol, assert_never
+from typing import Any, Generic, Protocol, TypeAlias, TypeVar, assert_never
 
 import attrs
 import trio
@@ -64,7 +64,7 @@ from pidurable.core.effects import (
 )
 from pidurable.core.model import ConversationId, Entry, Task, TaskId
 from pidurable.core.ownership import conversation_is_idle
-from pidurable.core.state import AGENT_DOC, CONTEXT_DOC, INBOX_DOC, USAGE_DOC, DocScope, Live, State
+from pidurable.core.state import AGENT_DOC, CONTEXT_DOC, INBOX_DOC, LIVE_DOC, USAGE_DOC, DocScope, Live, State
 
 from .errors import HarnessClosed, InvalidInput
 from .storage.base import Storage
@@ -156,9 +156,11 @@ class _Mount:
         self.seq = seq
         self.changed = trio.Event()
         self.watchers = 0
-        #: The seq ``cache`` was built at; views by entry count.
+        #: The seq the views below were built at.
         self.built = -1
-        self.cache: dict[int, Any] = {}
+        #: Conversation views by entry count; the task graph's view.
+        self.views: dict[int, ConversationView] = {}
+        self.graph: TaskGraphView | None = None
         # conversation mounts: the newest entries read so far
         self.window = 0
         self.entries: list[Entry] = []
@@ -186,11 +188,10 @@ class Watches:
     def active(self) -> bool:
         return bool(self._conversations) or self._graph is not None
 
-    def committed(self, seq: int, writes: Iterable[Write]) -> None:
+    def committed(self, seq: int, writes: Sequence[Write]) -> None:
         """Commit ``seq`` is durable: wake the mounts it touched."""
         if not self._conversations and self._graph is None:
             return  # nothing watched: nothing to do
-        writes = tuple(writes)
         if self._conversations:
             for cid in touched_conversations(writes):
                 mount = self._conversations.get(cid)
@@ -231,23 +232,26 @@ class Watches:
             self._graph = None
 
 
-class _Views:
-    """One watcher: an async iterator over its mount's newest views (at most
-    one per ``interval`` seconds when that is above 0)."""
+V = TypeVar("V", ConversationView, TaskGraphView)
 
-    def __init__(self, watches: Watches, mount: _Mount, build: Any, interval: float = 0.0) -> None:
+
+class Views(Generic[V]):
+    """One watcher: ``async for view in views`` over its mount's newest views
+    (at most one per ``interval`` seconds when that is above 0)."""
+
+    def __init__(self, watches: Watches, mount: _Mount, build: Callable[[], V], interval: float = 0.0) -> None:
         self._watches = watches
         self._mount = mount
-        self._build = build
+        self._build: Callable[[], V] = build
         self._interval = interval
         self._last = -1
         self._next_at = -math.inf
         self.left = False
 
-    def __aiter__(self) -> _Views:
+    def __aiter__(self) -> Views[V]:
         return self
 
-    async def __anext__(self) -> Any:
+    async def __anext__(self) -> V:
         while True:
             changed = self._mount.changed
             if self._watches.closed or self.left:
@@ -265,26 +269,8 @@ class _Views:
             await changed.wait()
 
 
-class ConversationViews(_Views):
-    """``async for view in views``: :class:`ConversationView`\\ s."""
-
-    def __aiter__(self) -> ConversationViews:
-        return self
-
-    async def __anext__(self) -> ConversationView:
-        view: ConversationView = await super().__anext__()
-        return view
-
-
-class TaskGraphViews(_Views):
-    """``async for view in views``: :class:`TaskGraphView`\\ s."""
-
-    def __aiter__(self) -> TaskGraphViews:
-        return self
-
-    async def __anext__(self) -> TaskGraphView:
-        view: TaskGraphView = await super().__anext__()
-        return view
+ConversationViews: TypeAlias = Views[ConversationView]
+TaskGraphViews: TypeAlias = Views[TaskGraphView]
 
 
 # --- the host calls --------------------------------------------------------------
@@ -309,7 +295,7 @@ async def watch_conversation(
     mount = watches._mount_conversation(cid, source.state.next_seq - 1)
     if entries > mount.window:  # a wider window than the mount keeps: read it anew
         mount.window, mount.built, mount.entries, mount.read_upto = entries, -1, [], None
-    views = ConversationViews(watches, mount, lambda: _conversation_view(source, cid, mount, entries), interval)
+    views = Views(watches, mount, lambda: _conversation_view(source, cid, mount, entries), interval)
     try:
         yield views
     finally:
@@ -324,7 +310,7 @@ async def watch_task_graph(watches: Watches, source: ViewSource, interval_ms: in
     if watches.closed:
         raise HarnessClosed("Harness is closed; open a new one on the store")
     mount = watches._mount_graph(source.state.next_seq - 1)
-    views = TaskGraphViews(watches, mount, lambda: _graph_view(source, mount), interval)
+    views = Views(watches, mount, lambda: _graph_view(source, mount), interval)
     try:
         yield views
     finally:
@@ -338,13 +324,13 @@ async def watch_task_graph(watches: Watches, source: ViewSource, interval_ms: in
 def _conversation_view(source: ViewSource, cid: ConversationId, mount: _Mount, entries: int) -> ConversationView:
     if mount.built != mount.seq:
         _refresh_entries(source, cid, mount)
-        mount.built, mount.cache = mount.seq, {}
-    view = mount.cache.get(entries)
+        mount.built, mount.views = mount.seq, {}
+    view = mount.views.get(entries)
     if view is None:
         st = source.state
         conv = st.conversations.get(cid)
-        live = conv.live if conv is not None else source.storage.document(cid, "pi.live")
-        view = mount.cache[entries] = ConversationView(
+        live = conv.live if conv is not None else source.storage.document(cid, LIVE_DOC)
+        view = mount.views[entries] = ConversationView(
             seq=mount.seq,
             entries=tuple(mount.entries[-entries:]),
             documents=_documents(source, cid),
@@ -352,7 +338,6 @@ def _conversation_view(source: ViewSource, cid: ConversationId, mount: _Mount, e
             idle=conversation_is_idle(st, cid),
             conversation_id=cid,
         )
-    assert isinstance(view, ConversationView)
     return view
 
 
@@ -410,7 +395,7 @@ def _own_documents(source: ViewSource, cid: ConversationId) -> Mapping[str, Any]
 
 
 def _graph_view(source: ViewSource, mount: _Mount) -> TaskGraphView:
-    if mount.built != mount.seq or 0 not in mount.cache:
+    if mount.built != mount.seq or mount.graph is None:
         st = source.state
         owned: dict[TaskId, list[ConversationId]] = {}
         for c in st.conversations.values():
@@ -418,13 +403,9 @@ def _graph_view(source: ViewSource, mount: _Mount) -> TaskGraphView:
             if owner is not None and owner in st.tasks:
                 owned.setdefault(owner, []).append(c.id)
         mount.built = mount.seq
-        mount.cache = {
-            0: TaskGraphView(
-                seq=mount.seq,
-                tasks=dict(st.tasks),
-                owned={t: tuple(sorted(cs)) for t, cs in owned.items()},
-            )
-        }
-    view = mount.cache[0]
-    assert isinstance(view, TaskGraphView)
-    return view
+        mount.graph = TaskGraphView(
+            seq=mount.seq,
+            tasks=dict(st.tasks),
+            owned={t: tuple(sorted(cs)) for t, cs in owned.items()},
+        )
+    return mount.graph

@@ -210,3 +210,57 @@ async def test_open_spans_end_when_the_harness_closes(autojump_clock: trio.testi
     spans = exporter.get_finished_spans()
     assert sorted(s.name for s in spans) == ["pidurable.model_request", "pidurable.run"]
     assert all(s.attributes["pidurable.closed"] is True for s in spans)
+
+
+async def test_compaction_start_and_end_are_logged(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``conv.compact()`` logs compaction_start (with its reason) and
+    compaction_end (with its outcome) at INFO, naming the task."""
+    caplog.set_level(logging.INFO, logger="pidurable")
+    async with Harness.open(MemoryStorage(), models=ScriptedModels([reply(text="a")]), registry=Registry()) as h:
+        conv = await h.root(agent=AGENT)
+        await (await conv.submit(Input("hello"))).wait()
+        task_id = await conv.compact()
+        with trio.fail_after(60):
+            await h.wait_for_task(task_id)
+    (start,) = records(caplog, "compaction_start")
+    (end,) = records(caplog, "compaction_end")
+    assert (start.task_id, start.reason, start.levelno) == (task_id, "manual", logging.INFO)  # type: ignore[attr-defined]
+    assert (end.task_id, end.outcome) == (task_id, "completed")  # type: ignore[attr-defined]
+
+
+async def test_a_run_resumed_after_a_restart_gets_a_new_run_span(autojump_clock: trio.testing.MockClock) -> None:
+    """A run cut by a close continues in the next process life under a new
+    ``pidurable.run`` span marked ``resumed``, its model and tool spans its children."""
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    storage = MemoryStorage()
+    script = [reply(tool_calls=[tool_call("t")]), reply(text="done")]
+    registry = Registry()
+
+    async def slow(call, args):  # type: ignore[no-untyped-def]
+        await trio.sleep(10)
+        return "ok"
+
+    registry.install(define_tool("t", "a slow tool", {"type": "object"}, slow, replay="safe"))
+    async with Harness.open(storage, models=ScriptedModels(script), registry=registry, tracer=provider.get_tracer("t")) as h:
+        conv = await h.root(agent=AGENT)
+        sub = await conv.submit(Input("go"))
+        await trio.sleep(1)  # the tool runs; close
+    exporter.clear()
+    async with Harness.open(storage, models=ScriptedModels(script), registry=registry, tracer=provider.get_tracer("t")) as h:
+        with trio.fail_after(60):
+            assert (await (await h.submission(sub.id)).wait()).status == "done"  # type: ignore[union-attr]
+            await (await h.root()).wait_idle()
+    spans = exporter.get_finished_spans()
+    (run,) = [s for s in spans if s.name == "pidurable.run"]
+    assert run.attributes["pidurable.resumed"] is True and run.attributes["pidurable.outcome"] == "done"
+    children = sorted(s.name for s in spans if s.parent is not None and s.parent.span_id == run.context.span_id)
+    assert children == ["pidurable.model_request", "pidurable.tool t"]
