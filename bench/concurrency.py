@@ -47,11 +47,14 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workload import (  # noqa: E402
     AGENT,
+    code_version,
     machine,
+    mixed_versions,
     make_models,
     make_registry,
     peak_rss_mb,
     percentile,
+    source_fingerprint,
     steps_of,
     wrap_commits,
 )
@@ -122,8 +125,10 @@ async def run(n: int, mode: str, rounds: int, db: Path) -> dict[str, Any]:
 
 
 def child(args: argparse.Namespace) -> None:
+    source = source_fingerprint()  # what was just imported (the tree may change under a long run)
     with tempfile.TemporaryDirectory(prefix="bench-concurrency-") as d:
         out = trio.run(run, args.child_n, args.child_mode, args.tool_rounds, Path(d) / "bench.sqlite")
+    out["source"] = source
     print(RESULT + json.dumps(out), flush=True)
 
 
@@ -174,6 +179,10 @@ def main() -> None:
         f"SQLite WAL NORMAL, medians of {args.repeat}"
     )
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; {machine()}; {time.perf_counter() - t_all:.0f} s")
+    print(f"pidurable: {code_version()}")
+    warning = mixed_versions({r["source"] for runs in rows.values() for r in runs})
+    if warning:
+        print(warning)
     print()
     print(
         "| conversations | mode | steps | ms/step | burst / trickle | commits/s | commits per txn | "

@@ -50,10 +50,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workload import (  # noqa: E402
     AGENT,
     answering_models,
+    code_version,
     dir_bytes,
     machine,
     make_models,
     make_registry,
+    mixed_versions,
     peak_rss_mb,
     source_fingerprint,
 )
@@ -108,7 +110,12 @@ def cached_store(cache: Path, name: str, build: Any, rebuild: bool) -> tuple[Pat
     print(f"# building {name} in {d} ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     conversation = trio.run(build, d / STORE)
-    meta = {"conversation": conversation, "build_s": round(time.perf_counter() - t0, 1), "bytes": dir_bytes(d)}
+    meta = {
+        "conversation": conversation,
+        "build_s": round(time.perf_counter() - t0, 1),
+        "bytes": dir_bytes(d),
+        "source": source_fingerprint(),
+    }
     meta_file.write_text(json.dumps(meta))
     print(f"# built {name} in {meta['build_s']} s, {meta['bytes'] / 1e6:.1f} MB", file=sys.stderr, flush=True)
     return d, meta
@@ -132,8 +139,10 @@ async def measure(path: Path, conversation: int) -> dict[str, Any]:
 
 
 def child(args: argparse.Namespace) -> None:
+    source = source_fingerprint()  # what was just imported (the tree may change under a long run)
     out = trio.run(measure, Path(args.child), args.conversation)
     out["peak_rss_mb"] = peak_rss_mb()
+    out["source"] = source
     print(RESULT + json.dumps(out), flush=True)
 
 
@@ -195,6 +204,11 @@ def main() -> None:
 
     print(f"## Recovery: open + one more answer, SQLite WAL NORMAL, medians of {args.repeat}")
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; {machine()}; stores in {cache}; {time.perf_counter() - t_all:.0f} s")
+    print(f"pidurable: {code_version()}")
+    built = {str(meta.get("source", "?")) for _, _, meta in stores}
+    warning = mixed_versions(built | {r["source"] for runs in rows.values() for r in runs})
+    if warning:
+        print(warning + " (stores and measuring children)")
     print()
     print("| store | size MB | built in s | open ms | answer one more input ms | open + answer ms | close ms | peak RSS MB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -78,8 +78,9 @@ def child_pidurable(args: argparse.Namespace) -> dict[str, Any]:
     import trio
 
     sys.path.insert(0, str(HERE))
-    from workload import dir_bytes, peak_rss_mb, run_once, tenth_ratio
+    from workload import dir_bytes, peak_rss_mb, run_once, source_fingerprint, tenth_ratio
 
+    source = source_fingerprint()  # what was just imported (the tree may change under a long run)
     d = Path(args.dir)
     times: dict[str, float] = {}
     gc.collect()
@@ -93,6 +94,7 @@ def child_pidurable(args: argparse.Namespace) -> dict[str, Any]:
         "bytes": dir_bytes(d),
         "commits": commits,
         "peak_rss_mb": peak_rss_mb(),
+        "source": source,
     }
 
 
@@ -288,7 +290,7 @@ def report(
     seconds: float,
 ) -> None:
     sys.path.insert(0, str(HERE))
-    from workload import machine
+    from workload import code_version, machine, mixed_versions
 
     def med(system: str, rounds: int, key: str) -> float | None:
         runs = results.get((system, rounds))
@@ -318,6 +320,10 @@ def report(
     store = f"{args.storage}" + (f" WAL synchronous={args.synchronous}" if args.storage == "sqlite" else "")
     print(f"## Steps: pidurable ({store}) and peers, medians of {args.repeat}")
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; {machine()}; {os.getloadavg()[0]:.1f} load; {peer_note}; {seconds:.0f} s")
+    print(f"pidurable: {code_version()}")
+    warning = mixed_versions({r["source"] for (s, _), runs in results.items() if s == "pidurable" for r in runs})
+    if warning:
+        print(warning)
     print()
     head = " | ".join(f"ms/step R={r}" for r in args.rounds)
     print(f"| system | {head} | x pidurable | bytes/step R={detail} | peak RSS MB R={detail} | last/first 10% R={detail} |")

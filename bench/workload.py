@@ -20,12 +20,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pidurable.shell
 from pidurable.shell import AgentConfig, Harness, Input, ModelRef, Registry, define_tool, open_sqlite_storage
 from pidurable.shell.providers import ScriptedModels, reply, tool_call
 
 MODEL = ModelRef("scripted", "bench")
 AGENT = AgentConfig(model=MODEL)
-ROOT = Path(__file__).resolve().parents[1]
+#: The checkout whose code this python imports (shell/__init__.py -> shell -> root),
+#: which need not be the one holding these scripts (docs/performance.md: before/after).
+ROOT = Path(pidurable.shell.__file__).resolve().parents[1]
 
 
 def steps_of(rounds: int) -> int:
@@ -77,9 +80,7 @@ def open_storage(kind: str, db: Path, synchronous: str = "NORMAL") -> Any:
     if kind == "sqlite":
         return open_sqlite_storage(db, synchronous=synchronous)
     if kind == "jsonl":
-        import pidurable.shell as shell
-
-        opener = getattr(shell, "open_jsonl_storage", None)
+        opener = getattr(pidurable.shell, "open_jsonl_storage", None)
         if opener is None:
             raise SystemExit("this pidurable has no open_jsonl_storage (issue 11 item 5): use --storage sqlite")
         return opener(db.parent / (db.stem + "-jsonl"), fsync=synchronous == "FULL")
@@ -149,6 +150,35 @@ def source_fingerprint() -> str:
             h.update(str(path.relative_to(ROOT)).encode())
             h.update(path.read_bytes())
     return h.hexdigest()[:12]
+
+
+def code_version() -> str:
+    """Which code a run measures: git HEAD, whether core/ or shell/ differ from
+    it (the working tree is what the editable install imports), and the source hash."""
+    import subprocess
+
+    def git(*argv: str) -> str:
+        try:
+            done = subprocess.run(["git", "-C", str(ROOT), *argv], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD")
+    if not head:
+        return f"{ROOT} (not a git checkout), source {source_fingerprint()}"
+    dirty = " + uncommitted changes in core/ or shell/" if git("status", "--porcelain", "--", "core", "shell") else ""
+    return f"{ROOT} at {head}{dirty}, source {source_fingerprint()}"
+
+
+def mixed_versions(fingerprints: set[str]) -> str:
+    """A warning line when the children of one run imported different code."""
+    if len(fingerprints) <= 1:
+        return ""
+    return (
+        f"WARNING: core/ or shell/ changed while this ran ({len(fingerprints)} source versions: "
+        f"{', '.join(sorted(fingerprints))}); the rows mix code versions, run again on a quiet tree"
+    )
 
 
 def wrap_commits(storage: Any, on_commit: Callable[[float, Sequence[Any]], None]) -> None:
