@@ -56,6 +56,15 @@ Checked on the journal (every commit, so also after a crash):
   owns is terminal (settlement is bottom-up).
 - ``StoreMatchesJournal``: the records in the store are exactly the last
   version of each record the journal wrote.
+- ``DocumentMatchesRevisions``: every host-defined document the store holds
+  is its journaled revisions replayed (base, then the deltas' ops): its
+  current value, and for a ``rewindable`` one its value as of every commit
+  that wrote it (``document_at``).
+- ``ToolDocumentWithResult``: a document revision written in the commit of
+  a tool's result (``ToolFinished``) is in the same commit as that task's
+  result entry and is one the tool staged; a result that is not an error
+  comes with every change the tool staged. Host updates, phase commits and
+  forks are the only other writers.
 
 Checked on the effects each process life ran:
 
@@ -73,7 +82,7 @@ Checked on the transcript:
 - ``StoredTextIsValidUtf8``: every stored entry encodes as strict JSON in
   valid UTF-8 (nothing from outside poisoned the store).
 - ``BoundedToolOutput``: a truncated tool result holds at most its kept bytes
-  plus the notice, and a live slot's running output at most 4 KiB.
+  plus its diagnostics, and a live slot's running output at most 4 KiB.
 """
 
 from __future__ import annotations
@@ -84,14 +93,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pidurable.core import State, step
+from pidurable.core.chord import apply as apply_ops
 from pidurable.core.context import context_messages
 from pidurable.core.effects import CallModel, Commit, PollModel, PrepareTool, RunTool
 from pidurable.core.model import Entry, EntryKind, TaskStatus
-from pidurable.core.state import INBOX_DOC, LIVE_DOC
+from pidurable.core.state import INBOX_DOC, LIVE_DOC, DocScope
 from pidurable.shell.storage import codec
 from pidurable.shell.storage.base import writes_json
 
-INTERRUPTED_SUFFIX = "was interrupted and may have partially run"
+INTERRUPTED_SUFFIX = "was interrupted and may have partially run\n</harness>"
 
 
 def submissions_settle_once(storage: Any) -> None:
@@ -466,6 +476,77 @@ def store_matches_journal(storage: Any) -> None:
         assert stored[key] == text, f"StoreMatchesJournal: {key[0]} {key[1]} differs from its last journal write"
 
 
+def document_matches_revisions(storage: Any) -> None:
+    """Replay every document's journaled revisions and compare with what the
+    store rebuilds from the revisions it kept (reclamation included)."""
+    docs: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    for seq, _, writes in journal_history(storage):
+        for w in writes:
+            if w["type"] == "document":
+                docs.setdefault(w["document_id"], []).append((seq, w["revision"]))
+    newest: dict[tuple[str, int, str], int] = {}
+    for did, revisions in docs.items():
+        r = revisions[-1][1]
+        newest[(r["scope"], r["owner"], r["kind"])] = max(did, newest.get((r["scope"], r["owner"], r["kind"]), 0))
+    for did, revisions in docs.items():
+        value: Any = None
+        at: dict[int, Any] = {}
+        for seq, r in revisions:
+            story = f"DocumentMatchesRevisions: document {did} ({r['kind']}) revision of commit {seq}"
+            if r["action"] == "base":
+                value = r["value"]
+            elif r["action"] == "delta":
+                assert seq != revisions[0][0], story + " is a delta with no base before it"
+                value = apply_ops(value, r["ops"])
+            at[seq] = value
+        last = revisions[-1][1]
+        address = (last["scope"], last["owner"], last["kind"])
+        if newest[address] != did:
+            continue  # an older incarnation at the address (a retired task document)
+        stored = storage.document_state(DocScope(last["scope"]), last["owner"], last["kind"])
+        if last["action"] == "retire":
+            assert stored is None, f"DocumentMatchesRevisions: retired document {did} still reads {stored}"
+            continue
+        assert stored is not None and stored.id == did, (
+            f"DocumentMatchesRevisions: document {did} ({last['kind']} of {last['scope']} {last['owner']}) "
+            f"reads back as {stored}"
+        )
+        assert stored.value == value, (
+            f"DocumentMatchesRevisions: document {did} ({last['kind']}) holds {stored.value!r}, "
+            f"its revisions replay to {value!r}"
+        )
+        if last["history"] == "rewindable" and last["scope"] == "conversation":
+            for seq, expected in at.items():
+                past = storage.document_at(last["owner"], last["kind"], seq)
+                assert past is not None and past.value == expected, (
+                    f"DocumentMatchesRevisions: document {did} ({last['kind']}) as of commit {seq} reads "
+                    f"{None if past is None else past.value!r}, its revisions replay to {expected!r}"
+                )
+
+
+#: Events whose commits may write document revisions besides a tool's result.
+_DOCUMENT_WRITERS = ("document_update_requested", "task_commit_requested", "fork_requested")
+
+
+def tool_document_with_result(storage: Any) -> None:
+    for seq, events, writes in journal_history(storage):
+        revisions = [w for w in writes if w["type"] == "document" and w["revision"]["action"] != "retire"]
+        cause = events[-1] if events else {"type": "?"}  # earlier events of a commit wrote nothing
+        if cause["type"] != "tool_finished":
+            assert not revisions or cause["type"] in _DOCUMENT_WRITERS, (
+                f"ToolDocumentWithResult: commit {seq} writes document revisions for a {cause['type']} event"
+            )
+            continue
+        results = [e for e in _records(writes, "entry") if e["kind"] == "tool_result" and e["by_task_id"] == cause["task_id"]]
+        staged = {(c["scope"], c["owner"], c["kind"]) for c in cause.get("documents") or () if c["ops"]}
+        written = {(w["revision"]["scope"], w["revision"]["owner"], w["revision"]["kind"]) for w in revisions}
+        story = f"ToolDocumentWithResult: commit {seq} (the result of tool task {cause['task_id']})"
+        assert not written or results, story + " writes documents without the tool's result entry"
+        assert written <= staged, story + f" writes documents the tool did not stage: {sorted(written - staged)}"
+        if results and not results[0]["is_error"]:
+            assert written == staged, story + f" drops staged changes {sorted(staged - written)}"
+
+
 # --- checked on the effects of each life ----------------------------------------------
 
 
@@ -590,6 +671,8 @@ def journal_invariants(storage: Any) -> None:
     recovery_keeps_checkpoints(storage)
     owner_ends_after_owned(storage)
     store_matches_journal(storage)
+    document_matches_revisions(storage)
+    tool_document_with_result(storage)
 
 
 def life_invariants(storage: Any, lives: Sequence[tuple[int, Sequence[Any]]]) -> None:

@@ -211,3 +211,51 @@ def test_store_level_checkers_pass_on_a_real_store_and_fail_on_a_tampered_one() 
     with pytest.raises(AssertionError, match="StoredTextIsValidUtf8"):
         invariants.stored_text_is_valid_utf8(Tampered(storage, entries=lambda cid, *a, **k: poisoned))
 
+
+
+def rev(action: str, *, value: Any = None, ops: Any = (), owner: int = 1, history: str = "rewindable") -> dict[str, Any]:
+    return {"type": "document", "document_id": 7, "revision": {
+        "scope": "conversation", "owner": owner, "kind": "todo", "version": 1, "history": history, "fork": "as_of",
+        "action": action, "value": value, "ops": list(ops)}}
+
+
+class Documents(Journal):
+    """A journal plus the document reads of a store holding ``values``
+    (seq -> the value ``document_at`` reads; the newest is current)."""
+
+    def __init__(self, values: dict[int, Any], *commits: tuple[list[dict[str, Any]], list[dict[str, Any]]]) -> None:
+        super().__init__(*commits)
+        self.values = values
+
+    def document_state(self, scope: Any, owner: int, kind: str) -> Any:
+        import types
+
+        return types.SimpleNamespace(id=7, value=self.values[max(self.values)])
+
+    def document_at(self, cid: int, kind: str, seq: int) -> Any:
+        import types
+
+        return types.SimpleNamespace(id=7, value=self.values[max(s for s in self.values if s <= seq)])
+
+
+def test_document_matches_revisions_fails_when_the_store_disagrees_with_the_replay() -> None:
+    commits = ((EV, [rev("base", value={"items": []})]), (EV, [rev("delta", ops=[["p", ["items"], 0, 0, ["a"]]])]))
+    invariants.document_matches_revisions(Documents({1: {"items": []}, 2: {"items": ["a"]}}, *commits))
+    with pytest.raises(AssertionError, match="DocumentMatchesRevisions.*holds"):
+        invariants.document_matches_revisions(Documents({1: {"items": []}, 2: {"items": ["b"]}}, *commits))
+    with pytest.raises(AssertionError, match="DocumentMatchesRevisions.*as of commit 1"):
+        invariants.document_matches_revisions(Documents({1: {"items": ["x"]}, 2: {"items": ["a"]}}, *commits))
+
+
+def test_tool_document_with_result_fails_on_an_update_without_its_result() -> None:
+    change = {"scope": "conversation", "owner": 1, "kind": "todo", "version": 1, "history": "rewindable",
+              "fork": "as_of", "ops": [["r", {"items": []}]]}
+    finished = [{"type": "tool_finished", "now": 0, "task_id": 6, "documents": [change], "text": "ok"}]
+    result = dict(entry(9, "tool_result"), by_task_id=6)
+    invariants.tool_document_with_result(Journal((finished, [w("entry", result), rev("base", value={"items": []})])))
+    with pytest.raises(AssertionError, match="without the tool's result entry"):
+        invariants.tool_document_with_result(Journal((finished, [rev("base", value={"items": []})])))
+    with pytest.raises(AssertionError, match="drops staged changes"):
+        invariants.tool_document_with_result(Journal((finished, [w("entry", result)])))
+    with pytest.raises(AssertionError, match="for a resumed event"):
+        invariants.tool_document_with_result(Journal((EV, [rev("base", value={"items": []})])))

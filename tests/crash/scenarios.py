@@ -183,7 +183,7 @@ def _check_abort(storage: Any) -> None:
     assert subs["abort-2"].status == "done"  # the write survived the abort
     assert subs["abort-3"].status == "done"
     texts = [e.text for e in storage.entries(1)]
-    assert "Tool deploy was aborted" in texts and "operator note" in texts
+    assert "<harness>\n[error] Tool deploy was aborted\n</harness>" in texts and "operator note" in texts
 
 
 ABORT_TOOL = Scenario(
@@ -485,7 +485,7 @@ POISON = Scenario(
 
 def _check_filter(storage: Any) -> None:
     results = {e.tool_name: e for e in storage.entries(1) if e.kind == "tool_result"}
-    assert results["write"].text == "Tool write is not available" and results["write"].is_error
+    assert results["write"].text == "<harness>\n[error] Tool write is not available\n</harness>" and results["write"].is_error
     assert results["read"].text == "read ok [('path', 'a')]"
 
 
@@ -529,10 +529,13 @@ def _noisy_bash(world: World) -> list[Any]:
 def _check_truncated(storage: Any) -> None:
     (result,) = [e for e in storage.entries(1) if e.kind == "tool_result"]
     assert len(result.text.encode()) < 5000
-    if not result.text.endswith("was interrupted and may have partially run"):
-        assert result.text.startswith("[Output truncated to 100 of 4001 lines")
-        assert result.text.endswith("error: link failed\n") and "the full output was not kept" in result.text
-        assert result.data["truncated"]["total_lines"] == 4001 and "full_output" not in result.data["truncated"]
+    if not result.text.endswith("was interrupted and may have partially run\n</harness>"):
+        cut = result.data["truncated"]
+        assert cut["total_lines"] == 4001 and cut["kept_lines"] == 100 and "full_output" not in cut  # no env: no spill
+        dropped = cut["total_bytes"] - cut["kept_bytes"]
+        assert result.text.endswith(
+            f"error: link failed\n\n<harness>\n[warn] Output truncated to its end: 3901 lines, {dropped} bytes dropped\n</harness>"
+        )
     for row in storage.journal():
         assert len(row.events) + len(row.writes) < 20_000  # the 120 KB never reached the store
     live = storage.document(1, "pi.live")
@@ -944,7 +947,7 @@ def _check_on_abort(storage: Any) -> None:
     text = results[0].text
     assert text in (
         "deploy was stopped; check the deploy log before retrying.",
-        "Tool deploy was interrupted and may have partially run",
+        "<harness>\n[error] Tool deploy was interrupted and may have partially run\n</harness>",
     ), text
 
 
@@ -966,3 +969,110 @@ ON_ABORT = Scenario(
 )
 
 ALL = ALL + (HANDOFF_CONTROL, ON_YIELD, ON_ABORT)
+
+
+# --- issue 10 item 1: documents changed by tools and by the host during a run --------
+
+from pidurable.core.state import DocScope  # noqa: E402
+from pidurable.shell import define_doc  # noqa: E402
+
+NOTES = define_doc(
+    "notes",
+    {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"}}}, "required": ["items"]},
+    {"items": []},
+)
+
+
+def _add_note(text: str) -> Any:
+    return lambda notes: {"items": [*notes["items"], text]}
+
+
+def _add_note_once(text: str) -> Any:
+    """A host's retried update: a no-op once its item is there."""
+    return lambda notes: notes if text in notes["items"] else {"items": [*notes["items"], text]}
+
+
+def _noting_tool(world: World, name: str, *, replay: str, wait_for: str | None = None) -> Any:
+    """A tool whose body stages one note (``call.update_document``), committed
+    with its result; it counts its runs like ``counting_tool``. With
+    ``wait_for`` it stages only once that world flag is set."""
+
+    async def execute(ctx: Any, args: dict[str, Any]) -> str:
+        world.runs[(name, ctx.task_id)] += 1
+        world.flags[f"{name}_started"] = True
+        await trio.sleep(0)  # a checkpoint: a crash elsewhere may land mid-body
+        if wait_for is not None:
+            await until(lambda: world.flags.get(wait_for))
+        await ctx.update_document(NOTES, _add_note(args["text"]))
+        await trio.sleep(0)
+        return f"noted {args['text']}"
+
+    return define_tool(
+        name, f"note {name}", {"type": "object", "properties": {"text": {"type": "string"}}}, execute, replay=replay
+    )
+
+
+def _notes(storage: Any) -> list[str]:
+    doc = storage.document_state(DocScope.CONVERSATION, 1, "notes")
+    return [] if doc is None else list(doc.value["items"])
+
+
+def _interrupted(storage: Any, tool: str) -> bool:
+    return any(
+        e.kind == "tool_result"
+        and e.tool_name == tool
+        and ((e.data or {}).get("code") == "interrupted" or "was interrupted and may have partially run" in e.text)
+        for e in storage.entries(1)
+    )
+
+
+def _check_tool_notes(storage: Any) -> None:
+    """The safe tool's note is applied exactly once (a re-run stages it
+    again, never twice); the unsafe one's exactly once, or never when its
+    call ended interrupted."""
+    notes = _notes(storage)
+    assert notes.count("safe note") == 1, notes
+    assert notes.count("unsafe note") == (0 if _interrupted(storage, "record") else 1), notes
+    assert len(notes) == len(set(notes)), notes
+
+
+DOC_TOOL = Scenario(
+    name="document_tool",
+    script=(
+        reply(tool_calls=[tool_call("remember", text="safe note"), tool_call("record", text="unsafe note")]),
+        reply(text="Both noted."),
+    ),
+    tools=lambda w: [NOTES, _noting_tool(w, "remember", replay="safe"), _noting_tool(w, "record", replay="unsafe")],
+    inputs=("note both",),
+    unsafe=("record",),
+    final_check=_check_tool_notes,
+)
+
+
+async def _doc_race_host(h: Any, conv: Any, world: World) -> list[Any]:
+    """Start a run whose tool notes something, and update the same document
+    from the host twice while it runs: once right after the submit (racing
+    the model request), once when the tool body has started (racing its
+    result). The host retries after a crash; its updates are idempotent."""
+    sub = await conv.submit(Input("plan the day", request_id="docrace-0"))
+    await conv.update_document(NOTES, _add_note_once("host before"))
+    await until(lambda: world.flags.get("remember_started") or _settled(sub))
+    await conv.update_document(NOTES, _add_note_once("host during"))
+    world.flags["host_updated"] = True  # the tool body stages its note only now
+    return [sub]
+
+
+def _check_race_notes(storage: Any) -> None:
+    notes = _notes(storage)
+    assert sorted(notes) == ["host before", "host during", "tool note"], notes
+
+
+DOC_HOST_RACE = Scenario(
+    name="document_host_race",
+    script=(reply(tool_calls=[tool_call("remember", text="tool note")]), reply(text="Planned.")),
+    tools=lambda w: [NOTES, _noting_tool(w, "remember", replay="safe", wait_for="host_updated")],
+    host=_doc_race_host,
+    final_check=_check_race_notes,
+)
+
+ALL = ALL + (DOC_TOOL, DOC_HOST_RACE)
