@@ -13,12 +13,13 @@ so whatever they cost shows up here.
 ``N@MS`` is N watchers that each take at most one view per MS milliseconds
 (``conv.watch(interval_ms=MS)``), the setting for many UI watchers.
 
-Prints, per durable step (median of repeats): the wall time (``ms/step``:
-the reducer, the tools, the model and the watchers, all on one thread) and the
-time spent inside the reducer itself (``reducer``: stepping, committing,
-acting, and telling the watches which conversations a commit touched, timed
-around ``Loop.handle_batch``); and how many views the watchers received in
-all (a watcher skips to the newest view, so this is below watchers x commits
+Prints, per durable step (median of repeats, run interleaved): the wall
+time and the process CPU time (the reducer, the tools, the model and the
+watchers, all on one thread; CPU time is what to compare on a loaded
+machine), the CPU time spent inside the reducer itself (``reducer cpu``:
+stepping, committing, acting, and telling the watches which conversations a
+commit touched - ``Loop.handle_batch``); and how many views the watchers
+received in all (a watcher skips to the newest view, so this is below watchers x commits
 when the reducer outpaces them). Measured, printed and compared - never
 asserted.
 """
@@ -41,7 +42,9 @@ from workload import AGENT, make_models, make_registry, steps_of  # noqa: E402
 from pidurable.shell import Harness, Input, open_sqlite_storage
 
 
-async def run_once(rounds: int, watchers: int, db: Path, interval_ms: int = 0) -> tuple[float, float, int, int]:
+async def run_once(
+    rounds: int, watchers: int, db: Path, interval_ms: int = 0
+) -> tuple[float, float, float, int, int]:
     registry = make_registry()
     storage = open_sqlite_storage(db)
     received = [0]
@@ -60,26 +63,26 @@ async def run_once(rounds: int, watchers: int, db: Path, interval_ms: int = 0) -
         reducer = [0.0]
 
         def timed(events):  # type: ignore[no-untyped-def]
-            t = time.perf_counter()
+            t = time.thread_time()
             try:
                 inner(events)
             finally:
-                reducer[0] += time.perf_counter() - t
+                reducer[0] += time.thread_time() - t
 
         loop.handle_batch = timed  # type: ignore[method-assign]
         async with trio.open_nursery() as nursery:
             for _ in range(watchers):
                 await nursery.start(watch, conv)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             reducer[0] = 0.0
             sub = await conv.submit(Input("go"))
             rec = await sub.wait()
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
             in_reducer = reducer[0]
             assert rec.status == "done", rec
             commits = h.runtime.state.next_seq - 1
             nursery.cancel_scope.cancel()
-    return t1 - t0, in_reducer, commits, received[0]
+    return t1 - t0, c1 - c0, in_reducer, commits, received[0]
 
 
 def main() -> None:
@@ -91,30 +94,32 @@ def main() -> None:
     steps = steps_of(args.rounds)
     print(f"pidurable reducer with watchers: {args.rounds} rounds = {steps} durable steps, SQLite WAL NORMAL")
     print(
-        f"{'watchers':>9} {'commits':>8} {'total s':>8} {'ms/step':>8} {'vs 0':>6} "
-        f"{'reducer':>8} {'vs 0':>6} {'views':>8} {'views/watcher':>14}"
+        f"{'watchers':>9} {'commits':>8} {'wall ms/step':>12} {'cpu ms/step':>11} {'vs 0':>6} "
+        f"{'reducer cpu':>11} {'vs 0':>6} {'views':>8} {'views/watcher':>14}"
     )
-    base = base_reducer = None
-    for spec in args.watchers:
-        n, _, every = spec.partition("@")
-        n, interval = int(n), int(every or 0)
-        totals, reducers, views, commits = [], [], [], 0
-        for _ in range(args.repeat):
+    specs = [(spec, *_parse(spec)) for spec in args.watchers]
+    runs: dict[str, list[tuple[float, float, float, int, int]]] = {spec: [] for spec, _, _ in specs}
+    for _ in range(args.repeat):  # interleaved, so a change of machine load hits every row alike
+        for spec, n, interval in specs:
             with tempfile.TemporaryDirectory() as d:
                 gc.collect()
-                total, in_reducer, commits, got = trio.run(run_once, args.rounds, n, Path(d) / "bench.sqlite", interval)
-                totals.append(total)
-                reducers.append(in_reducer)
-                views.append(got)
-        ms = statistics.median(totals) / steps * 1000
-        rms = statistics.median(reducers) / steps * 1000
-        base = ms if base is None else base
-        base_reducer = rms if base_reducer is None else base_reducer
-        per = statistics.median(views) / n if n else 0
+                runs[spec].append(trio.run(run_once, args.rounds, n, Path(d) / "bench.sqlite", interval))
+    base_cpu = base_reducer = None
+    for spec, n, _ in specs:
+        wall, cpu, reducer, commits, views = (statistics.median(col) for col in zip(*runs[spec]))
+        wall_ms, cpu_ms, red_ms = (x / steps * 1000 for x in (wall, cpu, reducer))
+        base_cpu = cpu_ms if base_cpu is None else base_cpu
+        base_reducer = red_ms if base_reducer is None else base_reducer
+        per = views / n if n else 0
         print(
-            f"{spec:>9} {commits:>8} {statistics.median(totals):>8.3f} {ms:>8.3f} {ms / base:>6.2f} "
-            f"{rms:>8.3f} {rms / base_reducer:>6.2f} {statistics.median(views):>8.0f} {per:>14.1f}"
+            f"{spec:>9} {commits:>8.0f} {wall_ms:>12.3f} {cpu_ms:>11.3f} {cpu_ms / base_cpu:>6.2f} "
+            f"{red_ms:>11.3f} {red_ms / base_reducer:>6.2f} {views:>8.0f} {per:>14.1f}"
         )
+
+
+def _parse(spec: str) -> tuple[int, int]:
+    n, _, every = spec.partition("@")
+    return int(n), int(every or 0)
 
 
 if __name__ == "__main__":

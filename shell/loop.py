@@ -151,6 +151,7 @@ class Loop:
 
     def start(self, nursery: trio.Nursery, interpreters: Interpreters) -> None:
         self.nursery, self.interpreters = nursery, interpreters
+        self.watches.spawn = nursery.start_soon  # watch relays (watch.py)
 
     @property
     def closed(self) -> bool:

@@ -22,7 +22,8 @@ watch_task_graph()`` frozen :class:`TaskGraphView`\\ s. The contract:
   in between. Memory is one view per mount, whatever the watchers' pace.
 - **Cheap for the reducer.** The loop's part is ``committed(seq, writes)``: a
   dict lookup per written record when something is watched, nothing at all
-  otherwise, plus one ``trio.Event.set`` per touched mount. Views are built
+  otherwise, plus one ``trio.Event.set`` per touched mount, with one waiter: the
+  mount's relay task, which wakes the watchers. Views are built
   lazily, in the watchers' own tasks, once per ``seq`` per mount (100 watchers
   of one conversation share one build); entries are read incrementally (only
   those after the newest one the mount already has).
@@ -42,7 +43,7 @@ when idle) and ``idle``. This module never writes and never touches the core.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar, assert_never
 
@@ -154,7 +155,12 @@ class _Mount:
 
     def __init__(self, seq: int) -> None:
         self.seq = seq
+        #: Set (and replaced) to wake this mount's watchers.
         self.changed = trio.Event()
+        #: The reducer's signal to this mount's relay task (one waiter), when
+        #: it has one; the relay wakes the watchers (see ``relay``).
+        self.signal: trio.Event | None = None
+        self.dropped = False
         self.watchers = 0
         #: The seq the views below were built at.
         self.built = -1
@@ -170,8 +176,24 @@ class _Mount:
     def touch(self, seq: int) -> None:
         if seq > self.seq:
             self.seq = seq
-            self.changed.set()
-            self.changed = trio.Event()
+            if self.signal is not None:
+                self.signal.set()  # O(1) for the reducer, however many watchers
+            else:
+                self.wake()
+
+    def wake(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    async def relay(self) -> None:
+        """Wake the watchers on the reducer's behalf: unparking N waiting
+        tasks costs O(N), which this task pays instead of the reducer
+        (commits that land before it runs are woken for once)."""
+        assert self.signal is not None
+        while not self.dropped:
+            await self.signal.wait()
+            self.signal = trio.Event()
+            self.wake()
 
 
 class Watches:
@@ -183,6 +205,21 @@ class Watches:
         self._closing = trio.Event()
         self._conversations: dict[ConversationId, _Mount] = {}
         self._graph: _Mount | None = None
+        #: Starts a task in the harness nursery (the loop sets it when it
+        #: starts): each mount's relay runs there.
+        self.spawn: Callable[[Callable[[], Awaitable[None]]], None] | None = None
+
+    def _new_mount(self, seq: int) -> _Mount:
+        mount = _Mount(seq)
+        if self.spawn is not None:
+            mount.signal = trio.Event()
+            self.spawn(mount.relay)
+        return mount
+
+    def _drop(self, mount: _Mount) -> None:
+        mount.dropped = True
+        if mount.signal is not None:
+            mount.signal.set()  # the relay ends
 
     @property
     def active(self) -> bool:
@@ -205,13 +242,13 @@ class Watches:
         self.closed = True
         self._closing.set()
         for mount in (*self._conversations.values(), *((self._graph,) if self._graph else ())):
-            mount.changed.set()
+            mount.wake()
 
     # --- mounts -------------------------------------------------------------------
     def _mount_conversation(self, cid: ConversationId, seq: int) -> _Mount:
         mount = self._conversations.get(cid)
         if mount is None:
-            mount = self._conversations[cid] = _Mount(seq)
+            mount = self._conversations[cid] = self._new_mount(seq)
         mount.watchers += 1
         return mount
 
@@ -219,10 +256,11 @@ class Watches:
         mount.watchers -= 1
         if not mount.watchers and self._conversations.get(cid) is mount:
             del self._conversations[cid]
+            self._drop(mount)
 
     def _mount_graph(self, seq: int) -> _Mount:
         if self._graph is None:
-            self._graph = _Mount(seq)
+            self._graph = self._new_mount(seq)
         self._graph.watchers += 1
         return self._graph
 
@@ -230,6 +268,7 @@ class Watches:
         mount.watchers -= 1
         if not mount.watchers and self._graph is mount:
             self._graph = None
+            self._drop(mount)
 
 
 V = TypeVar("V", ConversationView, TaskGraphView)
