@@ -335,13 +335,17 @@ class ModelFailed:
 
 @attrs.frozen(kw_only=True)
 class ModelStreamed:
-    """A throttled partial of the answer being streamed (the text so far)."""
+    """A throttled partial of the answer being streamed: the partial so far
+    is the previous one's first ``offset`` characters followed by ``text``
+    (``offset`` 0: ``text`` is the whole partial), so each event carries only
+    what was appended."""
 
     TAG: ClassVar[str] = "model_streamed"
     now: int
     task_id: TaskId
     attempt: int
     text: str
+    offset: int = 0
 
 
 @attrs.frozen(kw_only=True)

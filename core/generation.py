@@ -254,8 +254,13 @@ def _poll(turn: Turn, _: TimerFired) -> None:
 
 
 def _streamed(turn: Turn, ev: ModelStreamed) -> None:
+    """The partial grows by ``ev.text`` at ``ev.offset`` (an offset past the
+    partial the core holds is not this stream's: ignored)."""
     live = turn.tx.conv(turn.task.conversation_id).live
-    turn.tx.set_live(turn.task.conversation_id, live_to(live, LiveMove.STREAM, partial=ev.text))
+    current = live.partial or ""
+    if 0 <= ev.offset <= len(current):
+        partial = current[: ev.offset] + ev.text
+        turn.tx.set_live(turn.task.conversation_id, live_to(live, LiveMove.STREAM, partial=partial))
 
 
 def _deferred(turn: Turn, ev: ModelDeferred) -> None:

@@ -225,9 +225,17 @@ class ModelInterpreter:
             sent: str | None = None
             while True:
                 await trio.sleep(interval)
-                if latest[0] is not None and latest[0] != sent:
-                    sent = latest[0]
-                    loop.send(ModelStreamed(now=loop.clock(), task_id=effect.task_id, attempt=effect.attempt, text=sent))
+                text = latest[0]
+                if text is not None and text != sent:
+                    # only what was appended since the last partial (O(delta)
+                    # per event and journal row); anything else: the whole text
+                    offset = len(sent) if sent is not None and text.startswith(sent) else 0
+                    sent = text
+                    loop.send(
+                        ModelStreamed(
+                            now=loop.clock(), task_id=effect.task_id, attempt=effect.attempt, text=text[offset:], offset=offset
+                        )
+                    )
 
         failure: Exception | None = None
         reply: object = None

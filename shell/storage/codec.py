@@ -34,6 +34,7 @@ from pidurable.core.events import ModelResponded, TaskCommitRequested, ToolFinis
 from pidurable.core.events import EVENT_TYPES, Event, Opened, RegistryChanged
 from pidurable.core.model import AgentConfig, Entry, EntryKind, ExtensionInfo, Settings
 from pidurable.core.state import ContextDoc, ConvState
+from pidurable.core.events import ModelStreamed
 from pidurable.core.state import ToolSlot
 
 FORMAT_VERSION = 1
@@ -118,6 +119,10 @@ converter.register_unstructure_hook(
 # result's control) keep their schema-1 bytes without it.
 converter.register_unstructure_hook(
     ModelResponded, make_dict_unstructure_fn(ModelResponded, converter, continuation=override(omit_if_default=True))
+)
+# A streamed partial's offset (issue 11: partials carry only what was appended).
+converter.register_unstructure_hook(
+    ModelStreamed, make_dict_unstructure_fn(ModelStreamed, converter, offset=override(omit_if_default=True))
 )
 converter.register_unstructure_hook(
     ToolFinished, make_dict_unstructure_fn(ToolFinished, converter, control=override(omit_if_default=True))
