@@ -264,3 +264,21 @@ async def test_a_run_resumed_after_a_restart_gets_a_new_run_span(autojump_clock:
     assert run.attributes["pidurable.resumed"] is True and run.attributes["pidurable.outcome"] == "done"
     children = sorted(s.name for s in spans if s.parent is not None and s.parent.span_id == run.context.span_id)
     assert children == ["pidurable.model_request", "pidurable.tool t"]
+
+
+async def test_a_run_that_ends_unanswered_by_a_model_error_is_a_warning(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A non-retryable model error ends the run with its input
+    ``unanswered/model_error``: run_end is a WARNING naming the reason."""
+    caplog.set_level(logging.INFO, logger="pidurable")
+    models = ScriptedModels([reply(error="401 Unauthorized")])
+    async with Harness.open(MemoryStorage(), models=models, registry=Registry()) as h:
+        conv = await h.root(agent=AGENT)
+        sub = await conv.submit(Input("go"))
+        with trio.fail_after(60):
+            assert (await sub.wait()).reason == "model_error"
+    (end,) = records(caplog, "run_end")
+    assert end.levelno == logging.WARNING
+    assert end.reasons == {sub.id: "model_error"} and end.statuses == {sub.id: "unanswered"}  # type: ignore[attr-defined]
+    assert not records(caplog, "retry")
