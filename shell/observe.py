@@ -17,9 +17,11 @@ structured fields in ``extra`` (``kind``, ``conversation_id``, ``task_id``,
 ``run_start``          INFO     ``pi.live.run`` set (fields: ``inputs``)
 ``run_end``            INFO     ``pi.live.run`` cleared (``statuses``, ``reasons``);
                                 WARNING when an input settled ``model_error`` /
-                                ``faulted`` / ``no_model``
+                                ``faulted`` / ``no_model`` / ``context_overflow``
 ``tool_start``         INFO     a ``pi.tool`` task stored its ``execute`` intent
-                                and runs (``tool``, ``call_id``, ``replay``)
+                                and runs (``tool``, ``call_id``, ``replay``); a
+                                safe body re-run after a restart commits nothing,
+                                so ``Observer.acted`` reports it (``resumed``)
 ``tool_end``           INFO     a ``pi.tool`` task ended (``outcome``, ``is_error``)
 ``retry``              WARNING  a request (or a summary) failed retryably and
                                 waits: ``attempt``, ``delay_ms``, ``until``, ``error``
@@ -32,8 +34,9 @@ structured fields in ``extra`` (``kind``, ``conversation_id``, ``task_id``,
 =====================  =======  ==================================================
 
 Cheap when nobody listens: the loop calls in only after the commit, and the
-observer returns at once unless the logger is enabled for WARNING (then it
-looks only for retries and faults), INFO or DEBUG, or a tracer is active.
+observer returns at once unless the logger is enabled for WARNING (Python's
+default) or lower, or a tracer is active (one given to ``Harness.open``, or
+a global provider set); a record's message is formatted only if emitted.
 
 Traces: when ``opentelemetry-api`` is importable (the ``otel`` extra), spans
 for runs, model requests, tool calls and compactions, the way DBOS and
