@@ -63,6 +63,7 @@ from pidurable.core.effects import (
     PutUsage,
     Write,
 )
+from pidurable.core.model import Conversation as ConversationRecord
 from pidurable.core.model import ConversationId, Entry, Task, TaskId
 from pidurable.core.ownership import conversation_is_idle
 from pidurable.core.state import AGENT_DOC, CONTEXT_DOC, INBOX_DOC, LIVE_DOC, USAGE_DOC, DocScope, Live, State
@@ -94,6 +95,8 @@ class ConversationView:
     #: No live non-background task is reached from the conversation.
     idle: bool
     conversation_id: ConversationId
+    #: The conversation's record (its owner task, for a sub-agent's).
+    conversation: ConversationRecord | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -376,6 +379,7 @@ def _conversation_view(source: ViewSource, cid: ConversationId, mount: _Mount, e
             live=live if isinstance(live, Live) and live.run is not None else None,
             idle=conversation_is_idle(st, cid),
             conversation_id=cid,
+            conversation=conv.conversation if conv is not None else source.storage.conversation(cid),
         )
     return view
 

@@ -67,6 +67,7 @@ async def test_views_follow_commits_and_never_go_backwards(autojump_clock: trio.
         async with conv.watch() as views:
             first = await views.__anext__()
             assert first.idle and first.entries == () and first.live is None
+            assert first.conversation is not None and first.conversation.owner_task_id is None
             assert first.documents["pi.agent"] == await conv.agent()
             await conv.submit(Input("go"))
             with trio.fail_after(60):
