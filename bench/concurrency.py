@@ -13,6 +13,8 @@ calls and 3 tool steps, then a final answer: 4T+1 durable steps each.
 The N conversations are created before the clock starts. Each (N, mode) runs
 in a fresh child process; the printed values are medians of --repeat runs:
 - ms/step: wall time from the first submit to the last answer / (N x (4T+1));
+- CPU ms/step: the child's CPU time over the same span / steps (less
+  disturbed than wall time on a busy machine);
 - commits/s and p50 / p99 / max commit latency: the bench wraps the store's
   ``commit_many`` (one call = one transaction, which may hold several commits:
   the loop groups ready commits) on the instance and times every call; the
@@ -101,6 +103,7 @@ async def run(n: int, mode: str, rounds: int, db: Path) -> dict[str, Any]:
             rec = await (await conv.submit(Input("go"))).wait()
             statuses.append(str(rec.status))
 
+        cpu = time.process_time()
         t0 = time.perf_counter()
         if mode == "trickle":
             for conv in convs:
@@ -110,10 +113,12 @@ async def run(n: int, mode: str, rounds: int, db: Path) -> dict[str, Any]:
                 for conv in convs:
                     nursery.start_soon(one, conv)
         wall = time.perf_counter() - t0
+        cpu = time.process_time() - cpu
     bad = [s for s in statuses if s != "done"]
     assert len(statuses) == n and not bad, bad[:3]
     return {
         "wall_s": wall,
+        "cpu_s": cpu,
         "transactions": len(log.seconds),
         "commits": log.commits,
         "p50_s": percentile(log.seconds, 0.50),
@@ -185,10 +190,10 @@ def main() -> None:
         print(warning)
     print()
     print(
-        "| conversations | mode | steps | ms/step | burst / trickle | commits/s | commits per txn | "
+        "| conversations | mode | steps | ms/step | CPU ms/step | burst / trickle | commits/s | commits per txn | "
         "p50 commit ms | p99 commit ms | max commit ms | max live tasks | peak RSS MB |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in args.conversations:
         for mode in args.modes:
             ratio = "–"
@@ -196,7 +201,8 @@ def main() -> None:
                 ratio = f"{ms_step(n, 'burst') / ms_step(n, 'trickle'):.2f}"
             commits = med(n, mode, "commits")
             print(
-                f"| {n:,} | {mode} | {n * steps_of(args.tool_rounds):,} | {ms_step(n, mode):.3f} | {ratio} | "
+                f"| {n:,} | {mode} | {n * steps_of(args.tool_rounds):,} | {ms_step(n, mode):.3f} | "
+                f"{1000 * med(n, mode, 'cpu_s') / (n * steps_of(args.tool_rounds)):.3f} | {ratio} | "
                 f"{commits / med(n, mode, 'wall_s'):,.0f} | {commits / med(n, mode, 'transactions'):.2f} | "
                 f"{med(n, mode, 'p50_s') * 1000:.3f} | {med(n, mode, 'p99_s') * 1000:.3f} | "
                 f"{med(n, mode, 'max_s') * 1000:.1f} | {med(n, mode, 'max_live'):,.0f} | {med(n, mode, 'peak_rss_mb'):.0f} |"

@@ -19,6 +19,8 @@ in the page cache: this is a warm open) and runs in a fresh child process:
 - answer: one more input to one settled conversation (for long-R: the long
   one), from submit to the answer: the request reads the conversation's
   context;
+- CPU: the child's CPU time for open + answer (less disturbed than wall
+  time on a busy machine);
 - close: leaving the harness (checkpoint, unlock);
 - peak RSS: the child's own peak (VmHWM).
 Medians of --repeat (default 3).
@@ -125,6 +127,7 @@ def cached_store(cache: Path, name: str, build: Any, rebuild: bool) -> tuple[Pat
 
 
 async def measure(path: Path, conversation: int) -> dict[str, Any]:
+    c0 = time.process_time()
     t0 = time.perf_counter()
     storage = open_sqlite_storage(path)
     async with Harness.open(storage, models=answering_models("again"), registry=make_registry()) as h:
@@ -134,8 +137,9 @@ async def measure(path: Path, conversation: int) -> dict[str, Any]:
         rec = await (await conv.submit(Input("again"))).wait()
         assert rec.status == "done", rec
         t2 = time.perf_counter()
+        c2 = time.process_time()
     t3 = time.perf_counter()
-    return {"open_s": t1 - t0, "answer_s": t2 - t1, "close_s": t3 - t2}
+    return {"open_s": t1 - t0, "answer_s": t2 - t1, "close_s": t3 - t2, "cpu_s": c2 - c0}
 
 
 def child(args: argparse.Namespace) -> None:
@@ -210,13 +214,17 @@ def main() -> None:
     if warning:
         print(warning + " (stores and measuring children)")
     print()
-    print("| store | size MB | built in s | open ms | answer one more input ms | open + answer ms | close ms | peak RSS MB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| store | size MB | built in s | open ms | answer one more input ms | open + answer ms | "
+        "open + answer CPU ms | close ms | peak RSS MB |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label, _, meta in stores:
         o, a = med(label, "open_s") * 1000, med(label, "answer_s") * 1000
         print(
             f"| {label} | {meta['bytes'] / 1e6:.1f} | {meta['build_s']} | {o:.1f} | {a:.1f} | "
             f"{statistics.median((r['open_s'] + r['answer_s']) * 1000 for r in rows[label]):.1f} | "
+            f"{med(label, 'cpu_s') * 1000:.1f} | "
             f"{med(label, 'close_s') * 1000:.1f} | {med(label, 'peak_rss_mb'):.0f} |"
         )
 

@@ -14,6 +14,10 @@ printed value is the median over --repeat runs.
   (DBOS from DBOS.launch(), pi-durable-python from opening its storage,
   LangGraph from invoke(); pidurable from opening the store) to the final
   answer. Import time is excluded.
+- CPU ms/step: the child's CPU time (all threads, user + system) over the
+  same span / steps: less disturbed than wall time on a busy machine. For a
+  peer it spans its whole run_* call (wall starts a little later for
+  LangGraph, whose saver is made first).
 - x pidurable: that system's ms/step over pidurable's at the same R.
 - bytes/step: every file the store left in its directory after close / steps.
 - peak RSS: the child's own peak (VmHWM; imports included).
@@ -89,6 +93,7 @@ def child_pidurable(args: argparse.Namespace) -> dict[str, Any]:
     first, last = tenth_ratio(marks, args.rounds)
     return {
         "wall_s": times["done"] - times["start"],
+        "cpu_s": times["cpu_done"] - times["cpu_start"],
         "first_s": first,
         "last_s": last,
         "bytes": dir_bytes(d),
@@ -125,10 +130,13 @@ def child_peer(args: argparse.Namespace, peer: str) -> dict[str, Any]:
         raise SystemExit(f"unknown peer {peer!r}: one of {', '.join(runs)}")
     modules = {"dbos": "dbos", "pi": "pi_durable", "langgraph": "langgraph.checkpoint.sqlite"}
     __import__(next(m for prefix, m in modules.items() if peer.startswith(prefix)))
+    cpu = time.process_time()
     out = runs[peer]()
+    cpu = time.process_time() - cpu
     tenth = max(1, args.rounds // 10)
     return {
         "wall_s": out["wall_s"],
+        "cpu_s": cpu,
         "first_s": (marks[tenth] - marks[0]) / (tenth * 4),
         "last_s": (marks[-1] - marks[-1 - tenth]) / (tenth * 4),
         "bytes": pb.db_bytes(d),
@@ -302,6 +310,12 @@ def report(
         wall = med(system, rounds, "wall_s")
         return None if wall is None else 1000 * wall / (4 * rounds + 1)
 
+    def cpu(system: str, rounds: int) -> float | None:
+        runs = results.get((system, rounds))
+        if not runs or any("cpu_s" not in r for r in runs):
+            return None
+        return 1000 * statistics.median(r["cpu_s"] for r in runs) / (4 * rounds + 1)
+
     def ratio(system: str, rounds: int) -> float | None:
         a, b = ms(system, rounds), ms("pidurable", rounds)
         return None if a is None or not b else a / b
@@ -326,27 +340,34 @@ def report(
         print(warning)
     print()
     head = " | ".join(f"ms/step R={r}" for r in args.rounds)
-    print(f"| system | {head} | x pidurable | bytes/step R={detail} | peak RSS MB R={detail} | last/first 10% R={detail} |")
-    print("|---|" + "---:|" * (len(args.rounds) + 4))
+    print(
+        f"| system | {head} | x pidurable | CPU ms/step R={detail} | bytes/step R={detail} | "
+        f"peak RSS MB R={detail} | last/first 10% R={detail} |"
+    )
+    print("|---|" + "---:|" * (len(args.rounds) + 5))
     for system in systems:
         cells = " | ".join(fmt(ms(system, r)) for r in args.rounds)
         ratios = "/".join(fmt(ratio(system, r), 1) for r in args.rounds if ms(system, r) is not None) or "–"
         print(
-            f"| {LABELS[system]} | {cells} | {ratios} | {fmt(per_step(system, detail), 0)} | "
+            f"| {LABELS[system]} | {cells} | {ratios} | {fmt(cpu(system, detail))} | {fmt(per_step(system, detail), 0)} | "
             f"{fmt(med(system, detail, 'peak_rss_mb'), 0)} | {fmt(drift(system, detail))} |"
         )
     print()
-    print("| system | R | steps | runs | ms/step | x pidurable | bytes/step | peak RSS MB | first 10% ms | last 10% ms | last/first |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| system | R | steps | runs | ms/step | CPU ms/step | x pidurable | bytes/step | peak RSS MB | "
+        "first 10% ms | last 10% ms | last/first |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for system in systems:
         for r in args.rounds:
             runs = results.get((system, r))
             if not runs:
                 if (system, r) in errors:
-                    print(f"| {LABELS[system]} | {r} | {4 * r + 1} | 0 | failed: {errors[(system, r)][:80]} |||||||")
+                    print(f"| {LABELS[system]} | {r} | {4 * r + 1} | 0 | failed: {errors[(system, r)][:80]} ||||||||")
                 continue
             print(
-                f"| {LABELS[system]} | {r} | {4 * r + 1} | {len(runs)} | {fmt(ms(system, r), 3)} | {fmt(ratio(system, r))} | "
+                f"| {LABELS[system]} | {r} | {4 * r + 1} | {len(runs)} | {fmt(ms(system, r), 3)} | "
+                f"{fmt(cpu(system, r), 3)} | {fmt(ratio(system, r))} | "
                 f"{fmt(per_step(system, r), 0)} | {fmt(med(system, r, 'peak_rss_mb'), 0)} | "
                 f"{fmt(1000 * med(system, r, 'first_s'), 3)} | {fmt(1000 * med(system, r, 'last_s'), 3)} | "
                 f"{fmt(drift(system, r))} |"

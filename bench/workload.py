@@ -93,9 +93,11 @@ async def run_once(
     """One conversation, one input, R tool rounds on a fresh store.
     Returns (seconds from submit to done, the time of every model call, commits).
     ``times`` (if given) gets perf_counter() marks: ``start`` (before the store
-    is opened), ``submit``, ``done`` and ``closed``."""
+    is opened), ``submit``, ``done`` and ``closed``, and the process CPU time
+    (``process_time``) at start and done: ``cpu_start``, ``cpu_done``."""
     marks: list[float] = []
     models = make_models(rounds, marks)
+    cpu_start = time.process_time()
     start = time.perf_counter()
     storage = open_storage(storage_kind, db, synchronous)
     async with Harness.open(storage, models=models, registry=make_registry()) as h:
@@ -104,10 +106,11 @@ async def run_once(
         sub = await conv.submit(Input("go"))
         rec = await sub.wait()
         t1 = time.perf_counter()
+        cpu_done = time.process_time()
         assert rec.status == "done", rec
         commits = h.runtime.state.next_seq - 1
     if times is not None:
-        times.update(start=start, submit=t0, done=t1, closed=time.perf_counter())
+        times.update(start=start, submit=t0, done=t1, closed=time.perf_counter(), cpu_start=cpu_start, cpu_done=cpu_done)
     return t1 - t0, marks, commits
 
 
