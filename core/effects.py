@@ -28,6 +28,7 @@ from .model import (
     AgentConfig,
     Conversation,
     ConversationId,
+    Diagnostic,
     Entry,
     EntryId,
     InvocationMode,
@@ -361,8 +362,10 @@ class RunAbortHooks:
     call_id: str
     name: str
     arguments: dict[str, Json] = attrs.field(factory=dict)
-    #: The aborted result's text, as the abort handler built it.
+    #: The aborted result as the abort handler built it: its content (the
+    #: slot's partial output) and its diagnostics (``aborted`` last).
     text: str
+    diagnostics: tuple[Diagnostic, ...] = ()
     extensions: tuple[str, ...] | None = None
 
 

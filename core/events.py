@@ -23,6 +23,7 @@ import attrs
 
 from .model import (
     AgentConfig,
+    Diagnostic,
     ExtensionInfo,
     ConversationId,
     EntryId,
@@ -416,6 +417,9 @@ class ToolFinished:
     #: (true), ``handoff`` (text), ``add_tools`` (names); kept in the task's
     #: outcome and read when the round finishes.
     control: dict[str, Json] | None = None
+    #: What the tool reported next to its text (``ToolResult.diagnostics``),
+    #: checked at the edge; the core adds the harness's (diagnostics.py).
+    diagnostics: tuple[Diagnostic, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -429,6 +433,8 @@ class ToolAbortHooked:
     task_id: TaskId
     text: str | None = None
     truncated: dict[str, Json] | None = None
+    #: The replacement's diagnostics (a replacement is a whole result).
+    diagnostics: tuple[Diagnostic, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -457,12 +463,14 @@ class ToolProgressed:
 
 @attrs.frozen(kw_only=True)
 class ToolFailed:
-    """The tool body raised."""
+    """The tool body raised: ``message`` is its error, bounded by the tool's
+    output limits (``truncated``: what was cut, as ``ToolFinished``'s)."""
 
     TAG: ClassVar[str] = "tool_failed"
     now: int
     task_id: TaskId
     message: str
+    truncated: dict[str, Json] | None = None
 
 
 @attrs.frozen(kw_only=True)

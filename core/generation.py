@@ -60,7 +60,7 @@ import enum
 from collections.abc import Mapping
 
 from .live import LiveMove, live_to
-from . import compaction_task, rounds, system, thresholds, yields
+from . import compaction_task, diagnostics, rounds, system, thresholds, yields
 from .checkpoints import (
     GenerationPhase,
     PollCheckpoint,
@@ -367,17 +367,18 @@ def _abort(turn: Turn, _: None) -> None:
         names = {s.call_id: s.name for s in tx.conv(cid).live.tools or ()}
         for call_id in cp.pending:
             name = names.get(call_id, "unknown")
+            aborted = (diagnostics.error(ResultCode.ABORTED, diagnostics.aborted_message(name)),)
             entry = Entry(
                 id=EntryId(tx.alloc_id()),
                 conversation_id=cid,
                 kind=EntryKind.TOOL_RESULT,
-                text=f"Tool {name} was aborted",
+                text=diagnostics.render("", aborted),
                 tool_call_id=call_id,
                 tool_name=name,
                 is_error=True,
                 by_task_id=task.id,
                 at=tx.now,
-                data={"code": ResultCode.ABORTED},
+                data=diagnostics.result_data(aborted, ResultCode.ABORTED),
             )
             tx.put_entry(entry)
     end_run(tx, task, status=SubmissionStatus.UNANSWERED, reason=Reason.ABORTED)

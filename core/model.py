@@ -222,6 +222,38 @@ class ResultCode(enum.StrEnum):
     ABORTED = "aborted"
     #: The tool body raised.
     TOOL_ERROR = "tool_error"
+    #: The call may have partially run before the process ended; it may not
+    #: run again.
+    INTERRUPTED = "interrupted"
+    #: A result (or the running output an aborted call kept) was cut to the
+    #: tool's output limits (a ``warn``).
+    TRUNCATED = "truncated"
+    #: Where the full output of a cut result was spilled (an ``info``).
+    FULL_OUTPUT = "full_output"
+    #: A command exited with a non-zero code (``bash``; the reference's code).
+    EXIT_CODE = "exit_code"
+
+
+class Severity(enum.StrEnum):
+    """How bad a :class:`Diagnostic` is. Only ``error`` diagnostics come with
+    error results; a ``warn`` never makes a result an error."""
+
+    INFO = "info"
+    WARN = "warn"
+    ERROR = "error"
+
+
+@attrs.frozen
+class Diagnostic:
+    """One problem reported with a tool result (reference §3.6,
+    "Diagnostics rendering"): by the tool (its ``ToolResult.diagnostics``)
+    or by the harness (``code`` one of :class:`ResultCode`). The model reads
+    each as a line ``[severity] message`` in the result's ``<harness>``
+    block; the entry's ``data["diagnostics"]`` keeps them structured."""
+
+    severity: Severity
+    message: str
+    code: str | None = None
 
 
 @attrs.frozen

@@ -24,6 +24,9 @@ The rows' effects:
   (``prepared_invalid``) faults the task.
 - ``(call, rejected)`` (unknown tool, invalid arguments, blocked) -> error
   result, outcome ``completed`` (no intent was ever stored; nothing ran).
+  Every harness-made problem is a diagnostic (diagnostics.py): the entry's
+  text is the content, then the ``<harness>`` block; ``data["diagnostics"]``
+  keeps them structured.
 - ``(execute, finished)`` -> result entry + task ``completed`` + slot done -
   one commit. ``(execute, failed)`` (the body raised) -> error result,
   outcome ``failed`` (the round continues: the generation waits allSettled).
@@ -35,12 +38,14 @@ The rows' effects:
   drops it; a re-run clears it; an interrupted or aborted call's result
   starts with it (what is known of what ran).
 - ``(execute, finished)`` with ``truncated`` (the shell bounded the output)
-  -> the diagnostic is stored in the result entry's ``data["truncated"]``.
+  -> the record is stored in the result entry's ``data["truncated"]``, and
+  the ``truncated`` (and ``full_output``) diagnostics are rendered.
 - reserve at ``execute`` (only after a restart): ``rerun`` with the stored
   arguments if the stored replay AND the currently installed tool both say
   ``safe``; otherwise ``interrupted``: settle the error result "Tool X was
-  interrupted and may have partially run", outcome ``failed``.
-- ``abort`` (both phases) -> error result "Tool X was aborted", outcome
+  interrupted and may have partially run" (after the slot's partial
+  output), outcome ``failed``.
+- ``abort`` (both phases) -> error result "Tool X was aborted" (likewise), outcome
   ``aborted``. Nothing the body did is rolled back. With ``on_abort`` hooks
   selected (``abort_hooks``): reserved in memory, ``RunAbortHooks``; their
   answer (``abort_hooked``) settles the replacement. A body's report for an
@@ -55,12 +60,12 @@ its call exactly once), ``IntentBeforeEffect``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import attrs
 
 from .live import LiveMove, live_to
-from . import system
+from . import diagnostics, system
 from .checkpoints import REPLAYS, CallCheckpoint, ExecuteCheckpoint, ToolPhase, parse_tool
 from .draft import Tx
 from .effects import PrepareTool, Refusal, RunAbortHooks, RunTool
@@ -75,8 +80,10 @@ from .events import (
     ToolRejected,
 )
 from .lifecycle import SlotMove, TaskMove, slot_to
+from .diagnostics import aborted_message, interrupted_message
 from .model import (
     TOOL,
+    Diagnostic,
     Entry,
     EntryId,
     EntryKind,
@@ -127,14 +134,6 @@ class ToolInput(enum.StrEnum):
     ABORT_HOOKED = "abort_hooked"
 
 
-def interrupted_message(name: str) -> str:
-    return f"Tool {name} was interrupted and may have partially run"
-
-
-def aborted_message(name: str) -> str:
-    return f"Tool {name} was aborted"
-
-
 # --- the rows' handlers ------------------------------------------------------
 
 
@@ -183,8 +182,16 @@ def _rerun(turn: Turn, _: None) -> None:
 
 def _interrupted(turn: Turn, _: None) -> None:
     message = interrupted_message(str(turn.task.input["name"]))
-    text = _with_partial(turn.tx, turn.task, message)
-    _settle(turn.tx, turn.task, text, is_error=True, status=OutcomeStatus.FAILED, error=message)
+    _settle(
+        turn.tx,
+        turn.task,
+        _partial(turn.tx, turn.task),
+        (diagnostics.error(ResultCode.INTERRUPTED, message),),
+        is_error=True,
+        status=OutcomeStatus.FAILED,
+        error=message,
+        code=ResultCode.INTERRUPTED,
+    )
 
 
 def _progressed(turn: Turn, ev: ToolProgressed) -> None:
@@ -207,7 +214,8 @@ def _process_started(turn: Turn, ev: ToolProcessStarted) -> None:
 
 
 def _rejected(turn: Turn, ev: ToolRejected) -> None:
-    _settle(turn.tx, turn.task, ev.message, is_error=True, status=OutcomeStatus.COMPLETED, code=ev.code)
+    problem = diagnostics.error(ev.code, ev.message)
+    _settle(turn.tx, turn.task, "", (problem,), is_error=True, status=OutcomeStatus.COMPLETED, code=ev.code)
 
 
 def _finished(turn: Turn, ev: ToolFinished) -> None:
@@ -223,6 +231,7 @@ def _finished(turn: Turn, ev: ToolFinished) -> None:
         turn.tx,
         turn.task,
         ev.text,
+        diagnostics.ordered(ev.diagnostics, ev.truncated),
         is_error=ev.is_error,
         status=OutcomeStatus.COMPLETED,
         usage=ev.usage,
@@ -232,23 +241,34 @@ def _finished(turn: Turn, ev: ToolFinished) -> None:
 
 
 def _failed(turn: Turn, ev: ToolFailed) -> None:
+    """A raising body: the content is the slot's durable partial output (if
+    any), its message a ``tool_error`` diagnostic."""
     name = str(turn.task.input["name"])
     _settle(
         turn.tx,
         turn.task,
-        ev.message,
+        _partial(turn.tx, turn.task),
+        diagnostics.ordered((), ev.truncated, (diagnostics.error(ResultCode.TOOL_ERROR, ev.message),)),
         is_error=True,
         status=OutcomeStatus.FAILED,
         error=f"Tool {name} threw",
         code=ResultCode.TOOL_ERROR,
+        truncated=ev.truncated,
     )
 
 
 def _abort(turn: Turn, _: None) -> None:
     """The abort handler (its invocation, if any, was cancelled; its owned
     work drained): the call gets the error result "Tool X was aborted"."""
-    message = _with_partial(turn.tx, turn.task, aborted_message(str(turn.task.input["name"])))
-    _settle(turn.tx, turn.task, message, is_error=True, status=OutcomeStatus.ABORTED, code=ResultCode.ABORTED)
+    _settle(
+        turn.tx,
+        turn.task,
+        _partial(turn.tx, turn.task),
+        _aborted(turn.tx, turn.task),
+        is_error=True,
+        status=OutcomeStatus.ABORTED,
+        code=ResultCode.ABORTED,
+    )
 
 
 def _abort_hooks(turn: Turn, _: None) -> None:
@@ -266,20 +286,26 @@ def _abort_hooks(turn: Turn, _: None) -> None:
             call_id=str(task.input["call_id"]),
             name=str(task.input["name"]),
             arguments=dict(cp.arguments) if isinstance(cp, ExecuteCheckpoint) else {},
-            text=_with_partial(tx, task, aborted_message(str(task.input["name"]))),
+            text=_partial(tx, task),
+            diagnostics=_aborted(tx, task),
             extensions=system.hooked(tx.extensions, conv.agent, "on_abort"),
         )
     )
 
 
 def _abort_hooked(turn: Turn, ev: ToolAbortHooked) -> None:
-    """The hooks' replacement (bounded by the shell), or the handler's own
-    result when they kept it."""
-    text = ev.text if ev.text is not None else _with_partial(turn.tx, turn.task, aborted_message(str(turn.task.input["name"])))
+    """The hooks' replacement (a whole result: its text and diagnostics,
+    bounded by the shell), or the handler's own result when they kept it."""
+    tx, task = turn.tx, turn.task
+    if ev.text is None:
+        text, problems = _partial(tx, task), _aborted(tx, task)
+    else:
+        text, problems = ev.text, diagnostics.ordered(ev.diagnostics, ev.truncated)
     _settle(
-        turn.tx,
-        turn.task,
+        tx,
+        task,
         text,
+        problems,
         is_error=True,
         status=OutcomeStatus.ABORTED,
         code=ResultCode.ABORTED,
@@ -422,7 +448,8 @@ def _run(tx: Tx, task: Task, cp: ExecuteCheckpoint) -> None:
 def _settle(
     tx: Tx,
     task: Task,
-    text: str,
+    content: str,
+    problems: Sequence[Diagnostic],
     *,
     is_error: bool,
     status: OutcomeStatus,
@@ -432,27 +459,23 @@ def _settle(
     truncated: Mapping[str, Json] | None = None,
     control: Mapping[str, Json] | None = None,
 ) -> None:
-    """One commit: the result entry (its ``data``: the harness code, the
-    truncation diagnostic), the task terminal, the slot done with its running
-    output dropped (and the tool's usage, when it reported some, added to
-    ``pi.usage``). A completed result's ``control`` is kept in the outcome,
-    for the round's end (rounds.py)."""
-    data: dict[str, Json] = {}
-    if code:
-        data["code"] = code
-    if truncated is not None:
-        data["truncated"] = dict(truncated)
+    """One commit: the result entry (the content and the rendered
+    diagnostics; its ``data``: the harness code, the shell's cut, the
+    diagnostics - diagnostics.py), the task terminal, the slot done with its
+    running output dropped (and the tool's usage, when it reported some,
+    added to ``pi.usage``). A completed result's ``control`` is kept in the
+    outcome, for the round's end (rounds.py)."""
     entry = Entry(
         id=EntryId(tx.alloc_id()),
         conversation_id=task.conversation_id,
         kind=EntryKind.TOOL_RESULT,
-        text=text,
+        text=diagnostics.render(content, problems),
         tool_call_id=str(task.input["call_id"]),
         tool_name=str(task.input["name"]),
         is_error=is_error,
         by_task_id=task.id,
         at=tx.now,
-        data=data or None,
+        data=diagnostics.result_data(problems, code, truncated),
     )
     tx.put_entry(entry)
     finish_task(
@@ -492,11 +515,13 @@ def _slot(tx: Tx, task: Task) -> ToolSlot | None:
     return next((s for s in tx.conv(task.conversation_id).live.tools or () if s.task_id == task.id), None)
 
 
-def _with_partial(tx: Tx, task: Task, message: str) -> str:
-    """An interrupted or aborted call's result text: the durable partial
-    output (its slot's, if any) and then ``message`` (which stays last)."""
+def _partial(tx: Tx, task: Task) -> str:
+    """The content of an interrupted, aborted or raising call's result: the
+    durable partial output of its slot ("" without one)."""
     slot = _slot(tx, task)
-    output = slot.output if slot is not None else None
-    if not output:
-        return message
-    return f"{output.rstrip(chr(10))}\n{message}"
+    return (slot.output if slot is not None else None) or ""
+
+
+def _aborted(tx: Tx, task: Task) -> tuple[Diagnostic, ...]:
+    """The abort handler's diagnostics: "Tool X was aborted"."""
+    return (diagnostics.error(ResultCode.ABORTED, aborted_message(str(task.input["name"]))),)

@@ -3,7 +3,7 @@
 Names here follow API.md and are the public API.
 """
 
-from pidurable.core.model import AgentConfig, CompactionSettings, ModelRef, RetryPolicy, Settings, ToolCall
+from pidurable.core.model import AgentConfig, CompactionSettings, Diagnostic, ModelRef, RetryPolicy, Settings, ToolCall
 
 from .documents import DocDefinition, define_doc
 from .env import EnvError, LocalEnv
@@ -47,6 +47,7 @@ __all__ = [
     "Conversation",
     "ConversationBusy",
     "ConversationView",
+    "Diagnostic",
     "EntryRecord",
     "EnvError",
     "Extension",

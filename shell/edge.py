@@ -59,7 +59,7 @@ from pidurable.core.events import (
     ToolRejected,
 )
 from pidurable.core.admission import check_settings
-from pidurable.core.model import AgentConfig, Json, ModelRef, Settings, ToolCall, Usage
+from pidurable.core.model import AgentConfig, Diagnostic, Json, ModelRef, Settings, Severity, ToolCall, Usage
 
 from .errors import InvalidInput
 from .registry import Control, ToolResult
@@ -290,7 +290,7 @@ REFUSALS: Mapping[type, Callable[[Any, EdgeError], Event]] = {
     # hook answers are host values: an on_abort text is cleaned (a refusal
     # keeps the handler's own result); an after_tools control likewise (a
     # refusal asks nothing)
-    ToolAbortHooked: lambda ev, e: attrs.evolve(ev, text=None, truncated=None),
+    ToolAbortHooked: lambda ev, e: attrs.evolve(ev, text=None, truncated=None, diagnostics=()),
     AfterToolsRan: lambda ev, e: attrs.evolve(ev, control=None),
     # running output is text (always cleanable); a refusal shows nothing
     ToolProgressed: lambda ev, e: attrs.evolve(ev, output=""),
@@ -354,7 +354,33 @@ def tool_result(name: str, result: object) -> ToolResult:
         text=clean_text(str(text)),
         usage=clean_usage(result.usage, f"tool {name}"),
         control=check_control(result.control, f"Tool {name}'s result"),
+        diagnostics=check_diagnostics(result.diagnostics, f"Tool {name}'s result"),
     )
+
+
+def check_diagnostics(diagnostics: object, what: str) -> tuple[Diagnostic, ...]:
+    """A result's diagnostics: ``Diagnostic``s with a severity of ``info``,
+    ``warn`` or ``error`` (made a ``Severity``) and text message and code
+    (lone surrogates replaced); raises EdgeError."""
+    if isinstance(diagnostics, (str, bytes)) or not isinstance(diagnostics, (tuple, list)):
+        raise EdgeError(f"{what}: diagnostics must be a list of Diagnostic, not {type(diagnostics).__name__}")
+    out: list[Diagnostic] = []
+    for d in diagnostics:
+        if not isinstance(d, Diagnostic):
+            raise EdgeError(f"{what}: a diagnostic is a {type(d).__name__}, not a Diagnostic")
+        severity, message, code = d.severity, d.message, d.code
+        if not isinstance(severity, str) or severity not in SEVERITIES:
+            raise EdgeError(f"{what}: a diagnostic's severity must be one of {', '.join(SEVERITIES)}, not {severity!r}")
+        if not isinstance(message, str):
+            raise EdgeError(f"{what}: a diagnostic's message must be a str, not {type(message).__name__}")
+        if code is not None and not isinstance(code, str):
+            raise EdgeError(f"{what}: a diagnostic's code must be a str or None, not {type(code).__name__}")
+        out.append(Diagnostic(Severity(severity), clean_text(str(message)), None if code is None else clean_text(str(code))))
+    return tuple(out)
+
+
+#: The severities a diagnostic may have.
+SEVERITIES: tuple[str, ...] = tuple(Severity)
 
 
 def check_control(control: object, what: str) -> Any:

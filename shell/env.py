@@ -30,7 +30,7 @@ chunk); the whole output is still returned at the end.
 written to ``spill_directory`` (``<root>/.pidurable/outputs``, one file per
 call, ``<store>-<task>.txt``), at most ``spill_cap_bytes`` per store (256 MB
 by default; the oldest files go first). An env without a ``spill_directory``
-keeps no full output (the notice says so).
+keeps no full output (the result then has no ``full_output`` diagnostic).
 """
 
 from __future__ import annotations

@@ -7,15 +7,17 @@ A tool's text result is bounded before it is stored (reference §3.6,
 ``output_limits=OutputLimits(max_bytes, max_lines, retain="head"|"tail")``.
 ``head`` keeps the beginning (a file read), ``tail`` the end (a command's
 output, where the error usually is). Cuts fall on line boundaries where a
-line fits, else on a UTF-8 character boundary. A truncated result carries a
-notice the model reads - ``[Output truncated to 2000 of 81234 lines (51200 of
-1048576 bytes); full output: <path>]`` - and the full text is *spilled* to a
-file under the spill directory so a person (or the model, with ``read``) can
-see it. The spill directory is bounded: the oldest spill files are removed
-once the directory holds more than ``cap_bytes``.
+line fits, else on a UTF-8 character boundary. The full text of a truncated
+result is *spilled* to a file under the spill directory so a person (or the
+model, with ``read``) can see it; the record of the cut (:meth:`Bounded.record`)
+goes to the core, which renders it as the diagnostics the model reads after
+the kept text (core/diagnostics.py): ``[info] Full output: <path>`` and
+``[warn] Output truncated to its end: 79234 lines, 997376 bytes dropped``.
+The spill directory is bounded: the oldest spill files are removed once the
+directory holds more than ``cap_bytes``.
 
 A 1 MB command output therefore never reaches the transcript or the store
-whole: only the bounded text and the notice are committed.
+whole: only the bounded text and the diagnostics are committed.
 
 *Running output* (``ToolCallContext.report_output``, bash's streamed
 stdout/stderr) is kept in a :class:`RunningOutput`: only its last
@@ -32,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+
+from pidurable.core.model import Json
 
 log = logging.getLogger("pidurable")
 
@@ -119,13 +123,15 @@ class Bounded:
     kept_bytes: int
     kept_lines: int
 
-    def diagnostic(self, path: str | None) -> dict[str, object]:
-        """The structured record of the cut (kept in the result entry's data)."""
-        out: dict[str, object] = {
+    def record(self, path: str | None) -> dict[str, Json]:
+        """The structured record of the cut (``ToolFinished.truncated``, kept
+        in the result entry's ``data["truncated"]``); ``path``: the spill."""
+        out: dict[str, Json] = {
             "total_bytes": self.total_bytes,
             "total_lines": self.total_lines,
             "kept_bytes": self.kept_bytes,
             "kept_lines": self.kept_lines,
+            "retain": self.retain,
         }
         if path is not None:
             out["full_output"] = path
@@ -182,26 +188,6 @@ def bound(text: str, limits: OutputLimits) -> Bounded:
         kept_bytes=len(out.encode("utf-8")),
         kept_lines=len(_lines(out)),
     )
-
-
-def notice(b: Bounded, path: str | None) -> str:
-    """The line the model reads about a cut."""
-    where = f"; full output: {path}" if path is not None else "; the full output was not kept"
-    return (
-        f"[Output truncated to {b.kept_lines} of {b.total_lines} lines "
-        f"({b.kept_bytes} of {b.total_bytes} bytes){where}]"
-    )
-
-
-def with_notice(b: Bounded, path: str | None) -> str:
-    """The bounded text with its notice where the cut is: after a kept head,
-    before a kept tail."""
-    if not b.truncated:
-        return b.text
-    if b.retain == "tail":
-        return f"{notice(b, path)}\n{b.text}"
-    body = b.text if not b.text or b.text.endswith("\n") else b.text + "\n"
-    return f"{body}{notice(b, path)}"
 
 
 class Spill:

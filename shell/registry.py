@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import jsonschema
 
-from pidurable.core.model import AgentConfig, ExtensionInfo, Task, TaskInfo, ToolInfo, Usage
+from pidurable.core.model import AgentConfig, Diagnostic, ExtensionInfo, Task, TaskInfo, ToolInfo, Usage
 
 from .doc_types import DocDefinition
 from .limits import OutputLimits
@@ -72,6 +72,12 @@ class ToolResult:
     #: What the result asks of the run (``terminate``, ``handoff``,
     #: ``add_tools``); see :class:`Control`.
     control: Control | None = None
+    #: Problems to report next to ``text`` (``Diagnostic(severity, message,
+    #: code=None)``, severity ``info``/``warn``/``error``): the model reads
+    #: them after the text in the result's ``<harness>`` block, the entry's
+    #: ``data["diagnostics"]`` keeps them. A ``warn`` does not make the result
+    #: an error; ``is_error`` does.
+    diagnostics: tuple[Diagnostic, ...] = ()
 
 
 @attrs.frozen(kw_only=True)

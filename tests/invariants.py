@@ -82,7 +82,7 @@ Checked on the transcript:
 - ``StoredTextIsValidUtf8``: every stored entry encodes as strict JSON in
   valid UTF-8 (nothing from outside poisoned the store).
 - ``BoundedToolOutput``: a truncated tool result holds at most its kept bytes
-  plus the notice, and a live slot's running output at most 4 KiB.
+  plus its diagnostics, and a live slot's running output at most 4 KiB.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ from pidurable.core.state import INBOX_DOC, LIVE_DOC, DocScope
 from pidurable.shell.storage import codec
 from pidurable.shell.storage.base import writes_json
 
-INTERRUPTED_SUFFIX = "was interrupted and may have partially run"
+INTERRUPTED_SUFFIX = "was interrupted and may have partially run\n</harness>"
 
 
 def submissions_settle_once(storage: Any) -> None:

@@ -26,7 +26,7 @@ import trio
 
 from pidurable.core.model import GENERATION, TOOL, AgentConfig, ConversationId, ModelRef, Submission, Task
 from pidurable.core.state import AGENT_DOC, LIVE_DOC
-from pidurable.core.tools import interrupted_message
+from pidurable.core.diagnostics import interrupted_message
 
 from ..env import LocalEnv
 from ..harness import Conversation, Harness, Input, SubmissionHandle
@@ -138,9 +138,21 @@ class Printer:
                         self.out.write(f"  -> {c.name}({args[:200]})\n")
             elif e.kind == "tool_result":
                 mark = "error" if e.is_error else "ok"
-                first = e.text.strip().splitlines()[0] if e.text.strip() else ""
-                self.out.write(f"  <- {e.tool_name} [{mark}] {first[:160]}\n")
+                self.out.write(f"  <- {e.tool_name} [{mark}] {_result_line(e.text, e.data)[:160]}\n")
         self.out.flush()
+
+
+def _result_line(text: str, data: Any) -> str:
+    """A tool result in one line: the first line of its content, then its
+    problems (the messages of its diagnostics, core/diagnostics.py; the
+    ``<harness>`` block the model reads is not repeated)."""
+    items = data.get("diagnostics") if isinstance(data, dict) else None
+    problems = [str(d.get("message")) for d in items if isinstance(d, dict) and d.get("severity") != "info"] if isinstance(items, list) else []
+    content = text.rpartition("<harness>\n")[0].removesuffix("\n") if items else text
+    first = content.strip().splitlines()[0] if content.strip() else ""
+    if not problems:
+        return first
+    return f"{first} ({'; '.join(problems)})" if first else "; ".join(problems)
 
 
 async def _follow(harness: Harness, conv: Conversation, printer: Printer, done: Callable[[], bool]) -> None:

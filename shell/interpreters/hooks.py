@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from pidurable.core.diagnostics import blocked_message
 from pidurable.core.effects import RenderSystem, RunAbortHooks, RunAfterTools, RunTool, SelectCut
 from pidurable.core.events import AfterToolsRan, SystemRendered
 from pidurable.core.state import SystemSection
@@ -135,7 +136,7 @@ class HookRunner:
                 changed = await hook(ctx, attrs.evolve(call, arguments=arguments))
             except Exception as e:  # a raising hook blocks the call (reported too)
                 self.report("before_tool", extension, task_id, conversation_id, e, "blocked the call")
-                raise Blocked(f"Tool call blocked: {e}") from e
+                raise Blocked(blocked_message(str(e))) from e
             if changed is not None:
                 arguments = dict(changed)
         return arguments
@@ -225,15 +226,16 @@ class HookRunner:
                     merged[key] = value
         self.loop.send(AfterToolsRan(now=self.loop.clock(), task_id=effect.task_id, control=merged or None))
 
-    async def on_abort(self, effect: RunAbortHooks) -> str | None:
+    async def on_abort(self, effect: RunAbortHooks) -> ToolResult | None:
         """``on_abort(ctx, call, result)`` hooks, in order: a replacement
-        chain over the aborted call's error result (a ``ToolResult`` or a
-        text replaces it; its ``is_error`` and controls are ignored: an
-        aborted call is an error and asks nothing). A raising hook is
-        reported and the chain goes on. The replaced text, or None."""
+        chain over the aborted call's error result (its ``text``: the partial
+        output; its ``diagnostics``: "Tool X was aborted"). A ``ToolResult``
+        or a text replaces it whole (its ``is_error`` and controls are
+        ignored: an aborted call is an error and asks nothing). A raising
+        hook is reported and the chain goes on. The replacement, or None."""
         ctx = self._context(effect.task_id, effect.conversation_id)
         call = ToolCall(id=effect.call_id, name=effect.name, arguments=dict(effect.arguments))
-        result = ToolResult(text=effect.text, is_error=True)
+        result = ToolResult(text=effect.text, is_error=True, diagnostics=effect.diagnostics)
         replaced = False
         for extension, hook in self.registry.named_hooks("on_abort", effect.extensions):
             try:
@@ -243,7 +245,7 @@ class HookRunner:
                     replaced = True
             except Exception as e:  # reported; the chain goes on
                 self.report("on_abort", extension, effect.task_id, effect.conversation_id, e, "skipped")
-        return result.text if replaced else None
+        return result if replaced else None
 
     async def render_system(self, effect: RenderSystem, agent: AgentConfig) -> None:
         """Render the sections of the selected extensions, in order (a later

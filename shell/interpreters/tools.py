@@ -15,11 +15,13 @@ tool tasks can be born at ``execute`` in the round's own commit), and the
 one, is an error result). Nothing here touches ``State``.
 
 Output limits (limits.py): after the body and the ``after_tool`` hooks, a
-result text over the tool's ``output_limits`` is cut (head or tail), the
-notice added, and the full text spilled into the env's ``spill_directory``
-(``<store>-<task>.txt``, capped per store); ``ToolFinished.truncated`` carries
-the diagnostic the core stores in the entry's data. A raising tool's message
-is bounded the same way (not spilled). Running output the body reports
+result text over the tool's ``output_limits`` is cut (head or tail) and the
+full text spilled into the env's ``spill_directory`` (``<store>-<task>.txt``,
+capped per store); ``ToolFinished.truncated`` carries the record of the cut,
+from which the core makes the ``truncated`` and ``full_output`` diagnostics
+(core/diagnostics.py); the tool's own diagnostics ride in
+``ToolFinished.diagnostics``. A raising tool's message is bounded the same
+way (not spilled; ``ToolFailed.truncated``). Running output the body reports
 (``report_output``) is kept as a bounded tail and sent as ``ToolProgressed``,
 throttled: the first report after a quiet interval at once, later ones at
 most every ``partial_interval_ms`` (trailing edge), never after the result.
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from pidurable.core.diagnostics import unavailable_message
 from pidurable.core.effects import PrepareTool, Refused, RunAbortHooks, RunTool
 from pidurable.core.events import (
     PreparedCall,
@@ -44,14 +47,14 @@ from pidurable.core.events import (
     ToolProgressed,
     ToolRejected,
 )
-from pidurable.core.model import Json, TaskId, ToolCall
+from pidurable.core.model import Json, ResultCode, TaskId, ToolCall
 
 from ..arguments import Invalid, check
 from ..context_cache import ContextCache
 from ..documents import DocumentPort, Staging
 from ..edge import control_json, tool_result
 from ..env import describe_process
-from ..limits import DEFAULT_SPILL_CAP_BYTES, OutputLimits, RunningOutput, Spill, bound, with_notice
+from ..limits import DEFAULT_SPILL_CAP_BYTES, OutputLimits, RunningOutput, Spill, bound
 from ..registry import Registry, ToolCallContext, ToolDefinition
 from .hooks import Blocked, HookRunner
 from .ports import EntryReads, Requester
@@ -90,7 +93,7 @@ def check_call(
     coerced arguments, or why it cannot run."""
     tool = offered_tool(registry, call.name, allowed)
     if tool is None:
-        return Rejection("tool_unavailable", f"Tool {call.name} is not available")
+        return Rejection(str(ResultCode.TOOL_UNAVAILABLE), unavailable_message(call.name))
     checked = check_arguments(tool, call.arguments)
     if isinstance(checked, Rejection):
         return checked
@@ -236,8 +239,9 @@ class ToolInterpreter:
             progress.close()  # the result supersedes any pending running output
             nursery.cancel_scope.cancel()
         if failure is not None:
-            message = with_notice(bound(failure, tool.output_limits), None)
-            self.loop.send(ToolFailed(now=now(), task_id=effect.task_id, message=message))
+            b = bound(failure, tool.output_limits)
+            cut = b.record(None) if b.truncated else None
+            self.loop.send(ToolFailed(now=now(), task_id=effect.task_id, message=b.text, truncated=cut))
             return
         text, truncated = await self._bound(effect.task_id, result.text, tool.output_limits)
         staging.hand_over(("task", effect.task_id))  # committed with the result, or not at all
@@ -250,6 +254,7 @@ class ToolInterpreter:
                 usage=result.usage,
                 truncated=truncated,
                 control=control_json(result.control),
+                diagnostics=result.diagnostics,
             )
         )
 
@@ -257,17 +262,26 @@ class ToolInterpreter:
         """The ``on_abort`` hooks of an aborted call (hooks.py); a replaced
         result is bounded by the tool's current limits (defaults when it is
         no longer installed). Answers ``ToolAbortHooked``."""
-        text = await self.hooks.on_abort(effect)
-        truncated: dict[str, Json] | None = None
-        if text is not None:
-            tool = self.registry.tool(effect.name)
-            limits = tool.output_limits if tool is not None else OutputLimits()
-            text, truncated = await self._bound(effect.task_id, text, limits)
-        self.loop.send(ToolAbortHooked(now=self.loop.clock(), task_id=effect.task_id, text=text, truncated=truncated))
+        replaced = await self.hooks.on_abort(effect)
+        if replaced is None:
+            self.loop.send(ToolAbortHooked(now=self.loop.clock(), task_id=effect.task_id))
+            return
+        tool = self.registry.tool(effect.name)
+        limits = tool.output_limits if tool is not None else OutputLimits()
+        text, truncated = await self._bound(effect.task_id, replaced.text, limits)
+        self.loop.send(
+            ToolAbortHooked(
+                now=self.loop.clock(),
+                task_id=effect.task_id,
+                text=text,
+                truncated=truncated,
+                diagnostics=replaced.diagnostics,
+            )
+        )
 
     async def _bound(self, task_id: TaskId, text: str, limits: OutputLimits) -> tuple[str, dict[str, Json] | None]:
-        """``text`` within ``limits`` (with the notice) and the diagnostic,
-        the full text spilled; an untruncated text unchanged and None."""
+        """``text`` within ``limits`` and the record of the cut, the full
+        text spilled; an untruncated text unchanged and None."""
         b = bound(text, limits)
         if not b.truncated:
             return text, None
@@ -277,16 +291,7 @@ class ToolInterpreter:
             cap = getattr(self.env, "spill_cap_bytes", DEFAULT_SPILL_CAP_BYTES)
             spill = Spill(directory, cap, prefix=f"{self.store_id}-")
             path = await trio.to_thread.run_sync(spill.write, f"{self.store_id}-{task_id}.txt", text)
-        diagnostic: dict[str, Json] = {
-            "total_bytes": b.total_bytes,
-            "total_lines": b.total_lines,
-            "kept_bytes": b.kept_bytes,
-            "kept_lines": b.kept_lines,
-            "retain": b.retain,
-        }
-        if path is not None:
-            diagnostic["full_output"] = path
-        return with_notice(b, path), diagnostic
+        return b.text, b.record(path)
 
 
 class _Progress:

@@ -30,7 +30,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from cattrs.strategies import configure_tagged_union
 
 from pidurable.core.effects import WRITE_TYPES, DocumentRevision, Effect, Write
-from pidurable.core.events import ModelResponded, TaskCommitRequested, ToolFinished
+from pidurable.core.events import ModelResponded, TaskCommitRequested, ToolAbortHooked, ToolFailed, ToolFinished
 from pidurable.core.events import EVENT_TYPES, Event, Opened, RegistryChanged
 from pidurable.core.model import AgentConfig, Entry, EntryKind, ExtensionInfo, Settings
 from pidurable.core.state import ContextDoc, ConvState
@@ -147,11 +147,24 @@ converter.register_unstructure_hook(
     TaskCommitRequested,
     make_dict_unstructure_fn(TaskCommitRequested, converter, documents=override(omit_if_default=True)),
 )
-converter.register_unstructure_hook(  # with issue 9's control (above)
+converter.register_unstructure_hook(  # with issue 9's control (above) and issue 17's diagnostics
     ToolFinished,
     make_dict_unstructure_fn(
-        ToolFinished, converter, documents=override(omit_if_default=True), control=override(omit_if_default=True)
+        ToolFinished,
+        converter,
+        documents=override(omit_if_default=True),
+        control=override(omit_if_default=True),
+        diagnostics=override(omit_if_default=True),
     ),
+)
+# Tool diagnostics (issue 17): a raising tool's cut message and an on_abort
+# replacement's diagnostics; events without them keep their bytes.
+converter.register_unstructure_hook(
+    ToolFailed, make_dict_unstructure_fn(ToolFailed, converter, truncated=override(omit_if_default=True))
+)
+converter.register_unstructure_hook(
+    ToolAbortHooked,
+    make_dict_unstructure_fn(ToolAbortHooked, converter, diagnostics=override(omit_if_default=True)),
 )
 converter.register_unstructure_hook(
     Opened,

@@ -14,12 +14,18 @@ durably before the command starts (``call.record_process``) and killed on
 timeout, abort, and at the next open if a crash left it running. Its
 output streams into the call's live slot as it arrives
 (``call.report_output``), and its result keeps the *tail* when it is over the
-output limits (where a command's error is); ``read`` keeps the head.
+output limits (where a command's error is); ``read`` keeps the head. A
+non-zero exit is an error result whose diagnostic reads "Command exited with
+code N" (code ``exit_code``), a timeout one that reads "Command timed out
+after N seconds" (``tool_error``), after the output, as the reference's bash.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from pidurable.core.diagnostics import exit_code_message
+from pidurable.core.model import Diagnostic, ResultCode, Severity
 
 from ..env import EnvError, LocalEnv
 from ..limits import OutputLimits
@@ -70,13 +76,13 @@ async def _bash(ctx: ToolCallContext, args: dict[str, Any]) -> ToolResult:
         )
     except EnvError as e:
         return ToolResult(text=str(e), is_error=True)
-    if result.timed_out:
-        shown = f"{result.output}\n".lstrip("\n")
-        return ToolResult(text=f"{shown}Command timed out after {timeout:g} s and was killed", is_error=True)
-    text = result.output
+    if result.timed_out:  # the reference's bash throws this: a tool_error
+        timed_out = Diagnostic(Severity.ERROR, f"Command timed out after {timeout:g} seconds", ResultCode.TOOL_ERROR)
+        return ToolResult(text=result.output, is_error=True, diagnostics=(timed_out,))
     if result.exit_code != 0:
-        return ToolResult(text=f"{text}\n[exit code {result.exit_code}]".lstrip("\n"), is_error=True)
-    return ToolResult(text=text)
+        exited = Diagnostic(Severity.ERROR, exit_code_message(result.exit_code), ResultCode.EXIT_CODE)
+        return ToolResult(text=result.output, is_error=True, diagnostics=(exited,))
+    return ToolResult(text=result.output)
 
 
 def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from pidurable.core.model import (
 )
 from pidurable.core.ownership import conversation_is_idle
 from pidurable.core.state import ConvState
-from pidurable.core.tools import aborted_message
+from pidurable.core.diagnostics import aborted_message
 
 from .helpers import Driver as BaseDriver
 from .helpers import (
@@ -139,8 +139,13 @@ def test_conversation_abort_while_a_tool_runs_settles_the_whole_run_in_one_commi
     assert tasks[tool].status is TaskStatus.TERMINAL and outcome(st, tool).status is OutcomeStatus.ABORTED
     assert tasks[gen].status is TaskStatus.TERMINAL and outcome(st, gen).status is OutcomeStatus.ABORTED
     result = only(put_entries(st))
-    assert result.kind is EntryKind.TOOL_RESULT and result.text == aborted_message("t") == "Tool t was aborted"
-    assert result.is_error and result.tool_call_id == "c1" and result.data == {"code": "aborted"}
+    assert aborted_message("t") == "Tool t was aborted"
+    assert result.kind is EntryKind.TOOL_RESULT and result.text == "<harness>\n[error] Tool t was aborted\n</harness>"
+    assert result.is_error and result.tool_call_id == "c1"
+    assert result.data == {
+        "code": "aborted",
+        "diagnostics": [{"severity": "error", "message": "Tool t was aborted", "code": "aborted"}],
+    }
     assert outcome(st, tool).result == {"entry_id": result.id}
     subs = put_subs(st)
     assert (subs[first].status, subs[first].reason) == (SubmissionStatus.UNANSWERED, "aborted")
@@ -198,9 +203,9 @@ def test_sequential_batch_aborted_gives_every_call_exactly_one_result() -> None:
     st = d(abort_conv())
     results = tool_results(put_entries(st))
     assert {cid: [(e.text, e.is_error) for e in es] for cid, es in results.items()} == {
-        "c1": [("Tool t was aborted", True)],
-        "c2": [("Tool u was aborted", True)],
-        "c3": [("Tool t was aborted", True)],
+        "c1": [("<harness>\n[error] Tool t was aborted\n</harness>", True)],
+        "c2": [("<harness>\n[error] Tool u was aborted\n</harness>", True)],
+        "c3": [("<harness>\n[error] Tool t was aborted\n</harness>", True)],
     }
     assert put_tasks(st)[tool].outcome.status is OutcomeStatus.ABORTED
     assert only(t for t in put_tasks(st).values() if t.kind == TOOL).id == tool  # no task for c2/c3
@@ -225,7 +230,7 @@ def test_conversation_abort_reaches_owned_child_conversations() -> None:
     tasks = put_tasks(st)
     assert all(tasks[t].outcome.status is OutcomeStatus.ABORTED for t in (gen, tool, child_gen))
     # the tool ran its own abort handler (it was not held completing behind the child)
-    assert [e.text for e in put_entries(st) if e.kind is EntryKind.TOOL_RESULT] == ["Tool t was aborted"]
+    assert [e.text for e in put_entries(st) if e.kind is EntryKind.TOOL_RESULT] == ["<harness>\n[error] Tool t was aborted\n</harness>"]
     subs = put_subs(st)
     assert subs[child_input].reason == "aborted" and subs[child_follow].reason == "aborted"
     assert subs[first].reason == "aborted"
@@ -300,7 +305,7 @@ def test_abort_task_of_one_tool_answers_the_call_and_the_run_goes_on() -> None:
     gen = d.gen()
     st = d(abort_task(t1))
     assert put_tasks(st)[t1].outcome.status is OutcomeStatus.ABORTED
-    assert only(put_entries(st)).text == "Tool t was aborted"
+    assert only(put_entries(st)).text == "<harness>\n[error] Tool t was aborted\n</harness>"
     assert d.task(gen) is not None and d.task(gen).status is TaskStatus.WAITING  # still waiting on u
     st = d(finished(t2))
     assert outcome(st, gen).status is OutcomeStatus.COMPLETED
@@ -450,7 +455,7 @@ def test_a_crash_after_the_abort_commit_keeps_everything_settled() -> None:
     assert reopened.effects == ()
     assert reopened.state.tasks == {} and reopened.state.submissions == {}
     [result] = tool_results(store.entries())["c1"]
-    assert result.text == "Tool t was aborted"
+    assert result.text == "<harness>\n[error] Tool t was aborted\n</harness>"
     assert {s.id: (s.status, s.reason) for s in store.submissions()} == {
         first: (SubmissionStatus.UNANSWERED, "aborted")
     }
@@ -479,7 +484,7 @@ def test_marks_committed_before_a_crash_finish_the_abort_on_reopen() -> None:
     assert not effects_of(reopened, RunTool) and not effects_of(reopened, CallModel)
     assert reopened.state.tasks == {}
     [result] = tool_results(store.entries())["c1"]
-    assert result.text == "Tool t was aborted" and result.at == 70
+    assert result.text == "<harness>\n[error] Tool t was aborted\n</harness>" and result.at == 70
     final = {t.id: t.outcome.status for t in store.tasks()}
     assert final == {gen: OutcomeStatus.ABORTED, tool: OutcomeStatus.ABORTED}
     assert {s.id: (s.status, s.reason) for s in store.submissions()} == {

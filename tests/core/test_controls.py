@@ -14,10 +14,12 @@ from pidurable.core.effects import RunAbortHooks, RunAfterTools
 from pidurable.core.events import AfterToolsRan, ModelResponded, TaskAbortRequested, ToolAbortHooked, ToolFinished
 from pidurable.core.model import (
     GENERATION,
+    Diagnostic,
     EntryKind,
     ExtensionInfo,
     OutcomeStatus,
     ResultCode,
+    Severity,
     SubmissionStatus,
     TaskId,
     TaskStatus,
@@ -211,10 +213,30 @@ def test_on_abort_hooks_replace_the_aborted_result() -> None:
 
 
 def test_on_abort_hooks_keeping_the_result() -> None:
-    d, a = aborted_round("on_abort")
+    """The hooks get the handler's result (no partial output: empty text, the
+    ``aborted`` diagnostic); kept, it settles as the handler built it."""
+    d = Driver(with_hooks(opened_state(), "on_abort"))
+    _, (a,) = round_of(d, "edit")
+    st = d(TaskAbortRequested(now=45, ticket=77, task_id=TaskId(a)))
+    (asked,) = effects_of(st, RunAbortHooks)
+    assert asked.text == "" and asked.diagnostics == (Diagnostic(Severity.ERROR, "Tool edit was aborted", "aborted"),)
     st = d(ToolAbortHooked(now=50, task_id=TaskId(a)))
     (entry,) = [e for e in put_entries(st) if e.kind == EntryKind.TOOL_RESULT]
-    assert entry.text == "Tool edit was aborted"
+    assert entry.text == "<harness>\n[error] Tool edit was aborted\n</harness>"
+
+
+def test_an_on_abort_replacement_is_a_whole_result_with_its_diagnostics() -> None:
+    """A replacement's own diagnostics (and the shell's cut, last) are rendered after its text."""
+    d, a = aborted_round("on_abort")
+    cut = {"total_bytes": 30, "total_lines": 3, "kept_bytes": 10, "kept_lines": 1, "retain": "head"}
+    note = Diagnostic(Severity.INFO, "nothing was written", "note")
+    st = d(ToolAbortHooked(now=50, task_id=TaskId(a), text="stopped\n", truncated=cut, diagnostics=(note,)))
+    (entry,) = [e for e in put_entries(st) if e.kind == EntryKind.TOOL_RESULT]
+    assert entry.text == (
+        "stopped\n\n<harness>\n[info] nothing was written\n"
+        "[warn] Output truncated to its beginning: 2 lines, 20 bytes dropped\n</harness>"
+    )
+    assert entry.is_error and entry.data is not None and entry.data["truncated"] == cut
 
 
 def test_a_body_report_for_an_abort_marked_task_is_stale() -> None:

@@ -12,12 +12,14 @@ from pidurable.core.model import (
     TOOL,
     AgentConfig,
     ConversationId,
+    Diagnostic,
     EntryKind,
     OutcomeStatus,
+    Severity,
     TaskStatus,
     ToolInfo,
 )
-from pidurable.core.tools import interrupted_message
+from pidurable.core.diagnostics import interrupted_message
 
 from .helpers import (
     MODEL,
@@ -128,8 +130,12 @@ def test_tool_rejected_settles_an_error_result_as_completed() -> None:
     the_commit(st)
     entry = only(put_entries(st))
     assert entry.kind is EntryKind.TOOL_RESULT and entry.is_error
-    assert entry.text == "Tool nope is not available" and entry.tool_call_id == "c1" and entry.tool_name == "nope"
-    assert entry.data == {"code": "tool_unavailable"}
+    assert entry.text == "<harness>\n[error] Tool nope is not available\n</harness>"
+    assert entry.tool_call_id == "c1" and entry.tool_name == "nope"
+    assert entry.data == {
+        "code": "tool_unavailable",
+        "diagnostics": [{"severity": "error", "message": "Tool nope is not available", "code": "tool_unavailable"}],
+    }
     task = put_tasks(st)[tid]
     assert task.outcome is not None and task.outcome.status is OutcomeStatus.COMPLETED
     assert task.outcome.result == {"entry_id": entry.id}
@@ -172,7 +178,11 @@ def test_tool_failed_is_an_error_result_and_the_round_continues() -> None:
     st = step(running, ToolFailed(now=41, task_id=tid, message="permission denied"))
 
     entry = only(e for e in put_entries(st) if e.kind is EntryKind.TOOL_RESULT)
-    assert entry.is_error and entry.text == "permission denied" and entry.data == {"code": "tool_error"}
+    assert entry.is_error and entry.text == "<harness>\n[error] permission denied\n</harness>"
+    assert entry.data == {
+        "code": "tool_error",
+        "diagnostics": [{"severity": "error", "message": "permission denied", "code": "tool_error"}],
+    }
     task = put_tasks(st)[tid]
     assert task.outcome is not None and task.outcome.status is OutcomeStatus.FAILED
     assert task.outcome.error == {"message": "Tool ls threw"}
@@ -254,7 +264,8 @@ def test_replay_matrix(stored: str, current: str | None, reruns: bool) -> None:
         message = interrupted_message("edit")
         assert message == "Tool edit was interrupted and may have partially run"
         entry = only(e for e in put_entries(st) if e.kind is EntryKind.TOOL_RESULT)
-        assert entry.is_error and entry.text == message and entry.tool_call_id == "c1"
+        assert entry.is_error and entry.text == f"<harness>\n[error] {message}\n</harness>" and entry.tool_call_id == "c1"
+        assert entry.data == {"code": "interrupted", "diagnostics": [{"severity": "error", "message": message, "code": "interrupted"}]}
         task = put_tasks(st)[tid]
         assert task.status is TaskStatus.TERMINAL and task.outcome is not None
         assert task.outcome.status is OutcomeStatus.FAILED
@@ -418,17 +429,70 @@ def test_settling_drops_the_slots_running_output() -> None:
     assert (live.tools[0].status, live.tools[0].output) == ("done", None)
 
 
-def test_a_truncated_result_keeps_its_diagnostic_in_the_entry_data() -> None:
+def test_a_truncated_result_keeps_its_cut_in_the_entry_data_and_renders_its_diagnostics() -> None:
     """ToolFinished.truncated (the shell bounded the output) lands in the result
-    entry's ``data["truncated"]``; an untruncated result keeps ``data`` None."""
+    entry's ``data["truncated"]`` and is rendered after the tool's own
+    diagnostics: the spill path first, the cut last (a warn: not an error by
+    itself); an untruncated result keeps ``data`` None."""
     state, _, (t1, t2) = in_round("bash", "ls")
     running = run_events(state, prepared(t1), prepared(t2))[-1].state
-    diag = {"total_bytes": 1_000_000, "total_lines": 20_000, "kept_bytes": 51_000, "kept_lines": 1000, "retain": "tail"}
-    st = step(running, ToolFinished(now=40, task_id=t1, text="[Output truncated ...]\ntail", is_error=True, truncated=diag))
+    diag = {
+        "total_bytes": 1_000_000,
+        "total_lines": 20_000,
+        "kept_bytes": 51_000,
+        "kept_lines": 1000,
+        "retain": "tail",
+        "full_output": "/tmp/s-5.txt",
+    }
+    exited = Diagnostic(Severity.ERROR, "Command exited with code 2", "exit_code")
+    st = step(running, ToolFinished(now=40, task_id=t1, text="tail\n", is_error=True, truncated=diag, diagnostics=(exited,)))
     entry = only(put_entries(st))
-    assert entry.data == {"truncated": diag} and entry.is_error
+    assert entry.text == (
+        "tail\n\n<harness>\n[info] Full output: /tmp/s-5.txt\n[error] Command exited with code 2\n"
+        "[warn] Output truncated to its end: 19000 lines, 949000 bytes dropped\n</harness>"
+    )
+    assert entry.is_error and entry.data == {
+        "truncated": diag,
+        "diagnostics": [
+            {"severity": "info", "message": "Full output: /tmp/s-5.txt", "code": "full_output"},
+            {"severity": "error", "message": "Command exited with code 2", "code": "exit_code"},
+            {"severity": "warn", "message": "Output truncated to its end: 19000 lines, 949000 bytes dropped", "code": "truncated"},
+        ],
+    }
     st2 = step(st.state, finished(t2, "small"))
     assert only(e for e in put_entries(st2) if e.kind is EntryKind.TOOL_RESULT).data is None
+
+
+def test_a_warn_or_a_cut_never_makes_a_result_an_error() -> None:
+    """A result the tool did not mark an error stays one that is not, with a
+    ``warn`` of its own and a cut (the ``truncated`` warn) rendered after it."""
+    state, _, (tid,) = in_round("ls")
+    running = step(state, prepared(tid)).state
+    cut = {"total_bytes": 12, "total_lines": 3, "kept_bytes": 4, "kept_lines": 1, "retain": "head"}
+    careful = Diagnostic(Severity.WARN, "3 files were skipped", None)
+    st = step(running, ToolFinished(now=40, task_id=tid, text="a.c\n", truncated=cut, diagnostics=(careful,)))
+    entry = only(e for e in put_entries(st) if e.kind is EntryKind.TOOL_RESULT)
+    assert not entry.is_error
+    assert entry.text == (
+        "a.c\n\n<harness>\n[warn] 3 files were skipped\n"
+        "[warn] Output truncated to its beginning: 2 lines, 8 bytes dropped\n</harness>"
+    )
+    assert entry.data is not None and entry.data["diagnostics"][0] == {"severity": "warn", "message": "3 files were skipped"}
+
+
+def test_a_raising_body_keeps_its_durable_partial_output() -> None:
+    """A body that raised after reporting running output: that output is the
+    content, its message the ``tool_error`` diagnostic (a bounded message's
+    cut is rendered last)."""
+    state, _, (tid,) = in_round("bash")
+    running = run_events(state, prepared(tid), _progressed(tid, "step 1 ok\n"))[-1].state
+    cut = {"total_bytes": 90_000, "total_lines": 1, "kept_bytes": 51_200, "kept_lines": 1, "retain": "head"}
+    st = step(running, ToolFailed(now=41, task_id=tid, message="disk full", truncated=cut))
+    entry = only(e for e in put_entries(st) if e.kind is EntryKind.TOOL_RESULT)
+    assert entry.is_error and entry.text == (
+        "step 1 ok\n\n<harness>\n[error] disk full\n"
+        "[warn] Output truncated to its beginning: 0 lines, 38800 bytes dropped\n</harness>"
+    )
 
 
 def test_an_interrupted_calls_result_starts_with_its_durable_partial_output() -> None:
@@ -447,7 +511,7 @@ def test_an_interrupted_calls_result_starts_with_its_durable_partial_output() ->
 
     st = step(opened_state(), store.opened(now=90))
     entry = only(e for e in put_entries(st) if e.kind is EntryKind.TOOL_RESULT)
-    assert entry.text == "compiling...\n" + interrupted_message("bash")
+    assert entry.text == "compiling...\n\n<harness>\n[error] " + interrupted_message("bash") + "\n</harness>"
 
 
 def test_a_rerun_clears_the_last_lifes_running_output() -> None:

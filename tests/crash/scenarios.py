@@ -183,7 +183,7 @@ def _check_abort(storage: Any) -> None:
     assert subs["abort-2"].status == "done"  # the write survived the abort
     assert subs["abort-3"].status == "done"
     texts = [e.text for e in storage.entries(1)]
-    assert "Tool deploy was aborted" in texts and "operator note" in texts
+    assert "<harness>\n[error] Tool deploy was aborted\n</harness>" in texts and "operator note" in texts
 
 
 ABORT_TOOL = Scenario(
@@ -485,7 +485,7 @@ POISON = Scenario(
 
 def _check_filter(storage: Any) -> None:
     results = {e.tool_name: e for e in storage.entries(1) if e.kind == "tool_result"}
-    assert results["write"].text == "Tool write is not available" and results["write"].is_error
+    assert results["write"].text == "<harness>\n[error] Tool write is not available\n</harness>" and results["write"].is_error
     assert results["read"].text == "read ok [('path', 'a')]"
 
 
@@ -529,10 +529,13 @@ def _noisy_bash(world: World) -> list[Any]:
 def _check_truncated(storage: Any) -> None:
     (result,) = [e for e in storage.entries(1) if e.kind == "tool_result"]
     assert len(result.text.encode()) < 5000
-    if not result.text.endswith("was interrupted and may have partially run"):
-        assert result.text.startswith("[Output truncated to 100 of 4001 lines")
-        assert result.text.endswith("error: link failed\n") and "the full output was not kept" in result.text
-        assert result.data["truncated"]["total_lines"] == 4001 and "full_output" not in result.data["truncated"]
+    if not result.text.endswith("was interrupted and may have partially run\n</harness>"):
+        cut = result.data["truncated"]
+        assert cut["total_lines"] == 4001 and cut["kept_lines"] == 100 and "full_output" not in cut  # no env: no spill
+        dropped = cut["total_bytes"] - cut["kept_bytes"]
+        assert result.text.endswith(
+            f"error: link failed\n\n<harness>\n[warn] Output truncated to its end: 3901 lines, {dropped} bytes dropped\n</harness>"
+        )
     for row in storage.journal():
         assert len(row.events) + len(row.writes) < 20_000  # the 120 KB never reached the store
     live = storage.document(1, "pi.live")
@@ -944,7 +947,7 @@ def _check_on_abort(storage: Any) -> None:
     text = results[0].text
     assert text in (
         "deploy was stopped; check the deploy log before retrying.",
-        "Tool deploy was interrupted and may have partially run",
+        "<harness>\n[error] Tool deploy was interrupted and may have partially run\n</harness>",
     ), text
 
 

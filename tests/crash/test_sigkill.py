@@ -63,7 +63,7 @@ def test_sigkill_mid_unsafe_tool_then_reopen_in_another_process(tmp_path: Path) 
         entries = storage.entries(1)
         results = {e.tool_name: e for e in entries if e.kind == "tool_result"}
         assert results["deploy"].is_error
-        assert results["deploy"].text == "Tool deploy was interrupted and may have partially run"
+        assert results["deploy"].text == "<harness>\n[error] Tool deploy was interrupted and may have partially run\n</harness>"
         assert results["probe"].text == "probe ok"
         assert (tmp_path / "probes").read_text().count("\n") == 1, "a finished tool ran again"
         invariants.submissions_settle_once(storage)

@@ -66,7 +66,7 @@ async def test_tools_filter_offers_exactly_those_tools_in_order(
         entries = await conv.transcript()
     assert [offered(r) for r in models.requests] == [["edit", "read"], ["edit", "read"]]
     results = {e.tool_name: e for e in entries if e.kind == EntryKind.TOOL_RESULT}
-    assert results["write"].is_error and results["write"].text == "Tool write is not available"
+    assert results["write"].is_error and results["write"].text == "<harness>\n[error] Tool write is not available\n</harness>"
     assert results["read"].text == "A" and not results["read"].is_error
     assert not (tmp_path / "x.txt").exists()
 
@@ -100,7 +100,7 @@ async def test_filter_applies_with_before_tool_hooks_and_to_reconfigured_agents(
         assert (await settle(conv, "two")).status == "done"
         assert ran == ["noop"] and offered(models.requests[2]) == ["noop"]
         first = [e for e in await conv.transcript() if e.kind == EntryKind.TOOL_RESULT][0]
-        assert first.text == "Tool noop is not available"
+        assert first.text == "<harness>\n[error] Tool noop is not available\n</harness>"
 
 
 async def test_instructions_are_the_system_prompt_of_every_request(autojump_clock: trio.testing.MockClock) -> None:
@@ -181,7 +181,7 @@ async def test_subagent_child_gets_its_own_agent_and_tool_filter(
         child_agent = await child.agent()
         assert child_agent.tools == ("read",) and child_agent.model == MODEL
         results = {e.tool_name: e for e in await child.transcript() if e.kind == EntryKind.TOOL_RESULT}
-        assert results["write"].text == "Tool write is not available"
+        assert results["write"].text == "<harness>\n[error] Tool write is not available\n</harness>"
         assert results["read"].text == "A"
     child_requests = [r for r in models.requests if r.conversation_id == child.id]
     assert child_requests and all(offered(r) == ["read"] for r in child_requests)

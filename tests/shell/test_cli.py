@@ -51,7 +51,7 @@ def test_demo_is_killed_twice_and_resumes(demo_run: tuple[Path, subprocess.Compl
     # part 1: at the crash the edit had no stored result; recovery reported it interrupted
     assert re.search(r"edit\(path=config/dev\.json, old=8080, new=8081\) -> NO result stored \(task #\d+ running, phase execute\)", out)
     assert re.search(r"edit: reported interrupted, NOT run again \(stored replay=unsafe", out)
-    assert '"Tool edit was interrupted and may have partially run"' in out
+    assert 'result the model sees: "<harness>\\n[error] Tool edit was interrupted and may have partially run\\n</harness>"' in out
     assert "read: kept" in out
     assert re.search(r"new call by the model: read\(path=config/dev\.json\) -> ran once in life 2: \{\"port\": 8081\}", out)
     assert "config/dev.json now sets port 8081" in out

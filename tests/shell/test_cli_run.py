@@ -201,8 +201,8 @@ def test_run_is_killed_mid_tool_and_resume_finishes(server: tuple[str, list[dict
     out, err = resume.communicate(timeout=60)
     assert resume.returncode == 0, err
     assert "tools: read (" in err
-    assert "Tool bash was interrupted and may have partially run" in out
-    assert "The command said: Tool bash was interrupted" in out
+    assert "  <- bash [error] Tool bash was interrupted and may have partially run\n" in out
+    assert "The command said: <harness>\n[error] Tool bash was interrupted and may have partially run\n</harness>" in out
     assert re.search(r"bash \(task #\d+\): reported interrupted, NOT run again \(stored replay=unsafe, not installed now\)", out)
     assert "submission #2: done" in out
     assert (tmp_path / "runs.log").read_text() == "started\n"  # bash ran once
@@ -252,7 +252,7 @@ def test_chat_queues_lines_typed_while_the_agent_works(server: tuple[str, list[d
     finally:
         conn.close()
     assert statuses == ["done", "done"]
-    assert out.count("The command said: Tool bash is not available") == 2  # both inputs answered
+    assert out.count("The command said: <harness>\n[error] Tool bash is not available\n</harness>") == 2  # both answered
 
 
 @pytest.mark.slow
@@ -267,7 +267,7 @@ def test_ctrl_c_aborts_the_run_cleanly(server: tuple[str, list[dict]], tmp_path:
     run.send_signal(signal.SIGINT)
     out, err = run.communicate(timeout=30)
     assert run.returncode == 1, (out, err)
-    assert "Tool bash was aborted" in out
+    assert "  <- bash [error] Tool bash was aborted\n" in out
     assert "[unanswered: aborted]" in err and "Traceback" not in err
     assert not _alive(leader), "the abort killed the command"
 
@@ -369,7 +369,7 @@ def test_run_offers_only_read_by_default(server: tuple[str, list[dict]], tmp_pat
     assert run.returncode == 0, err
     assert err.startswith("tools: read (--tools coding adds write, edit and bash")
     assert [t["function"]["name"] for t in seen[0]["tools"]] == ["read"]
-    assert "The command said: Tool bash is not available" in out
+    assert "The command said: <harness>\n[error] Tool bash is not available\n</harness>" in out
     assert not (tmp_path / "runs.log").exists()
 
 

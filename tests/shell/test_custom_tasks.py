@@ -455,7 +455,7 @@ async def test_a_raising_before_tool_blocks_the_call(autojump_clock: trio.testin
         _, settled = await _chat(h)
     assert ran == []
     [result] = _result_entries(storage)
-    assert result.is_error and result.text == "Tool call blocked: production is frozen"
+    assert result.is_error and result.text == "<harness>\n[error] Tool call blocked: production is frozen\n</harness>"
     assert settled.status == SubmissionStatus.DONE
     assert any(m.role == "tool" and m.text == result.text for m in models.requests[1].messages)
 

@@ -159,7 +159,7 @@ async def test_unknown_tool_gets_an_error_result_and_the_run_answers(autojump_cl
         transcript = await conv.transcript()
 
     [result] = tool_results(transcript)
-    assert result.text == "Tool nope is not available"
+    assert result.text == "<harness>\n[error] Tool nope is not available\n</harness>"
     assert result.is_error and result.tool_name == "nope"
     assert settled.status == SubmissionStatus.DONE
     assert transcript[-1].text == "ok without it"
@@ -226,7 +226,7 @@ async def test_raising_tool_gives_an_error_result_and_the_round_continues(
         tasks = await h.tasks()
 
     boom_result, echo_result = tool_results(transcript)
-    assert boom_result.is_error and "kaput: disk on fire" in boom_result.text
+    assert boom_result.is_error and boom_result.text == "<harness>\n[error] kaput: disk on fire\n</harness>"
     assert not echo_result.is_error and echo_result.text == "still here"
     outcomes = {t.input["name"]: t.outcome.status for t in tasks if t.kind == TOOL and t.outcome}
     assert outcomes == {"boom": OutcomeStatus.FAILED, "echo": OutcomeStatus.COMPLETED}
@@ -413,7 +413,10 @@ async def test_bash_timeout_gives_an_error_result(tmp_path: Path) -> None:
 
     assert trio.current_time() - start < 10
     assert result.is_error
-    assert result.text == "Command timed out after 0.2 s and was killed"
+    assert result.text == "<harness>\n[error] Command timed out after 0.2 seconds\n</harness>"
+    assert result.data == {
+        "diagnostics": [{"severity": "error", "message": "Command timed out after 0.2 seconds", "code": "tool_error"}]
+    }
     assert settled.status == SubmissionStatus.DONE
 
 

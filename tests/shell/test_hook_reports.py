@@ -75,7 +75,7 @@ async def test_a_blocking_before_tool_is_reported_too(autojump_clock: trio.testi
         raise PermissionError("not today")
 
     entries = await _run(_registry(before_tool=veto), on_report=reports.append)
-    assert [e.text for e in entries if e.kind == "tool_result"] == ["Tool call blocked: not today"]
+    assert [e.text for e in entries if e.kind == "tool_result"] == ["<harness>\n[error] Tool call blocked: not today\n</harness>"]
     assert [(r.hook, r.handled) for r in reports] == [("before_tool", "blocked the call")]
 
 

@@ -1,4 +1,4 @@
-"""Tool output limits (shell/limits.py): bounded text, the notice, the spill."""
+"""Tool output limits (shell/limits.py): bounded text, the record of the cut and its diagnostics, the spill."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from pidurable.shell.limits import OutputLimits, Spill, bound, with_notice
+from pidurable.core import diagnostics
+from pidurable.shell.limits import OutputLimits, Spill, bound
 
 
 def test_small_output_is_untouched() -> None:
+    """Output within the limits is kept whole, and nothing is dropped."""
     b = bound("a\nb\n", OutputLimits())
-    assert not b.truncated and b.text == "a\nb\n" and with_notice(b, None) == "a\nb\n"
+    assert not b.truncated and b.text == "a\nb\n" and b.kept_bytes == b.total_bytes == 4 and b.kept_lines == 2
 
 
 def test_head_keeps_whole_lines_under_both_limits() -> None:
@@ -20,15 +22,30 @@ def test_head_keeps_whole_lines_under_both_limits() -> None:
     assert b.truncated and b.kept_lines == 2000 and b.text.startswith("line 0\n") and b.text.endswith("line 1999\n")
     b = bound(text, OutputLimits(max_bytes=100))
     assert b.kept_bytes <= 100 and b.text.endswith("\n") and b.text.startswith("line 0")
-    shown = with_notice(b, "/tmp/out.txt")
-    assert shown.endswith(f"[Output truncated to {b.kept_lines} of 5000 lines ({b.kept_bytes} of {len(text)} bytes); full output: /tmp/out.txt]")
+    cut = b.record("/tmp/out.txt")
+    assert cut == {
+        "total_bytes": len(text),
+        "total_lines": 5000,
+        "kept_bytes": b.kept_bytes,
+        "kept_lines": b.kept_lines,
+        "retain": "head",
+        "full_output": "/tmp/out.txt",
+    }
+    first, last = diagnostics.from_cut(cut)
+    assert diagnostics.block([*first, *last]) == (
+        "<harness>\n[info] Full output: /tmp/out.txt\n"
+        f"[warn] Output truncated to its beginning: {5000 - b.kept_lines} lines, {len(text) - b.kept_bytes} bytes dropped\n"
+        "</harness>"
+    )
 
 
-def test_tail_keeps_the_end_and_puts_the_notice_first() -> None:
+def test_tail_keeps_the_end_and_says_so() -> None:
+    """``retain="tail"`` keeps the last lines; the diagnostic says "to its end" and counts what was dropped."""
     text = "".join(f"{i}\n" for i in range(10)) + "ERROR at the end\n"
     b = bound(text, OutputLimits(max_lines=2, retain="tail"))
     assert b.text == "9\nERROR at the end\n"
-    assert with_notice(b, None).startswith("[Output truncated to 2 of 11 lines")
+    assert diagnostics.from_cut(b.record(None)) == ((), (diagnostics.truncated(9, 18, "tail"),))
+    assert diagnostics.from_cut(b.record(None))[1][0].message == "Output truncated to its end: 9 lines, 18 bytes dropped"
 
 
 def test_one_huge_line_is_cut_on_a_character_boundary() -> None:
@@ -42,7 +59,7 @@ def test_one_huge_line_is_cut_on_a_character_boundary() -> None:
 def test_a_megabyte_output_keeps_only_the_limit() -> None:
     text = "x" * 1_000_000 + "\n"
     b = bound(text, OutputLimits())
-    assert b.kept_bytes <= 50 * 1024 and len(with_notice(b, "p")) < 52 * 1024
+    assert b.kept_bytes <= 50 * 1024 and len(b.text) <= 50 * 1024
 
 
 @pytest.mark.parametrize(

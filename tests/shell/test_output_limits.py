@@ -56,9 +56,10 @@ def tool_results(storage: Any) -> list[Any]:
 
 async def test_a_1mb_bash_output_never_reaches_the_transcript_or_the_store_whole(tmp_path: Path) -> None:
     """bash printing 1 MB and failing: the result entry keeps the tail within
-    50 KiB (the error and exit code visible) with the notice naming the spill
-    file, which holds the full output; every journal row and the SQLite file
-    stay far below 1 MB; the entry's data records the cut."""
+    50 KiB (the error visible), then the diagnostics - the spill file (which
+    holds the full output), the exit code, the cut - as the reference's bash
+    reports them; every journal row and the SQLite file stay far below 1 MB;
+    the entry's data records the cut and the diagnostics."""
     root = tmp_path / "work"
     root.mkdir()
     models = ScriptedModels([reply(tool_calls=[tool_call("bash", command=BIG_COMMAND)]), reply(text="saw it")])
@@ -77,17 +78,23 @@ async def test_a_1mb_bash_output_never_reaches_the_transcript_or_the_store_whole
     assert result.is_error
     size = len(result.text.encode())
     assert 40 * 1024 < size < 52 * 1024
-    assert result.text.startswith("[Output truncated to ")
-    assert "error: the real problem is here" in result.text and result.text.endswith("[exit code 3]")
     diag = result.data["truncated"]
     assert diag["retain"] == "tail" and diag["total_bytes"] > 1_000_000 and diag["kept_bytes"] <= 50 * 1024
-    assert diag["total_lines"] == 20_003 and diag["kept_lines"] < 2000
+    assert diag["total_lines"] == 20_001 and diag["kept_lines"] < 2000  # 20000 lines + the error line
     spilled = Path(diag["full_output"])
     assert spilled.parent == root / ".pidurable" / "outputs" and spilled.name.endswith(f"-{result.by_task_id}.txt")
-    assert f"full output: {spilled}]" in result.text.splitlines()[0]
+    dropped_lines, dropped_bytes = diag["total_lines"] - diag["kept_lines"], diag["total_bytes"] - diag["kept_bytes"]
+    assert result.text.endswith(
+        "error: the real problem is here\n\n<harness>\n"
+        f"[info] Full output: {spilled}\n"
+        "[error] Command exited with code 3\n"
+        f"[warn] Output truncated to its end: {dropped_lines} lines, {dropped_bytes} bytes dropped\n"
+        "</harness>"
+    )
+    assert [d["code"] for d in result.data["diagnostics"]] == ["full_output", "exit_code", "truncated"]
     full = spilled.read_text()
     assert len(full.encode()) == diag["total_bytes"] and full.startswith("line 000")
-    assert full.endswith("error: the real problem is here\n\n[exit code 3]")
+    assert full.endswith("error: the real problem is here\n")
     assert max(len(r.events) + len(r.writes) for r in rows) < 200_000
     assert sum(len(r.events) + len(r.writes) for r in rows) < 400_000
     on_disk = sum(p.stat().st_size for p in tmp_path.glob("store.sqlite*"))
@@ -125,11 +132,11 @@ async def test_running_bash_output_shows_in_the_live_slot_while_it_runs(tmp_path
     assert result.text == "".join(f"chunk{i}\n" for i in range(1, 6)) and result.data is None
 
 
-async def test_a_tool_without_a_spill_directory_says_the_full_output_was_not_kept() -> None:
+async def test_a_tool_without_a_spill_directory_reports_only_the_cut() -> None:
     """With no env (no spill directory), a custom tool's 300-line result is cut
-    to its head by its limits (given as a tuple); the notice says the full
-    output was not kept and the diagnostic has no path. The progress it
-    reported shows the same way without an env."""
+    to its head by its limits (given as a tuple); the model reads the
+    ``truncated`` warn (no ``full_output``: nothing was kept) and the cut's
+    record has no path. The progress it reported shows the same way without an env."""
 
     async def dump(call: Any, args: dict[str, Any]) -> ToolResult:
         call.report_output("starting\n")
@@ -144,9 +151,15 @@ async def test_a_tool_without_a_spill_directory_says_the_full_output_was_not_kep
             await (await conv.submit(Input("dump"))).wait()
     (result,) = tool_results(storage)
     assert result.text.startswith("row 0\n") and "row 99\n" in result.text and "row 100\n" not in result.text
-    assert result.text.endswith("[Output truncated to 100 of 300 lines (690 of 2290 bytes); the full output was not kept]")
+    assert result.text.endswith(
+        "row 99\n\n<harness>\n[warn] Output truncated to its beginning: 200 lines, 1600 bytes dropped\n</harness>"
+    )
+    assert not result.is_error
     assert result.data == {
-        "truncated": {"total_bytes": 2290, "total_lines": 300, "kept_bytes": 690, "kept_lines": 100, "retain": "head"}
+        "truncated": {"total_bytes": 2290, "total_lines": 300, "kept_bytes": 690, "kept_lines": 100, "retain": "head"},
+        "diagnostics": [
+            {"severity": "warn", "message": "Output truncated to its beginning: 200 lines, 1600 bytes dropped", "code": "truncated"}
+        ],
     }
     progressed = [r for r in storage.journal() if '"type":"tool_progressed"' in r.events]
     assert len(progressed) == 1 and "starting" in progressed[0].writes

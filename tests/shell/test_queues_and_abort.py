@@ -200,7 +200,7 @@ async def test_conv_abort_during_a_blocking_tool_cancels_it_and_returns_once_idl
     assert kept.status == SubmissionStatus.QUEUED
     assert tool_task is not None and tool_task.outcome.status == OutcomeStatus.ABORTED
     [result] = [e for e in transcript if e.kind == EntryKind.TOOL_RESULT]
-    assert result.text == "Tool gate was aborted" and result.is_error
+    assert result.text == "<harness>\n[error] Tool gate was aborted\n</harness>" and result.is_error
     # the queued write is placed by the next submission's boundary, before the new input
     assert placed_note.status == SubmissionStatus.DONE
     assert texts(transcript) == ["long job", "context for later", "new question"]
@@ -562,7 +562,7 @@ async def test_aborting_the_parent_aborts_the_subagents_run(autojump_clock: trio
     assert all(t.status == TaskStatus.TERMINAL for t in tasks.values())
     assert storage.document(child.id, "pi.live").run is None
     assert [e.text for e in storage.entries(conv.id) if e.kind == EntryKind.TOOL_RESULT] == [
-        "Tool delegate was aborted"
+        "<harness>\n[error] Tool delegate was aborted\n</harness>"
     ]
     assert len(models.requests) == 2  # nothing asked the model after the abort
 

@@ -144,7 +144,9 @@ async def test_on_abort_replaces_an_aborted_result(autojump_clock: trio.testing.
         return "never"
 
     async def on_abort(ctx: Any, call: Any, result: Any) -> Any:
-        return ToolResult(text=f"{call.name} stopped by the user; nothing was written. ({result.text})")
+        (aborted,) = result.diagnostics  # what the handler built: no partial output, "Tool slow was aborted"
+        assert result.text == "" and result.is_error and (aborted.severity, aborted.code) == ("error", "aborted")
+        return ToolResult(text=f"{call.name} stopped by the user; nothing was written. ({aborted.message})")
 
     registry = Registry()
     registry.install(define_tool("slow", "slow", {"type": "object"}, slow, replay="unsafe"))
@@ -161,7 +163,7 @@ async def test_on_abort_replaces_an_aborted_result(autojump_clock: trio.testing.
         entries = await conv.transcript()
     (result,) = [e for e in entries if e.kind == "tool_result"]
     assert result.text == "slow stopped by the user; nothing was written. (Tool slow was aborted)"
-    assert result.is_error and result.data == {"code": "aborted"}
+    assert result.is_error and result.data == {"code": "aborted"}  # a replacement is a whole result: no diagnostics kept
 
 
 async def test_a_bad_control_fails_the_call_clearly(autojump_clock: trio.testing.MockClock) -> None:

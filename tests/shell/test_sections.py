@@ -104,7 +104,7 @@ async def test_agent_extension_selection_picks_tools_and_sections(autojump_clock
         results = {e.tool_name: e.text for e in await conv.transcript() if e.kind == EntryKind.TOOL_RESULT}
     assert [t.name for t in models.requests[0].tools] == ["tb"]
     assert models.requests[0].messages[0].text == "<beta>\nB\n</beta>"
-    assert results == {"ta": "Tool ta is not available", "tb": "ran"}
+    assert results == {"ta": "<harness>\n[error] Tool ta is not available\n</harness>", "tb": "ran"}
 
 
 async def test_a_raising_section_keeps_its_shown_text_and_is_reported(autojump_clock: trio.testing.MockClock) -> None:

@@ -45,7 +45,9 @@ def config_answer(part: Part, results: Sequence[Message]) -> str:
     except (IndexError, ValueError, AttributeError):
         return f"I could not read {path} back, so I cannot confirm the port."
     if edit is not None and edit.is_error:
-        how = f'The edit came back as an error ("{edit.text}"), so I re-read the file instead of editing again:'
+        # the harness's error is a line "[error] <message>" in the result's <harness> block
+        said = next((line[8:] for line in edit.text.splitlines() if line.startswith("[error] ")), edit.text)
+        how = f'The edit came back as an error ("{said}"), so I re-read the file instead of editing again:'
     else:
         how = "The edit succeeded and re-reading the file confirms it:"
     if port == 8081:

@@ -8,6 +8,7 @@ is hard-coded.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import attrs
@@ -173,7 +174,7 @@ def print_recovery(work: Path, crash: Snapshot, final: Snapshot) -> Recovery:
                 )
             else:
                 print(f"    {call.name}: settled with an error without running again ({ran})")
-            print(f'      result the model sees: "{res.text}"')
+            print(f"      result the model sees: {json.dumps(res.text, ensure_ascii=False)}")  # newlines shown as \\n
         else:
             print(f"    {call.name}: no result after recovery ({ran})")
     for call in final.calls():
