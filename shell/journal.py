@@ -1,24 +1,56 @@
-"""Replay: re-run a store's journal through the pure core.
+"""Replay: re-run a store's journal through the pure core, and check it.
 
-Every commit journals the events that caused it (same transaction). Feeding
-them to ``step`` from an empty state must reproduce every stored commit byte
-for byte; ``replay`` does that and reports each transition, which makes a
-recorded run debuggable step by step (``pidurable replay --db FILE``).
+What the journal records
+------------------------
+Every commit journals, in its own transaction, the events the reducer
+stepped since the previous commit, exactly as stepped (enriched, cleaned;
+``loop.py``), then the commit's writes as the codec encoded them. The core
+emits at most one ``Commit`` per step, so a journal row is ``[e1 .. en]``
+where only ``en`` committed. Ids and sequence numbers come from counters in
+the state, so they are recomputed, never read back.
+
+A process life starts with ``Opened`` (what it loaded: live records,
+counters, the installed catalog, settings), stepped on a fresh ``State``.
+Events a process stepped after its last commit are in no row (they died with
+it), and the next life starts from ``Opened`` again. So replay resets the
+state to ``State()`` at every ``Opened`` - exactly what the process did -
+and a replay is exact: same events on the same state give the same commit,
+byte for byte, or the current core decides differently.
+
+``check`` compares every commit the current core produces with the recorded
+one: its seq, and its writes' bytes. The first divergence of a process life
+is reported (which commit, which event, what the recorded and the produced
+writes are, and a short diff); the rest of that life is skipped (its state
+already differs) and checking resumes at the next ``Opened``, so one
+behaviour change is reported once per life it touches.
+
+What cannot be replayed exactly, and is reported so rather than guessed at:
+a row whose format version this code does not read (refused up front, see
+:func:`check_format`), and an event that no longer decodes (an event type or
+a field the current code removed).
 """
 
 from __future__ import annotations
 
+import enum
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 import attrs
 
 from pidurable.core import State, step
 from pidurable.core.effects import Commit
+from pidurable.core.events import Event, Opened
 
+from .journal_diff import short_json, writes_diff
 from .storage import codec
-from .storage.base import JournalRow, writes_json
+from .storage.base import JournalRow, StorageError, writes_json
+
+#: The journal formats this code replays (``codec.FORMAT_VERSION`` is the one
+#: it writes). Format 1: events and writes as the one converter's JSON.
+READABLE_FORMATS = frozenset({1})
+assert codec.FORMAT_VERSION in READABLE_FORMATS
 
 
 class JournalReads(Protocol):
@@ -27,15 +59,84 @@ class JournalReads(Protocol):
     def journal(self) -> Sequence[JournalRow]: ...
 
 
+class UnreadableJournal(StorageError):
+    """A journal row's format version is one this code does not read."""
+
+
+def check_format(rows: Iterable[JournalRow], source: str) -> None:
+    """Refuse a journal holding a row of a format this code does not read,
+    naming the row and the version (before anything is replayed)."""
+    for row in rows:
+        fmt = row.format
+        if fmt in READABLE_FORMATS:
+            continue
+        known = ", ".join(str(f) for f in sorted(READABLE_FORMATS))
+        if isinstance(fmt, int) and fmt > max(READABLE_FORMATS):
+            raise UnreadableJournal(
+                f"{source}: journal row {row.seq} has format version {fmt}; this pidurable replays "
+                f"journal format {known} only (it was written by a newer pidurable: upgrade to replay it)"
+            )
+        raise UnreadableJournal(
+            f"{source}: journal row {row.seq} has format version {fmt!r}, which no pidurable wrote "
+            f"(this one replays journal format {known}); the journal is damaged"
+        )
+
+
+class Kind(enum.StrEnum):
+    """How a replayed commit differs from the recorded one."""
+
+    #: The writes differ (the same events led to other decisions).
+    WRITES = "writes"
+    #: The commit carries another sequence number.
+    SEQ = "seq"
+    #: The row's events produced no commit.
+    NO_COMMIT = "no_commit"
+    #: An event before the row's last one already committed.
+    EARLY_COMMIT = "early_commit"
+    #: The current core committed where the journal has no commit.
+    EXTRA_COMMIT = "extra_commit"
+    #: ``step`` raised on a recorded event.
+    RAISED = "raised"
+    #: A recorded event does not decode with the current code.
+    UNDECODABLE = "undecodable"
+
+
+@attrs.frozen(kw_only=True)
+class Divergence:
+    """The first place where the current core leaves the recorded path."""
+
+    seq: int  #: the recorded commit
+    kind: Kind
+    message: str  #: one line
+    #: The event that made the difference (index in its row, tag, short JSON).
+    event_index: int | None = None
+    event_tag: str = ""
+    event_text: str = ""
+    #: ``changed: task 12`` / ``    outcome.error.message: "a" -> "b"`` lines.
+    diff: tuple[str, ...] = ()
+    recorded: str = ""  #: the recorded writes (JSON text)
+    produced: str = ""  #: the produced writes (JSON text), if any
+    #: The commit whose ``Opened`` started this process life.
+    life_start: int = 0
+
+
 @attrs.frozen(kw_only=True)
 class Transition:
+    """One recorded commit, replayed."""
+
     seq: int
-    events: tuple[str, ...]  # event tags fed since the previous commit
-    writes: tuple[str, ...]  # one short line per write
-    acts: tuple[str, ...]  # effects after the commit
-    matches: bool
-    stored: str = ""
-    replayed: str = ""
+    events: tuple[str, ...]  #: tags of the events fed since the previous commit
+    writes: tuple[str, ...]  #: one short line per recorded write
+    acts: tuple[str, ...]  #: tags of the effects after the commit
+    divergence: Divergence | None = None
+    #: Not replayed: an earlier commit of the same process life diverged.
+    skipped: bool = False
+    #: The row starts a process life (its first event is ``Opened``).
+    opens: bool = False
+
+    @property
+    def matches(self) -> bool:
+        return self.divergence is None and not self.skipped
 
 
 def _describe_write(w: dict[str, Any]) -> str:
@@ -54,34 +155,225 @@ def _describe_write(w: dict[str, Any]) -> str:
         return f"submission {s['id']} {s['type']} {s['status']}" + (f" ({s['reason']})" if s.get("reason") else "")
     if kind == "conversation":
         return f"conversation {w['conversation']['id']}"
+    if kind == "document":
+        return f"document {w.get('document_id')} {(w.get('revision') or {}).get('action', '')}".rstrip()
     return f"{kind} of conversation {w.get('conversation_id')}"
 
 
-def replay(storage: JournalReads) -> Iterator[Transition]:
-    """Yield one Transition per stored commit, in order."""
-    state = State()
-    for row in storage.journal():
-        events = [codec.event_from_data(d) for d in json.loads(row.events)]
-        tags: list[str] = []
-        acts: list[str] = []
-        produced: Commit | None = None
-        for ev in events:
-            tags.append(type(ev).TAG)
-            result = step(state, ev)
-            state = result.state
-            for effect in result.effects:
-                if isinstance(effect, Commit):
-                    produced = effect
-                else:
-                    acts.append(type(effect).TAG)
-        replayed = writes_json(produced.writes, produced.seq) if produced is not None else ""
-        matches = produced is not None and produced.seq == row.seq and replayed == row.writes
-        yield Transition(
-            seq=row.seq,
-            events=tuple(tags),
-            writes=tuple(_describe_write(w) for w in json.loads(row.writes)),
-            acts=tuple(acts),
-            matches=matches,
-            stored=row.writes if not matches else "",
-            replayed=replayed if not matches else "",
+def _describe_writes(text: str) -> tuple[str, ...]:
+    try:
+        return tuple(_describe_write(w) for w in json.loads(text))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return (f"(unreadable writes: {text[:80]})",)
+
+
+def _event_text(data: Any) -> str:
+    """An event as one short line of JSON; ``Opened`` without the records it
+    carries (they can be megabytes)."""
+    if isinstance(data, dict) and data.get("type") == "opened":
+        data = {
+            k: (f"{len(v)} records" if isinstance(v, list) else v)
+            for k, v in data.items()
+            if k in ("now", "next_id", "next_seq", "resume", "conversations", "tasks", "submissions", "type")
+        }
+    return short_json(data, 240)
+
+
+class _Life:
+    """The replay's state within one process life."""
+
+    def __init__(self, start: int) -> None:
+        self.state = State()
+        self.start = start
+        self.diverged = False
+        #: Commits a step produced beyond the row it closed (never, with
+        #: today's core: at most one commit per step).
+        self.extra: list[Commit] = []
+
+
+def replay(rows: Iterable[JournalRow]) -> Iterator[Transition]:
+    """Yield one :class:`Transition` per recorded commit, in order."""
+    life = _Life(0)
+    for row in rows:
+        datas = _event_datas(row)
+        events: list[Event] = []
+        bad: Divergence | None = None
+        for i, data in enumerate(datas):
+            try:
+                events.append(codec.event_from_data(data))
+            except Exception as e:  # noqa: BLE001 - any decoding failure is reported as one
+                bad = Divergence(
+                    seq=row.seq,
+                    kind=Kind.UNDECODABLE,
+                    message=f"event {i} of commit {row.seq} does not decode with this code "
+                    f"({type(e).__name__}: {_first_line(e)}); the journal cannot be replayed exactly",
+                    event_index=i,
+                    event_tag=str(data.get("type", "?")) if isinstance(data, dict) else "?",
+                    event_text=_event_text(data),
+                    recorded=row.writes,
+                )
+                break
+        opens = bool(events) and isinstance(events[0], Opened) and bad is None
+        if opens:
+            life = _Life(row.seq)
+        tags = tuple(type(e).TAG for e in events) if bad is None else tuple(
+            str(d.get("type", "?")) if isinstance(d, dict) else "?" for d in datas
         )
+        base = Transition(seq=row.seq, events=tags, writes=_describe_writes(row.writes), acts=(), opens=opens)
+        if life.diverged:
+            yield attrs.evolve(base, skipped=True)
+            continue
+        if bad is not None:
+            life.diverged = True
+            yield attrs.evolve(base, divergence=attrs.evolve(bad, life_start=life.start))
+            continue
+        acts, divergence = _replay_row(life, row, events, datas)
+        if divergence is not None:
+            life.diverged = True
+            divergence = attrs.evolve(divergence, life_start=life.start)
+        yield attrs.evolve(base, acts=acts, divergence=divergence)
+
+
+def _event_datas(row: JournalRow) -> list[Any]:
+    try:
+        datas = json.loads(row.events)
+    except ValueError as e:
+        raise StorageError(f"journal row {row.seq}: its events are not JSON ({e})") from e
+    if not isinstance(datas, list):
+        raise StorageError(f"journal row {row.seq}: its events are not a JSON array")
+    return datas
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:200] if text else type(e).__name__
+
+
+def _replay_row(life: _Life, row: JournalRow, events: list[Event], datas: list[Any]) -> tuple[tuple[str, ...], Divergence | None]:
+    """Step ``row``'s events on ``life``; the acts that followed the commit,
+    and the divergence if the produced commit differs from the recorded one."""
+    acts: list[str] = []
+    produced: list[Commit] = []
+
+    def at(i: int | None, kind: Kind, message: str, **kw: Any) -> Divergence:
+        return Divergence(
+            seq=row.seq,
+            kind=kind,
+            message=message,
+            event_index=i,
+            event_tag="" if i is None else type(events[i]).TAG,
+            event_text="" if i is None else _event_text(datas[i]),
+            recorded=row.writes,
+            **kw,
+        )
+
+    if not events:
+        # an event that committed twice journals [] with its second commit
+        if not life.extra:
+            return (), Divergence(
+                seq=row.seq, kind=Kind.NO_COMMIT, message=f"commit {row.seq} journals no event", recorded=row.writes
+            )
+        produced, life.extra = life.extra, []
+    elif life.extra:
+        c = life.extra[0]
+        return (), Divergence(
+            seq=row.seq - 1,
+            kind=Kind.EXTRA_COMMIT,
+            message=f"after commit {row.seq - 1} this code makes another commit (seq {c.seq}) that the journal "
+            "does not have",
+            produced=writes_json(c.writes),
+        )
+    last = len(events) - 1
+    for i, ev in enumerate(events):
+        try:
+            result = step(life.state, ev)
+        except Exception as e:  # noqa: BLE001 - the core raising on a recorded event is a divergence
+            return (), at(i, Kind.RAISED, f"step raised {type(e).__name__} on this event: {_first_line(e)}")
+        life.state = result.state
+        commits = [e for e in result.effects if isinstance(e, Commit)]
+        acts.extend(type(e).TAG for e in result.effects if not isinstance(e, Commit))
+        if commits and i < last:
+            return (), at(
+                i,
+                Kind.EARLY_COMMIT,
+                f"this code commits after event {i} ({type(ev).TAG}); the journal's commit {row.seq} "
+                f"came after event {last} ({type(events[last]).TAG})",
+                produced=writes_json(commits[0].writes),
+            )
+        produced.extend(commits)
+    final = last if events else None
+    if not produced:
+        return (), at(final, Kind.NO_COMMIT, f"this code makes no commit where the journal has commit {row.seq}")
+    commit, life.extra = produced[0], produced[1:]
+    text = writes_json(commit.writes)
+    if commit.seq != row.seq:
+        return tuple(acts), at(final, Kind.SEQ, f"this code numbers the commit {commit.seq}, the journal {row.seq}", produced=text)
+    if text != row.writes:
+        diff = tuple(writes_diff(row.writes, text))
+        return tuple(acts), at(
+            final, Kind.WRITES, f"commit {row.seq} differs: this code writes other records", produced=text, diff=diff
+        )
+    return tuple(acts), None
+
+
+@attrs.frozen(kw_only=True)
+class CheckResult:
+    """What :func:`check` found."""
+
+    commits: int  #: recorded commits replayed and identical
+    events: int  #: events stepped in them
+    lives: int  #: process lives (``Opened`` events) seen
+    total: int  #: recorded commits
+    #: The first divergence of each process life that has one, oldest first.
+    divergences: tuple[Divergence, ...] = ()
+    #: Commits skipped after a divergence in their life.
+    skipped: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.divergences
+
+
+def check(rows: Sequence[JournalRow], source: str = "journal") -> CheckResult:
+    """Replay ``rows`` and compare every commit (see the module comment)."""
+    check_format(rows, source)
+    commits = events = lives = skipped = 0
+    divergences: list[Divergence] = []
+    for t in replay(rows):
+        lives += t.opens
+        if t.skipped:
+            skipped += 1
+        elif t.divergence is not None:
+            divergences.append(t.divergence)
+        else:
+            commits += 1
+            events += len(t.events)
+    return CheckResult(
+        commits=commits, events=events, lives=lives, total=len(rows), divergences=tuple(divergences), skipped=skipped
+    )
+
+
+def last_state(rows: Sequence[JournalRow]) -> tuple[State, Divergence | None] | None:
+    """The state the store's last process life had at its last commit, as
+    this code derives it: the rows from the last ``Opened`` on, replayed.
+    None if the journal has no ``Opened`` (e.g. an empty store)."""
+    start = None
+    for n in range(len(rows) - 1, -1, -1):
+        datas = _event_datas(rows[n])
+        if datas and isinstance(datas[0], dict) and datas[0].get("type") == Opened.TAG:
+            start = n
+            break
+    if start is None:
+        return None
+    check_format(rows[start:], "journal")
+    life = _Life(rows[start].seq)
+    for row in rows[start:]:
+        datas = _event_datas(row)
+        try:
+            events = [codec.event_from_data(d) for d in datas]
+        except Exception as e:  # noqa: BLE001 - reported, the state so far is kept
+            return life.state, Divergence(seq=row.seq, kind=Kind.UNDECODABLE, message=_first_line(e))
+        _, divergence = _replay_row(life, row, events, datas)
+        if divergence is not None:
+            return life.state, divergence
+    return life.state, None

@@ -59,7 +59,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from pidurable.core.effects import Commit, Effect, PutEntry, PutLive, PutSubmission, PutTask, RunTool
+from pidurable.core.effects import Commit, Effect, PutEntry, PutLive, PutSubmission, PutTask, RunTool, Write
 from pidurable.core.events import Event, Opened
 from pidurable.core.model import (
     COMPACTION,
@@ -85,6 +85,9 @@ TROUBLE = frozenset({"model_error", "faulted", "no_model", "context_overflow"})
 
 #: Phases that mean "a request is out" (a deferred one is polled).
 ASKING = frozenset({"request", "poll"})
+
+#: Phases that wait out a retryable failure (generation, compaction).
+RETRYING = frozenset({"retry", "summarize_retry"})
 
 
 class Span(Protocol):
@@ -187,6 +190,12 @@ class Observer:
         otel = self.otel if self.otel is not None and self.otel.active else None
         if otel is None and not log.isEnabledFor(logging.WARNING):
             return  # the cheap path: nobody listens
+        if otel is None and not log.isEnabledFor(logging.INFO):
+            # warnings only (Python's default): look just at what can warn
+            for commit, events, before in commits:
+                if any(_may_warn(w) for w in commit.writes):
+                    _Commit(commit, events, before, None, self.started).observe()
+            return
         for commit, events, before in commits:
             _Commit(commit, events, before, otel, self.started).observe()
 
@@ -361,6 +370,20 @@ class _Commit:
             if self.otel is not None:
                 failed = outcome != OutcomeStatus.COMPLETED.value
                 self.otel.end(("compaction", task.id), {"outcome": outcome or ""}, error=_error(task) if failed else None)
+
+
+def _may_warn(w: Write) -> bool:
+    """A write that can make a WARNING record: a run ending (its inputs may
+    have settled in trouble), a task entering a retry phase, a task ending
+    faulted or orphaned."""
+    if isinstance(w, PutLive):
+        return w.live.run is None
+    if isinstance(w, PutTask):
+        t = w.task
+        if t.checkpoint.get("phase") in RETRYING:
+            return True
+        return t.outcome is not None and t.outcome.status in (OutcomeStatus.FAULTED, OutcomeStatus.ORPHANED)
+    return False
 
 
 def _ids(task: Task) -> dict[str, Any]:

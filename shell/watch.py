@@ -82,8 +82,9 @@ BUILTIN_DOCS = (AGENT_DOC, INBOX_DOC, USAGE_DOC, CONTEXT_DOC)
 class ConversationView:
     """One committed view of a conversation."""
 
-    #: The newest commit that touched the conversation (strictly increasing
-    #: along one watcher's views).
+    #: The commit the view is as of: the newest that touched the conversation
+    #: (the first view of a watch may carry a newer one, the store's newest
+    #: when the watch opened). Strictly increasing along one watcher's views.
     seq: int
     #: The newest entries, oldest first (at most the watcher's ``entries``).
     entries: tuple[Entry, ...]

@@ -9,7 +9,7 @@ library refuses; 1 otherwise (a locked or damaged store, a failed run).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeAlias
 
@@ -70,9 +70,10 @@ def describe_task(t: Task) -> str:
     return "  ".join(parts)
 
 
-def task_tree(tasks: Iterable[Task], indent: str = "  ") -> list[str]:
+def task_tree(tasks: Iterable[Task], indent: str = "  ", extra: Callable[[Task], list[str]] | None = None) -> list[str]:
     """Tasks as a tree: owner -> children, in id order. A task whose owner is
-    not among ``tasks`` is a root (its owner is named)."""
+    not among ``tasks`` is a root (its owner is named). ``extra(task)`` gives
+    lines shown under a task's line (indented with the tree)."""
     ordered = sorted(tasks, key=lambda t: t.id)
     ids = {t.id for t in ordered}
     children: dict[int, list[Task]] = {}
@@ -91,6 +92,8 @@ def task_tree(tasks: Iterable[Task], indent: str = "  ") -> list[str]:
         out.append(indent + prefix + branch + line)
         kids = children.get(t.id, [])
         sub = prefix + ("" if not branch else ("   " if last else "│  "))
+        if extra is not None:
+            out.extend(indent + sub + ("│    " if kids else "     ") + x for x in extra(t))
         for i, k in enumerate(kids):
             walk(k, sub, "└─ " if i == len(kids) - 1 else "├─ ", i == len(kids) - 1)
 

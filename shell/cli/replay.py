@@ -1,16 +1,25 @@
-"""``pidurable replay --db FILE [-v]``: re-run the journal through the pure
-core and compare each produced commit with the stored one, byte for byte.
+"""``pidurable replay``: re-run a journal through the pure core and compare
+each produced commit with the recorded one, byte for byte.
 
-Read-only (the store's lock is never taken); exits 1 if any commit differs.
+``--db FILE`` reads a store (read-only; the lock is never taken, so a live
+store works too), a positional ``JOURNAL.jsonl`` reads an exported journal
+(``--export`` writes one; see :mod:`..journal_file`). Without ``--check``
+every commit is listed; ``--check`` prints only what went wrong, and how
+much was checked. Exit status 1 if any commit differs.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-from ..journal import replay
+from ..journal import READABLE_FORMATS, CheckResult, Divergence, check, check_format, replay
+from ..journal_file import read_journal, write_journal
+from ..storage.base import JournalRow
 from ..storage.readonly import open_readonly
-from .common import Subparsers, existing_store
+from ..storage.sqlite_layout import SQLITE_MAGIC
+from .common import EXIT_USAGE, CliError, Subparsers, existing_store
 
 
 def add_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -18,33 +27,134 @@ def add_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "replay",
         parents=[common],
         help="re-run the journal through the pure core and compare",
-        description="Re-run the store's journal through the pure core from an empty state and compare each "
-        "produced commit with the stored one, byte for byte. Read-only; exits 1 if any commit differs.",
+        description="Re-run a journal (a store's, or an exported JSONL file) through the current pure core and "
+        "compare each produced commit with the recorded one, byte for byte. Read-only; exits 1 if any commit "
+        "differs.",
     )
-    p.add_argument("--db", metavar="FILE", required=True, help="the SQLite store")
-    p.add_argument("-v", "--verbose", action="store_true", help="show every commit's writes")
+    p.add_argument("journal", nargs="?", metavar="JOURNAL", help="a journal exported as JSONL (or a store file)")
+    p.add_argument("--db", metavar="FILE", help="the SQLite store")
+    p.add_argument("--check", action="store_true", help="print only the first divergence (and how much was checked)")
+    p.add_argument("-v", "--verbose", action="store_true", help="show every commit's writes and whole texts")
+    p.add_argument("--export", metavar="OUT", help="write the journal as JSONL to OUT ('-': stdout) instead")
     p.set_defaults(func=cmd_replay)
 
 
-def cmd_replay(args: argparse.Namespace) -> int:
-    store = open_readonly(existing_store(args.db))
-    bad = 0
-    count = 0
+def _is_sqlite(path: Path) -> bool:
     try:
-        for t in replay(store):
-            count += 1
-            flag = "ok " if t.matches else "DIFF"
-            print(f"[{flag}] commit {t.seq}: {' + '.join(t.events)}")
-            if args.verbose or not t.matches:
-                for w in t.writes:
-                    print(f"        {w}")
-                if t.acts:
-                    print(f"        then: {', '.join(t.acts)}")
-            if not t.matches:
-                bad += 1
-                print(f"        stored:   {t.stored[:300]}")
-                print(f"        replayed: {t.replayed[:300]}")
-    finally:
-        store.close()
-    print(f"{count} commits replayed through the pure core: {count - bad} identical, {bad} different")
+        with path.open("rb") as f:
+            return f.read(16) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def load_rows(args: argparse.Namespace) -> tuple[list[JournalRow], str]:
+    """The journal rows ``args`` name, and what to call their source."""
+    if (args.db is None) == (args.journal is None):
+        raise CliError("give a store (--db FILE) or a journal file (JOURNAL.jsonl), one of them", EXIT_USAGE)
+    if args.db is not None or _is_sqlite(Path(args.journal)):
+        path = existing_store(args.db if args.db is not None else args.journal)
+        store = open_readonly(path)
+        try:
+            return store.journal(), f"store {path}"
+        finally:
+            store.close()
+    return read_journal(args.journal), f"journal {args.journal}"
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    rows, source = load_rows(args)
+    if args.export is not None:
+        return _export(rows, args.export)
+    if args.check:
+        return _check(rows, source, verbose=args.verbose)
+    check_format(rows, source)
+    bad = skipped = 0
+    for t in replay(rows):
+        flag = "ok " if t.matches else ("skip" if t.skipped else "DIFF")
+        print(f"[{flag}] commit {t.seq}: {' + '.join(t.events)}")
+        if args.verbose or t.divergence is not None:
+            for w in t.writes:
+                print(f"        {w}")
+            if t.acts:
+                print(f"        then: {', '.join(t.acts)}")
+        if t.divergence is not None:
+            bad += 1
+            print("\n".join("        " + line for line in divergence_lines(t.divergence, verbose=args.verbose)))
+        skipped += t.skipped
+    extra = f", {skipped} skipped (after a difference in the same process life)" if skipped else ""
+    print(f"{len(rows)} commits replayed through the pure core: {len(rows) - bad - skipped} identical, {bad} different{extra}")
     return 0 if bad == 0 else 1
+
+
+def _export(rows: list[JournalRow], out: str) -> int:
+    if out == "-":
+        write_journal(rows, sys.stdout)
+        return 0
+    target = Path(out)
+    if not target.parent.is_dir():
+        raise CliError(f"cannot write {target}: directory {target.parent} does not exist", EXIT_USAGE)
+    try:
+        with target.open("w", encoding="utf-8") as f:
+            n = write_journal(rows, f)
+    except OSError as e:
+        raise CliError(f"cannot write {target}: {e.strerror or e}") from e
+    print(f"wrote {n} journal rows to {target}", file=sys.stderr)
+    return 0
+
+
+def _check(rows: list[JournalRow], source: str, *, verbose: bool) -> int:
+    if not rows:
+        print(f"replay --check: {source} has no commits; nothing to check")
+        return 0
+    result = check(rows, source)
+    if result.ok:
+        print(
+            f"replay --check: {result.commits} commits ({result.events} events, {_plural(result.lives, 'process life', 'process lives')}) "
+            f"of {source} reproduced byte for byte by this code"
+        )
+        return 0
+    first = result.divergences[0]
+    print(f"replay --check: {source} DIVERGES at commit {first.seq} ({first.kind.value})")
+    print("\n".join("  " + line for line in divergence_lines(first, verbose=verbose)))
+    print(_summary(result, rows))
+    return 1
+
+
+def divergence_lines(d: Divergence, *, verbose: bool) -> list[str]:
+    """How the current core left the recorded path at ``d``, readably."""
+    out = [d.message]
+    if d.life_start:
+        out.append(f"(in the process life opened at commit {d.life_start})")
+    if d.event_index is not None:
+        out.append(f"event {d.event_index}: {d.event_tag} {d.event_text}")
+    if d.diff:
+        out.append("difference (recorded -> this code):")
+        out.extend("  " + line for line in d.diff)
+    limit = None if verbose else 400
+    for label, text in (("recorded writes", d.recorded), ("produced writes", d.produced)):
+        if text and (verbose or not d.diff):
+            cut = text if limit is None or len(text) <= limit else text[:limit] + f"… ({len(text)} characters; -v shows all)"
+            out.append(f"{label}: {cut}")
+    if d.kind.value == "undecodable":
+        formats = ", ".join(str(f) for f in sorted(READABLE_FORMATS))
+        out.append(f"(this pidurable reads journal format {formats}; an event it cannot decode was written by other code)")
+    return out
+
+
+def _summary(result: CheckResult, rows: list[JournalRow]) -> str:
+    first = result.divergences[0]
+    before = sum(1 for r in rows if r.seq < first.seq)
+    lines = [f"{before} commits before it are identical."]
+    if len(result.divergences) > 1:
+        at = ", ".join(str(d.seq) for d in result.divergences[1:])
+        lines.append(f"Later process lives diverge too, first at commits {at}.")
+    n = len(result.divergences)
+    lines.append(
+        f"In all: {result.commits} of {result.total} commits identical; {_plural(n, 'process life diverges', 'process lives diverge')}"
+        f" ({result.skipped} later commits of {'it' if n == 1 else 'them'} not compared)."
+    )
+    return "\n".join(lines)
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"

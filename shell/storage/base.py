@@ -123,6 +123,10 @@ class JournalRow:
     seq: int
     events: str  # JSON array of tagged events
     writes: str  # JSON array of tagged writes
+    #: The journal format the row was written in (``codec.FORMAT_VERSION``
+    #: of the code that wrote it; a row written in this process has this
+    #: code's); replay refuses a format it does not read (``journal.py``).
+    format: int = codec.FORMAT_VERSION
 
 
 class Storage(Protocol):

@@ -13,6 +13,7 @@ file ``immutable=1`` (see :mod:`.sqlite`).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -20,6 +21,7 @@ import sqlite3
 from pathlib import Path
 
 from . import owner
+from .base import JournalRow
 from .sqlite import SqliteStorage
 
 log = logging.getLogger("pidurable")
@@ -47,6 +49,27 @@ class ReadOnlySqlite(SqliteStorage):
 
     def commits(self) -> int:
         return int(self._rows("counting commits", "SELECT count(*) FROM journal")[0][0])
+
+    def last_life(self) -> list[JournalRow]:
+        """The journal from the last process open on (the rows from the
+        newest one whose first event is ``opened``), or [] if none is."""
+        candidates = self._rows(
+            "reading the journal", "SELECT seq FROM journal WHERE events LIKE ? ORDER BY seq DESC", ['%"type":"opened"%']
+        )
+        for (seq,) in candidates:  # a host's JSON may spell "type":"opened" too: the first event decides
+            ((events,),) = self._rows("reading the journal", "SELECT events FROM journal WHERE seq = ?", [seq])
+            try:
+                first = json.loads(events)[0]
+            except (ValueError, IndexError, KeyError):
+                continue
+            if isinstance(first, dict) and first.get("type") == "opened":
+                rows = self._rows(
+                    "reading the journal",
+                    "SELECT seq, format, events, writes FROM journal WHERE seq >= ? ORDER BY seq",
+                    [seq],
+                )
+                return [JournalRow(seq=q, format=f, events=e, writes=w) for q, f, e, w in rows]
+        return []
 
     def entry_count(self, conversation_id: int) -> int:
         rows = self._rows("counting entries", "SELECT count(*) FROM entries WHERE conversation_id = ?", [conversation_id])

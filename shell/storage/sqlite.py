@@ -580,8 +580,10 @@ class SqliteStorage(sqlite_documents.DocumentReads):
 
     def journal(self) -> list[JournalRow]:
         return [
-            JournalRow(seq=seq, events=ev, writes=wr)
-            for seq, ev, wr in self._rows("reading the journal", "SELECT seq, events, writes FROM journal ORDER BY seq")
+            JournalRow(seq=seq, events=ev, writes=wr, format=fmt)
+            for seq, fmt, ev, wr in self._rows(
+                "reading the journal", "SELECT seq, format, events, writes FROM journal ORDER BY seq"
+            )
         ]
 
 

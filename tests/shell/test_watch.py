@@ -388,3 +388,22 @@ async def test_a_host_document_update_is_a_new_view(autojump_clock: trio.testing
                 view = await views.__anext__()
             assert view.seq > first.seq
             assert view.documents["app.todo"] == ["buy milk"]
+
+
+async def test_a_retry_being_waited_out_is_live(autojump_clock: trio.testing.MockClock) -> None:
+    """While a retryable model error is waited out, views show ``live.retry_at``
+    and ``live.retry_error``; the answer then clears them."""
+    from pidurable.core.model import RetryPolicy
+    from pidurable.shell import Settings
+
+    models = ScriptedModels([reply(error="503 overloaded", retryable=True), reply(text="done")])
+    settings = Settings(retry=RetryPolicy(base_delay_ms=10_000))
+    async with Harness.open(MemoryStorage(), models=models, registry=Registry(), settings=settings) as h:
+        conv = await h.root(agent=AGENT)
+        async with conv.watch() as views:
+            await conv.submit(Input("go"))
+            with trio.fail_after(60):
+                seen = await collect_until_idle_after(views, "done")
+    retrying = [v for v in seen if v.live is not None and v.live.retry_at is not None]
+    assert retrying and retrying[0].live is not None and retrying[0].live.retry_error == "503 overloaded"
+    assert seen[-1].live is None

@@ -1,0 +1,255 @@
+"""``pidurable replay --check``: a store's (or an exported JSONL) journal
+replayed through the current core, the first divergence reported at the
+right commit; journal format versions (issue 11 items 6 and 7)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from pidurable.core.step import HANDLERS
+from pidurable.core.events import ModelResponded, ToolFinished
+from pidurable.shell import AgentConfig, Harness, Input, ModelRef, Registry, ToolResult, define_tool, open_sqlite_storage
+from pidurable.shell.cli import main
+from pidurable.shell.journal import Kind, check
+from pidurable.shell.journal_file import read_journal
+from pidurable.shell.providers import ScriptedModels, reply, tool_call
+from pidurable.shell.storage.readonly import open_readonly
+
+SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}}
+
+
+def build_store(path: Path) -> None:
+    """Two process lives: a tool round answered, then a second input."""
+
+    async def read(call: Any, args: dict[str, Any]) -> ToolResult:
+        return ToolResult(text='{"port": 8080}')
+
+    registry = Registry()
+    registry.install(define_tool("read", "read a file", SCHEMA, read, replay="safe"))
+    models = ScriptedModels(
+        [
+            reply(tool_calls=[tool_call("read", path="a.json"), tool_call("read", path="b.json")]),
+            reply(text="The port is 8080."),
+            reply(text="You are welcome."),
+        ]
+    )
+
+    async def life(prompt: str, request_id: str) -> None:
+        async with Harness.open(open_sqlite_storage(path), models=models, registry=registry) as h:
+            conv = await h.root(agent=AgentConfig(model=ModelRef("scripted", "m")))
+            sub = await conv.submit(Input(prompt, request_id=request_id))
+            assert (await sub.wait()).status == "done"
+
+    trio.run(life, "What is the port?", "q1")
+    trio.run(life, "Thanks", "q2")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("replay") / "s.sqlite"
+    build_store(path)
+    return path
+
+
+def journal_of(path: Path) -> list[Any]:
+    s = open_readonly(path)
+    try:
+        return s.journal()
+    finally:
+        s.close()
+
+
+def first_seq_with(path: Path, tag: str) -> int:
+    return next(r.seq for r in journal_of(path) if any(e["type"] == tag for e in json.loads(r.events)))
+
+
+def test_replay_check_passes_on_a_store_and_says_how_much_it_checked(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """replay --check on an untouched store exits 0 and names the commits, events and process lives it checked."""
+    rows = journal_of(store)
+    assert main(["replay", "--check", "--db", str(store)]) == 0
+    out = capsys.readouterr().out
+    events = sum(len(json.loads(r.events)) for r in rows)
+    assert f"{len(rows)} commits ({events} events, 2 process lives)" in out
+    assert "reproduced byte for byte" in out
+
+
+def test_replay_check_reports_a_changed_core_at_the_right_commit(
+    store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A core whose tool_finished handler writes another result text diverges
+    at the first commit that journals a tool_finished: exit 1, that seq, the
+    event, and a diff of the entry's text."""
+    original = HANDLERS[ToolFinished]
+    patched = lambda tx, ev: original(tx, attrs.evolve(ev, text=ev.text + " (changed)"))  # noqa: E731
+    monkeypatch.setitem(HANDLERS, ToolFinished, patched)  # type: ignore[arg-type]
+    seq = first_seq_with(store, "tool_finished")
+
+    assert main(["replay", "--check", "--db", str(store)]) == 1
+    out = capsys.readouterr().out
+    assert f"DIVERGES at commit {seq} (writes)" in out
+    assert "tool_finished" in out
+    assert 'entry.text: "{\\"port\\": 8080}" -> "{\\"port\\": 8080} (changed)"' in out
+    assert f"{seq - 1} commits before it are identical." in out
+    # the second process life starts afresh from its Opened and replays exactly
+    result = check(journal_of(store))
+    assert [d.seq for d in result.divergences] == [seq]
+    assert result.lives == 2
+
+
+def test_replay_check_reports_a_core_that_raises(store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handler that raises on a recorded event is reported as such at that commit, without a traceback."""
+
+    def broken(tx: Any, ev: Any) -> None:
+        raise AssertionError("handler broke")
+
+    monkeypatch.setitem(HANDLERS, ModelResponded, broken)  # type: ignore[arg-type]
+    seq = first_seq_with(store, "model_responded")
+    assert main(["replay", "--check", "--db", str(store)]) == 1
+    out = capsys.readouterr().out
+    assert f"DIVERGES at commit {seq} (raised)" in out
+    assert "step raised AssertionError on this event: handler broke" in out
+
+
+def test_replay_check_reports_a_tampered_journal_row(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A journal row whose recorded writes were altered is the divergence, at its seq."""
+    copy = tmp_path / "t.sqlite"
+    shutil.copy(store, copy)
+    seq = next(r.seq for r in journal_of(store) if "The port is 8080." in r.writes)  # the answer's commit
+    with sqlite3.connect(copy) as db:
+        db.execute("UPDATE journal SET writes = replace(writes, 'The port is 8080.', 'The port is 9090.') WHERE seq = ?", [seq])
+    db.close()
+    assert main(["replay", "--check", "--db", str(copy)]) == 1
+    out = capsys.readouterr().out
+    assert f"DIVERGES at commit {seq} (writes)" in out
+    assert '"The port is 9090." -> "The port is 8080."' in out
+
+
+def test_replay_check_reports_an_event_that_no_longer_decodes(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An event type this code does not know is reported as a journal that cannot be replayed exactly."""
+    copy = tmp_path / "u.sqlite"
+    shutil.copy(store, copy)
+    seq = first_seq_with(store, "model_responded")
+    with sqlite3.connect(copy) as db:
+        db.execute("UPDATE journal SET events = replace(events, '\"model_responded\"', '\"model_answered\"') WHERE seq = ?", [seq])
+    db.close()
+    assert main(["replay", "--check", "--db", str(copy)]) == 1
+    out = capsys.readouterr().out
+    assert f"DIVERGES at commit {seq} (undecodable)" in out
+    assert "cannot be replayed exactly" in out
+
+
+def test_a_journal_row_of_a_future_format_is_refused_naming_the_version(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """issue 11 item 7: a row claiming journal format 2 is refused before anything is replayed: one line naming the row and the version, exit 1."""
+    copy = tmp_path / "f.sqlite"
+    shutil.copy(store, copy)
+    with sqlite3.connect(copy) as db:
+        db.execute("UPDATE journal SET format = 2 WHERE seq = 3")
+    db.close()
+    for argv in (["replay", "--check", "--db", str(copy)], ["replay", "--db", str(copy)]):
+        assert main(argv) == 1
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.count("\n") == 1
+        assert "journal row 3 has format version 2" in captured.err
+        assert "upgrade" in captured.err
+    assert [r.format for r in journal_of(copy)][:4] == [1, 1, 2, 1]
+
+
+def test_export_and_check_a_jsonl_journal(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """replay --export writes the journal as JSONL (texts byte for byte); replay --check FILE.jsonl reads it back and passes."""
+    out = tmp_path / "j.jsonl"
+    assert main(["replay", "--db", str(store), "--export", str(out)]) == 0
+    rows = read_journal(out)
+    assert [(r.seq, r.format, r.events, r.writes) for r in rows] == [
+        (r.seq, r.format, r.events, r.writes) for r in journal_of(store)
+    ]
+    capsys.readouterr()
+    assert main(["replay", "--check", str(out)]) == 0
+    assert "reproduced byte for byte" in capsys.readouterr().out
+    # writes given as arrays (hand-written golden files) compare the same
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    arrays = tmp_path / "a.jsonl"
+    arrays.write_text("\n".join(json.dumps({**d, "events": json.loads(d["events"]), "writes": json.loads(d["writes"])}) for d in lines) + "\n")
+    assert main(["replay", "--check", str(arrays)]) == 0
+
+
+def test_a_tampered_jsonl_journal_diverges(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A JSONL journal whose recorded writes were edited diverges at that line's seq."""
+    out = tmp_path / "j.jsonl"
+    assert main(["replay", "--db", str(store), "--export", str(out)]) == 0
+    seq = first_seq_with(store, "tool_finished")
+    lines = out.read_text().splitlines()
+    row = json.loads(lines[seq - 1])
+    row["writes"] = row["writes"].replace("8080", "8081")
+    lines[seq - 1] = json.dumps(row)
+    out.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(["replay", "--check", str(out)]) == 1
+    assert f"DIVERGES at commit {seq}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("not json\n", "line 1: not JSON"),
+        ('{"seq": 1}\n', "line 1: not a journal row"),
+        ('{"seq": 2, "events": "[]", "writes": "[]"}\n{"seq": 1, "events": "[]", "writes": "[]"}\n', "line 2: seq 1 does not follow 2"),
+        ("\n", "holds no journal rows"),
+    ],
+)
+def test_bad_journal_files_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, words: str
+) -> None:
+    """A file that is not a JSONL journal: exit 2 and one line naming the file and line, no traceback."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(content)
+    assert main(["replay", "--check", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and str(bad) in err and err.count("\n") == 1
+
+
+def test_replay_argument_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No source, two sources, a missing journal or store: exit 2 with one line."""
+    assert main(["replay", "--check"]) == 2
+    assert main(["replay", "--check", str(tmp_path / "x.jsonl"), "--db", str(tmp_path / "y.sqlite")]) == 2
+    assert main(["replay", "--check", str(tmp_path / "missing.jsonl")]) == 2
+    assert main(["replay", "--check", "--db", str(tmp_path / "missing.sqlite")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 4 and all(line.startswith("pidurable: error: ") for line in err)
+    assert not (tmp_path / "missing.sqlite").exists()
+
+
+def test_replay_check_on_a_locked_store_works_read_only(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A store held by an open harness is checked read-only (the lock is never taken)."""
+    copy = tmp_path / "held.sqlite"
+    shutil.copy(store, copy)
+    held = open_sqlite_storage(copy)
+    try:
+        assert main(["replay", "--check", "--db", str(copy)]) == 0
+    finally:
+        held.close()
+    assert "reproduced byte for byte" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_demos_stores_replay_exactly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 11: `pidurable replay --check` reproduces the demo's store (both parts, each killed with SIGKILL and resumed) exactly."""
+    db = tmp_path / "demo.sqlite"
+    assert main(["demo", "--db", str(db)]) == 0
+    capsys.readouterr()
+    assert main(["replay", "--check", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    rows = journal_of(db)
+    assert f"replay --check: {len(rows)} commits" in out
+    assert "4 process lives" in out  # two parts, each a killed life and a resumed one
+    assert check(rows).ok and not [d for d in check(rows).divergences if d.kind is Kind.WRITES]
