@@ -18,7 +18,8 @@ printed value is the median over --repeat runs.
   same span / steps: less disturbed than wall time on a busy machine. For a
   peer it spans its whole run_* call (wall starts a little later for
   LangGraph, whose saver is made first).
-- x pidurable: that system's ms/step over pidurable's at the same R.
+- x pidurable: that system's ms/step over pidurable's at the same R (x
+  pidurable CPU: the same for CPU ms/step).
 - bytes/step: every file the store left in its directory after close / steps.
 - peak RSS: the child's own peak (VmHWM; imports included).
 - last/first 10%: ms/step over the last 10% of rounds over ms/step over the
@@ -316,6 +317,10 @@ def report(
             return None
         return 1000 * statistics.median(r["cpu_s"] for r in runs) / (4 * rounds + 1)
 
+    def cpu_ratio(system: str, rounds: int) -> float | None:
+        a, b = cpu(system, rounds), cpu("pidurable", rounds)
+        return None if a is None or not b else a / b
+
     def ratio(system: str, rounds: int) -> float | None:
         a, b = ms(system, rounds), ms("pidurable", rounds)
         return None if a is None or not b else a / b
@@ -341,15 +346,16 @@ def report(
     print()
     head = " | ".join(f"ms/step R={r}" for r in args.rounds)
     print(
-        f"| system | {head} | x pidurable | CPU ms/step R={detail} | bytes/step R={detail} | "
+        f"| system | {head} | x pidurable | CPU ms/step R={detail} | x pidurable CPU | bytes/step R={detail} | "
         f"peak RSS MB R={detail} | last/first 10% R={detail} |"
     )
-    print("|---|" + "---:|" * (len(args.rounds) + 5))
+    print("|---|" + "---:|" * (len(args.rounds) + 6))
     for system in systems:
         cells = " | ".join(fmt(ms(system, r)) for r in args.rounds)
         ratios = "/".join(fmt(ratio(system, r), 1) for r in args.rounds if ms(system, r) is not None) or "–"
         print(
-            f"| {LABELS[system]} | {cells} | {ratios} | {fmt(cpu(system, detail))} | {fmt(per_step(system, detail), 0)} | "
+            f"| {LABELS[system]} | {cells} | {ratios} | {fmt(cpu(system, detail))} | {fmt(cpu_ratio(system, detail), 1)} | "
+            f"{fmt(per_step(system, detail), 0)} | "
             f"{fmt(med(system, detail, 'peak_rss_mb'), 0)} | {fmt(drift(system, detail))} |"
         )
     print()
