@@ -39,6 +39,7 @@ from .model import (
     ToolInfo,
     Usage,
 )
+from .fork_events import ForkRequested
 from .state import ConvState, DocumentChange, DocumentState, SystemSection
 
 
@@ -556,6 +557,7 @@ Event: TypeAlias = (
     | RootRequested
     | AgentConfigurationRequested
     | DocumentUpdateRequested
+    | ForkRequested
     | InputSubmitted
     | WriteSubmitted
     | SubmissionAbortRequested

@@ -363,6 +363,12 @@ class Conversation:
     id: ConversationId
     #: The task that owns this conversation (sub-agents), or None.
     owner_task_id: TaskId | None = None
+    #: A fork's parent conversation (fork.py), or None. A fork sees the
+    #: parent's visible entries up to ``fork_at`` (read through the parent,
+    #: never copied), then its own.
+    parent_id: ConversationId | None = None
+    #: The parent's entry the fork was made at.
+    fork_at: EntryId | None = None
 
 
 @attrs.frozen(kw_only=True)

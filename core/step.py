@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import admission, cancellation, compaction_task, custom, documents, generation, scheduling, settlement, tools
+from . import admission, cancellation, compaction_task, custom, documents, fork, generation, scheduling, settlement, tools
 from .draft import Tx
 from .effects import Step
 from .events import (
@@ -55,6 +55,7 @@ from .events import (
     CutSelected,
     ContextMeasured,
 )
+from .fork_events import ForkRequested
 from .model import COMPACTION, CoreInvariantError
 from .state import State
 
@@ -65,6 +66,7 @@ HANDLERS: Mapping[type, Callable[[Tx, Any], None]] = {
     RootRequested: admission.on_root_requested,
     AgentConfigurationRequested: admission.on_agent_configured,
     DocumentUpdateRequested: documents.on_document_update_requested,
+    ForkRequested: fork.on_fork_requested,
     InputSubmitted: admission.on_input_submitted,
     WriteSubmitted: admission.on_write_submitted,
     SubmissionAbortRequested: admission.on_submission_abort_requested,

@@ -24,13 +24,15 @@ from pidurable.core.events import (
     InputSubmitted,
     WriteSubmitted,
 )
-from pidurable.core.model import AgentConfig, ConversationId, Entry, EntryKind, SubmissionId, TaskId
+from pidurable.core.fork_events import ForkRequested
+from pidurable.core.model import AgentConfig, ConversationId, Entry, EntryId, EntryKind, SubmissionId, TaskId
 from pidurable.core.state import AGENT_DOC, CONTEXT_DOC, USAGE_DOC, DocScope, DocumentChange, UsageDoc
 from pidurable.core.system import system_text
 
 from .documents import Staged, current, to_host
 from .edge import check_agent, check_choice, check_id, check_json_object, check_text
 from .errors import InvalidInput, accepted
+from .fork import fork_policies
 from .loop import Loop
 from .submissions import Input, SubmissionHandle, Write, _live, _unwrap
 from .watch import DEFAULT_ENTRIES, ConversationViews, watch_conversation
@@ -229,6 +231,34 @@ class Conversation:
         ``interval_ms``: at most one view per interval (0: every commit)."""
         _live(self._rt)
         return watch_conversation(self._rt.watches, self._rt, self.id, entries, interval_ms)
+
+    async def fork(self, at: int, documents: Any = None) -> Conversation:
+        """A new conversation continuing this one from entry ``at`` (one
+        commit, docs/fork.md): it sees this conversation's transcript up to
+        and including ``at`` (read through this one, not copied), then its
+        own; it keeps the agent, starts idle with empty usage. ``documents``:
+        None (each document's own fork policy), ``"as_of"`` / ``"current"``
+        / ``"initial"`` for all, or ``{doc or kind: policy}``. ``InvalidInput``
+        when ``at`` is not an entry this conversation sees."""
+        _live(self._rt)
+        if isinstance(at, bool) or not isinstance(at, int) or at < 1:
+            raise InvalidInput(f"fork(at=...) takes the id of an entry (a positive int), not {at!r}")
+        held = {d.kind for d in self._rt.state.documents.values() if d.scope is DocScope.CONVERSATION and d.owner == self.id}
+        policy, policies = fork_policies(documents, self._rt.documents.definition, held.__contains__)
+        resp = await self._rt.request(
+            lambda ticket, now: ForkRequested(
+                now=now, ticket=ticket, conversation_id=self.id, at=EntryId(at), policy=policy, policies=policies
+            )
+        )
+        return Conversation(ConversationId(_unwrap(resp, self.id)), self._rt)
+
+    async def forked_from(self) -> tuple[ConversationId, EntryId] | None:
+        """``(parent conversation id, fork point)`` of a fork, else None."""
+        _live(self._rt)
+        conv = self._rt.storage.conversation(self.id)
+        if conv is None or conv.parent_id is None or conv.fork_at is None:
+            return None
+        return conv.parent_id, conv.fork_at
 
     async def owned_by(self) -> int | None:
         _live(self._rt)

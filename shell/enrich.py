@@ -9,7 +9,9 @@ decision), and sets it on the event:
   the submission that id already made in that conversation (dedup);
 - ``TaskAbortRequested`` for a task the core no longer holds: ``known``,
   its stored record (so the answer is ``terminal``, not ``not_found``);
-- ``SubmissionAbortRequested``: ``known``, the stored submission.
+- ``SubmissionAbortRequested``: ``known``, the stored submission;
+- ``ForkRequested``: ``point``, what storage says about the fork point
+  (``fork.py``: the entry, its commit, the documents as of it).
 
 Why replay-safe: the ENRICHED event is what is stepped and what is journaled
 with the commit it causes, so replaying the journal through the pure core
@@ -26,11 +28,14 @@ from typing import Protocol
 import attrs
 
 from pidurable.core.events import Event, InputSubmitted, SubmissionAbortRequested, TaskAbortRequested, WriteSubmitted
+from pidurable.core.fork_events import ForkRequested
 from pidurable.core.model import ConversationId, Submission, SubmissionId, Task, TaskId
 from pidurable.core.state import State
 
+from .fork import PointReads, read_point
 
-class LookupReads(Protocol):
+
+class LookupReads(PointReads, Protocol):
     """The storage reads enrichment needs."""
 
     def submission_by_request(self, conversation_id: ConversationId, request_id: str) -> Submission | None: ...
@@ -46,6 +51,8 @@ def needs_lookup(event: Event) -> bool:
         return event.request_id is not None and event.existing is None
     if isinstance(event, TaskAbortRequested):
         return event.known is None
+    if isinstance(event, ForkRequested):
+        return event.point is None
     return isinstance(event, SubmissionAbortRequested) and event.known is None
 
 
@@ -55,6 +62,8 @@ def enrich(event: Event, state: State, storage: LookupReads) -> Event:
         assert event.request_id is not None
         found = storage.submission_by_request(event.conversation_id, event.request_id)
         return event if found is None else attrs.evolve(event, existing=found)
+    if isinstance(event, ForkRequested):
+        return read_point(event, state, storage)
     if isinstance(event, TaskAbortRequested):
         if event.task_id in state.tasks:
             return event  # live: the core has it

@@ -65,6 +65,10 @@ Checked on the journal (every commit, so also after a crash):
   result entry and is one the tool staged; a result that is not an error
   comes with every change the tool staged. Host updates, phase commits and
   forks are the only other writers.
+- ``ForkSeesParentUpToItsPoint``: a fork's transcript is its parent's
+  transcript up to and including its fork point (an entry the parent sees),
+  then its own entries, all after the fork point; the commit that creates a
+  fork stores no entry (nothing is copied).
 
 Checked on the effects each process life ran:
 
@@ -547,6 +551,26 @@ def tool_document_with_result(storage: Any) -> None:
             assert written == staged, story + f" drops staged changes {sorted(staged - written)}"
 
 
+def fork_sees_parent_up_to_its_point(storage: Any) -> None:
+    for c in storage.conversations():
+        if c.parent_id is None:
+            continue
+        story = f"ForkSeesParentUpToItsPoint: fork {c.id} of {c.parent_id} at {c.fork_at}"
+        parent = storage.entries(c.parent_id, upto=c.fork_at)
+        assert parent and parent[-1].id == c.fork_at, story + ": the fork point is not an entry its parent sees"
+        mine = storage.entries(c.id)
+        own = [e for e in mine if e.conversation_id == c.id]
+        assert all(e.id > c.fork_at for e in own), story + ": an own entry precedes the fork point"
+        assert [e.id for e in mine] == [e.id for e in parent] + [e.id for e in own], (
+            story + f": reads {[e.id for e in mine]}, not the parent's up to its point and then its own"
+        )
+    for seq, _, writes in journal_history(storage):
+        forks = [c for c in _records(writes, "conversation") if c.get("parent_id") is not None]
+        assert not forks or not _records(writes, "entry"), (
+            f"ForkSeesParentUpToItsPoint: commit {seq} creates fork {forks[0]['id']} and stores entries"
+        )
+
+
 # --- checked on the effects of each life ----------------------------------------------
 
 
@@ -673,6 +697,7 @@ def journal_invariants(storage: Any) -> None:
     store_matches_journal(storage)
     document_matches_revisions(storage)
     tool_document_with_result(storage)
+    fork_sees_parent_up_to_its_point(storage)
 
 
 def life_invariants(storage: Any, lives: Sequence[tuple[int, Sequence[Any]]]) -> None:

@@ -20,7 +20,7 @@ same way in both); the conformance suite in ``tests/shell`` runs against all.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar, assert_never
 
 import attrs
@@ -48,6 +48,7 @@ from pidurable.core.model import (
     Conversation,
     ConversationId,
     Entry,
+    EntryId,
     Submission,
     SubmissionId,
     Task,
@@ -74,7 +75,8 @@ from . import codec
 
 #: Version of the persisted layout; stored in every store, checked at open.
 #: 2: host-defined documents (``document_records``, ``document_revisions``).
-SCHEMA_VERSION = 2
+#: 3: forks (``conversations.parent_id`` / ``fork_at``).
+SCHEMA_VERSION = 3
 
 
 class StorageError(Exception):
@@ -146,6 +148,10 @@ class Storage(Protocol):
 
     def entry(self, entry_id: int) -> Entry | None: ...
 
+    def entry_seq(self, entry_id: int) -> int | None: ...
+
+    def lineage(self, conversation_id: ConversationId) -> Lineage: ...
+
     def submission(self, submission_id: SubmissionId) -> Submission | None: ...
 
     def submission_by_request(self, conversation_id: ConversationId, request_id: str) -> Submission | None: ...
@@ -171,6 +177,35 @@ class Storage(Protocol):
     def fence(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+# --- forks: whose entries a conversation reads -----------------------------------
+
+#: A conversation's transcript as segments ``(conversation, cap)``: its own
+#: entries (cap None), then each ancestor's entries with ids up to ``cap``
+#: (the smallest fork point on the way down). Entry ids grow globally, so
+#: the segments' entries, merged by id, are the transcript in order.
+Lineage = tuple[tuple[ConversationId, EntryId | None], ...]
+
+
+def lineage_of(conversation: Callable[[ConversationId], Conversation | None], cid: ConversationId, store: str = "") -> Lineage:
+    """Follow ``parent_id`` from ``cid`` (a fork's fork point caps what it
+    sees of every conversation above it)."""
+    out: list[tuple[ConversationId, EntryId | None]] = [(cid, None)]
+    cap: EntryId | None = None
+    record = conversation(cid)
+    while record is not None and record.parent_id is not None and record.fork_at is not None:
+        cap = record.fork_at if cap is None else min(cap, record.fork_at)
+        if any(c == record.parent_id for c, _ in out):
+            raise DamagedRecord(f"Store {store}: damaged record in conversations (id {record.id}): its parents form a cycle")
+        out.append((record.parent_id, cap))
+        record = conversation(record.parent_id)
+    return tuple(out)
+
+
+def sees(lineage: Lineage, entry: Entry) -> bool:
+    """Is ``entry`` in the transcript of the conversation ``lineage`` is of?"""
+    return any(entry.conversation_id == c and (cap is None or entry.id <= cap) for c, cap in lineage)
 
 
 # --- row encoding shared by the adapters ------------------------------------
@@ -199,7 +234,13 @@ def _row(w: Write, seq: int, rec: str) -> Row:
             return Row(
                 table="conversations",
                 key=(c.id,),
-                columns={"id": c.id, "owner_task_id": c.owner_task_id, "record": rec},
+                columns={
+                    "id": c.id,
+                    "owner_task_id": c.owner_task_id,
+                    "parent_id": c.parent_id,
+                    "fork_at": c.fork_at,
+                    "record": rec,
+                },
             )
         case PutEntry(entry=e):
             return Row(

@@ -32,7 +32,7 @@ from cattrs.strategies import configure_tagged_union
 from pidurable.core.effects import WRITE_TYPES, DocumentRevision, Effect, Write
 from pidurable.core.events import ModelResponded, TaskCommitRequested, ToolAbortHooked, ToolFailed, ToolFinished
 from pidurable.core.events import EVENT_TYPES, Event, Opened, RegistryChanged
-from pidurable.core.model import AgentConfig, Entry, EntryKind, ExtensionInfo, Settings
+from pidurable.core.model import AgentConfig, Conversation, Entry, EntryKind, ExtensionInfo, Settings
 from pidurable.core.state import ContextDoc, ConvState
 from pidurable.core.events import ModelStreamed
 from pidurable.core.state import ToolSlot
@@ -87,6 +87,15 @@ converter.register_unstructure_hook(
         sections=override(omit_if_default=True),
         tools=override(omit_if_default=True),
         system_entry=override(omit_if_default=True),
+    ),
+)
+
+# Forks (issue 10 item 2): a conversation that is not a fork keeps its
+# schema-1 bytes.
+converter.register_unstructure_hook(
+    Conversation,
+    make_dict_unstructure_fn(
+        Conversation, converter, parent_id=override(omit_if_default=True), fork_at=override(omit_if_default=True)
     ),
 )
 

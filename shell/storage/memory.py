@@ -28,6 +28,7 @@ from pidurable.core.model import (
 
 from .base import (
     JournalRow,
+    Lineage,
     Loaded,
     StorageError,
     StoreFenced,
@@ -38,6 +39,7 @@ from .base import (
     document_state,
     decode_record,
     encode_commit,
+    lineage_of,
 )
 
 T = TypeVar("T")
@@ -141,14 +143,21 @@ class MemoryStorage:
     def _decode(self, table: str, row: dict[str, Any], cl: type[T]) -> T:
         return decode_record(self.name, table, row["id"], row["record"], cl)
 
+    def lineage(self, conversation_id: ConversationId) -> Lineage:
+        return lineage_of(self.conversation, conversation_id, self.name)
+
     def entries(
         self, conversation_id: ConversationId, upto: int | None = None, after: int | None = None
     ) -> list[Entry]:
+        """The transcript, fork-aware (a fork reads its parents' entries up
+        to its fork point first), oldest first; ``after < id <= upto``."""
         t = self._tables["entries"]
+        caps = dict(self.lineage(conversation_id))
         return [
             self._decode("entries", r, Entry)
             for k, r in sorted(t.items())
-            if r["conversation_id"] == conversation_id
+            if r["conversation_id"] in caps
+            and (caps[r["conversation_id"]] is None or k[0] <= caps[r["conversation_id"]])
             and (upto is None or k[0] <= upto)
             and (after is None or k[0] > after)
         ]
@@ -156,6 +165,10 @@ class MemoryStorage:
     def entry(self, entry_id: int) -> Entry | None:
         r = self._tables["entries"].get((entry_id,))
         return None if r is None else self._decode("entries", r, Entry)
+
+    def entry_seq(self, entry_id: int) -> int | None:
+        r = self._tables["entries"].get((entry_id,))
+        return None if r is None else int(r["seq"])
 
     def submission(self, submission_id: SubmissionId) -> Submission | None:
         r = self._tables["submissions"].get((submission_id,))

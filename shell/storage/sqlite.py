@@ -64,14 +64,13 @@ from pidurable.core.events import Event
 from pidurable.core.model import (
     Conversation,
     ConversationId,
-    Entry,
     Submission,
     SubmissionId,
     Task,
     TaskId,
 )
 
-from . import codec, owner, sqlite_documents
+from . import codec, owner, sqlite_documents, sqlite_entries
 from .base import (
     SCHEMA_VERSION,
     DamagedRecord,
@@ -102,7 +101,7 @@ def _wal_has_content(file: Path) -> bool:
         return True
 
 
-class SqliteStorage(sqlite_documents.DocumentReads):
+class SqliteStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads):
     """A store in one SQLite file (see the module comment for how it opens)."""
 
     def __init__(
@@ -128,6 +127,7 @@ class SqliteStorage(sqlite_documents.DocumentReads):
         self._owner_written = False
         self._conn: sqlite3.Connection | None = None
         self._db: sqlite_utils.Database | None = None
+        self._lineages: dict[ConversationId, Any] = {}
         try:
             self._open(create=create and not read_only)
         except BaseException:
@@ -525,20 +525,6 @@ class SqliteStorage(sqlite_documents.DocumentReads):
         found = self._records(table, cl, where, params)
         return found[0] if found else None
 
-    def entries(
-        self, conversation_id: ConversationId, upto: int | None = None, after: int | None = None
-    ) -> list[Entry]:
-        """A conversation's entries, oldest first; ``after < id <= upto``."""
-        return self._records(
-            "entries",
-            Entry,
-            "conversation_id = ? AND id > ? AND id <= ?",
-            [conversation_id, -1 if after is None else after, (1 << 62) if upto is None else upto],
-        )
-
-    def entry(self, entry_id: int) -> Entry | None:
-        return self._one("entries", Entry, "id = ?", [entry_id])  # type: ignore[no-any-return]
-
     def submission(self, submission_id: SubmissionId) -> Submission | None:
         return self._one("submissions", Submission, "id = ?", [submission_id])  # type: ignore[no-any-return]
 
@@ -563,9 +549,6 @@ class SqliteStorage(sqlite_documents.DocumentReads):
         if live_only:
             where.append("status != 'terminal'")
         return self._records("tasks", Task, " AND ".join(where), params)
-
-    def conversation(self, conversation_id: ConversationId) -> Conversation | None:
-        return self._one("conversations", Conversation, "id = ?", [conversation_id])  # type: ignore[no-any-return]
 
     def conversations(self) -> list[Conversation]:
         return self._records("conversations", Conversation)

@@ -1,11 +1,12 @@
 """The SQLite layout: its tables, the migrations that build them, the upsert
 statements, and the read-only check that an existing file has the layout.
 
-Layout (schema version 2)::
+Layout (schema version 3)::
 
     schema(version)                               the layout version, one row
     meta(key PK, value)                           store_id, canonical_path
-    conversations(id PK, owner_task_id, record)
+    conversations(id PK, owner_task_id, record, parent_id, fork_at)
+                                                  partial idx on parent_id: forks
     entries(id PK, conversation_id, seq, record)  idx (conversation_id, id)
     tasks(id PK, conversation_id, kind, status, owner, record)
                                                   partial idx on live status
@@ -26,6 +27,8 @@ deletes the revisions before it. ``MIGRATIONS[v]`` upgrades a store from
 version ``v - 1`` to ``v`` inside one transaction; a store newer than this
 code is refused. Version 2 replaced version 1's ``document_revisions``
 (created, never written) by the table above and added ``document_records``.
+Version 3 added a fork's parent and fork point to ``conversations`` (NULL
+for every conversation written before: none of them is a fork).
 
 ``inspect_store`` only reads: it runs on a read-only connection before the
 opener writes anything, so a file that is not a pidurable store is refused
@@ -103,11 +106,24 @@ def _migrate_v2(db: sqlite_utils.Database) -> None:
     )
 
 
-MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {1: _migrate_v1, 2: _migrate_v2}
+def _migrate_v3(db: sqlite_utils.Database) -> None:
+    """Forks: the parent and the fork point of a conversation (reads follow
+    the parent chain; the index finds a conversation's forks)."""
+    db.executescript(
+        """
+        ALTER TABLE conversations ADD COLUMN parent_id INTEGER;
+        ALTER TABLE conversations ADD COLUMN fork_at INTEGER;
+        CREATE INDEX conversations_by_parent ON conversations (parent_id) WHERE parent_id IS NOT NULL;
+        """
+    )
+
+
+MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {1: _migrate_v1, 2: _migrate_v2, 3: _migrate_v3}
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
 
 UPSERT = {
-    "conversations": "INSERT OR REPLACE INTO conversations (id, owner_task_id, record) VALUES (:id, :owner_task_id, :record)",
+    "conversations": "INSERT OR REPLACE INTO conversations (id, owner_task_id, parent_id, fork_at, record) "
+    "VALUES (:id, :owner_task_id, :parent_id, :fork_at, :record)",
     "entries": "INSERT INTO entries (id, conversation_id, seq, record) VALUES (:id, :conversation_id, :seq, :record)",
     "tasks": "INSERT OR REPLACE INTO tasks (id, conversation_id, kind, status, owner, record) "
     "VALUES (:id, :conversation_id, :kind, :status, :owner, :record)",

@@ -1076,3 +1076,129 @@ DOC_HOST_RACE = Scenario(
 )
 
 ALL = ALL + (DOC_TOOL, DOC_HOST_RACE)
+
+
+# --- issue 10 item 2: forks (mid-run; a fork of a fork across crashes) ------------------
+
+
+async def _fork_of(h: Any, parent: int) -> Any:
+    """The fork of ``parent`` a previous life made, if any (a host that
+    retries looks before it forks again: a fork is one commit)."""
+    for c in await h.conversations():
+        made = await c.forked_from()
+        if made is not None and made[0] == parent:
+            return c
+    return None
+
+
+def _forks(storage: Any, parent: int) -> list[Any]:
+    return [c for c in storage.conversations() if c.parent_id == parent]
+
+
+def _notes_of(storage: Any, cid: int) -> list[str]:
+    doc = storage.document_state(DocScope.CONVERSATION, cid, "notes")
+    return [] if doc is None else list(doc.value["items"])
+
+
+def _fork_script(request: Any) -> Any:
+    if request.conversation_id == 1:
+        if any(m.role == "tool" for m in request.messages):
+            return reply(text="Survey done.")
+        return reply(tool_calls=[tool_call("survey", text="tool note")])
+    last = [m for m in request.messages if m.role == "user"][-1].text
+    return reply(text=f"Fork answer to {last} after {len(request.messages)} messages.")
+
+
+register_script("fork_mid_run", _fork_script)
+
+
+async def _fork_mid_run_host(h: Any, conv: Any, world: World) -> list[Any]:
+    """Note something, start a run whose tool blocks, fork at the assistant
+    entry of the round while the tool runs, ask the fork; then let the
+    parent's tool finish (it notes something too)."""
+    await conv.update_document(NOTES, _add_note_once("before the run"))
+    sub = await conv.submit(Input("survey everything", request_id="forkrun-0"))
+    await until(lambda: world.flags.get("survey_started") or _settled(sub))
+    fork = await _fork_of(h, conv.id)
+    if fork is None:
+        (call,) = [e for e in await conv.transcript() if e.tool_calls]
+        fork = await conv.fork(at=call.id)
+    world.flags["forked"] = True  # the parent's tool goes on only now
+    asked = await fork.submit(Input("what happened so far?", request_id="forkrun-1"))
+    return [sub, asked]
+
+
+def _check_fork_mid_run(storage: Any) -> None:
+    (fork,) = _forks(storage, 1)
+    entries = storage.entries(fork.id)
+    call = next(e for e in entries if e.tool_calls)
+    assert fork.fork_at == call.id and not [e for e in entries if e.kind == "tool_result"]
+    assert [e.text for e in entries if e.conversation_id == fork.id] == [
+        "what happened so far?",
+        "Fork answer to what happened so far? after 4 messages.",
+    ]
+    assert _notes_of(storage, fork.id) == ["before the run"]  # as of the fork point
+    assert sorted(_notes_of(storage, 1)) == ["before the run", "tool note"]
+    usage = storage.document(fork.id, "pi.usage")
+    assert usage is not None and sum(t.calls for t in usage.models.values()) == 1  # its own request only
+
+
+FORK_MID_RUN = Scenario(
+    name="fork_mid_run",
+    script=None,
+    tools=lambda w: [NOTES, _noting_tool(w, "survey", replay="safe", wait_for="forked")],
+    host=_fork_mid_run_host,
+    final_check=_check_fork_mid_run,
+)
+
+
+def _chain_script(request: Any) -> Any:
+    last = [m for m in request.messages if m.role == "user"][-1].text
+    return reply(text=f"Answer to {last} after {len(request.messages)} messages.")
+
+
+register_script("fork_of_fork", _chain_script)
+
+
+async def _fork_chain_host(h: Any, conv: Any, world: World) -> list[Any]:
+    """Root answers, A forks it, A answers, B forks A, B answers; documents
+    change on the way. Every step is redone idempotently after a crash."""
+    await conv.update_document(NOTES, _add_note_once("root note"))
+    first = await conv.submit(Input("first", request_id="chain-0"))
+    await first.wait()
+    a = await _fork_of(h, conv.id) or await conv.fork(at=(await conv.transcript())[-1].id)
+    await conv.update_document(NOTES, _add_note_once("late root note"))  # after A's point: not A's
+    await a.update_document(NOTES, _add_note_once("A note"))
+    second = await a.submit(Input("second", request_id="chain-1"))
+    await second.wait()
+    b = await _fork_of(h, a.id) or await a.fork(at=(await a.transcript())[-1].id)
+    third = await b.submit(Input("third", request_id="chain-2"))
+    return [first, second, third]
+
+
+def _check_fork_chain(storage: Any) -> None:
+    (a,) = _forks(storage, 1)
+    (b,) = _forks(storage, a.id)
+    assert [e.text for e in storage.entries(b.id) if e.kind in ("user", "assistant")] == [
+        "first",
+        "Answer to first after 1 messages.",
+        "second",
+        "Answer to second after 3 messages.",
+        "third",
+        "Answer to third after 5 messages.",
+    ]
+    assert [e.conversation_id for e in storage.entries(b.id)] == [1, 1, a.id, a.id, b.id, b.id]
+    assert sorted(_notes_of(storage, 1)) == ["late root note", "root note"]
+    assert _notes_of(storage, a.id) == ["root note", "A note"]
+    assert _notes_of(storage, b.id) == ["root note", "A note"]
+
+
+FORK_OF_FORK = Scenario(
+    name="fork_of_fork",
+    script=None,
+    tools=lambda w: [NOTES],
+    host=_fork_chain_host,
+    final_check=_check_fork_chain,
+)
+
+ALL = ALL + (FORK_MID_RUN, FORK_OF_FORK)

@@ -163,7 +163,7 @@ def test_a_schema_1_store_migrates_and_takes_documents(tmp_path: Path) -> None:
     trio.run(main)
     store = open_sqlite_storage(path)
     try:
-        assert store.schema_version == SCHEMA_VERSION == 2
+        assert store.schema_version == SCHEMA_VERSION
         assert store.document_state(DocScope.CONVERSATION, 1, "todo").value == {"items": ["migrated"]}  # type: ignore[union-attr]
         import invariants
 

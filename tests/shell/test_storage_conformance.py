@@ -34,6 +34,7 @@ from pidurable.core.effects import (
     WRITE_TYPES,
     Write,
 )
+from pidurable.core.fork_events import ForkPoint, ForkRequested, PointStatus
 from pidurable.core.events import (
     Event,
     InputSubmitted,
@@ -68,6 +69,7 @@ from pidurable.core.model import (
 from pidurable.core.state import (
     DocHistory,
     DocScope,
+    DocumentState,
     ForkPolicy,
     ContextDoc,
     AGENT_DOC,
@@ -515,6 +517,14 @@ GOLDEN_HISTORY = [
     # appended with host-defined documents (issue 10): a base, then a delta
     (10, [PutDocument(document_id=16, revision=TODO_BASE)], []),
     (11, [PutDocument(document_id=16, revision=TODO_DELTA)], []),
+    # appended with forks (issue 10 item 2): a fork's record and its request
+    (12, [PutConversation(conversation=Conversation(id=ConversationId(30), parent_id=C1, fork_at=EntryId(6)))], [
+        ForkRequested(
+            now=50, ticket=3, conversation_id=C1, at=EntryId(6), policies={"todo": ForkPolicy.CURRENT},
+            point=ForkPoint(status=PointStatus.VISIBLE, seq=3, as_of=(DocumentState(
+                id=16, scope=DocScope.CONVERSATION, owner=1, kind="todo", version=1, value={"items": []}),)),
+        )
+    ]),
 ]
 #: The journal rows of GOLDEN_HISTORY as the schema-1 encoder wrote them
 #: (recorded once, never regenerated): stores written since must replay.
@@ -671,6 +681,30 @@ def test_entries_after_and_upto_bound_the_range(adapter: Adapter) -> None:
     assert store.entries(C1, after=4) == [ASSISTANT, RESULT]
     assert store.entries(C1, after=4, upto=7) == [ASSISTANT]
     assert store.entries(C1, after=8) == []
+
+
+def test_a_fork_reads_its_parents_entries_up_to_its_fork_point(adapter: Adapter) -> None:
+    """Issue 10 item 2: a fork's record keeps its parent and fork point; its
+    entries are the parent's up to the fork point (a fork of a fork: capped
+    by the smaller point on the way down), then its own - nothing copied;
+    ``after``/``upto`` bound the merged range; ``entry_seq`` names the commit
+    that stored an entry."""
+    store = adapter.open()
+    populate(store)  # C1: USER 4 (seq 1), ASSISTANT 6, RESULT 8
+    fork = Conversation(id=ConversationId(20), parent_id=C1, fork_at=EntryId(6))
+    own = Entry(id=EntryId(21), conversation_id=fork.id, kind=EntryKind.USER, text="fork question")
+    grand = Conversation(id=ConversationId(22), parent_id=fork.id, fork_at=EntryId(21))
+    late = Entry(id=EntryId(23), conversation_id=C1, kind=EntryKind.USER, text="after the fork")
+    store.commit(20, [PutConversation(conversation=fork), PutEntry(entry=own)], [])
+    store.commit(21, [PutConversation(conversation=grand), PutEntry(entry=late)], [])
+    store = adapter.reopen()
+    assert store.conversation(fork.id) == fork
+    assert store.lineage(grand.id) == ((grand.id, None), (fork.id, 21), (C1, 6))
+    assert store.entries(fork.id) == [USER, ASSISTANT, own]
+    assert store.entries(grand.id) == [USER, ASSISTANT, own]
+    assert store.entries(fork.id, after=4, upto=20) == [ASSISTANT]
+    assert store.entries(C1)[-1] == late and len(store.entries(C1)) == 4
+    assert store.entry_seq(21) == 20 and store.entry_seq(4) is not None and store.entry_seq(999) is None
 
 
 def test_old_event_tags_still_replay() -> None:

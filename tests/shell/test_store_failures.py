@@ -372,7 +372,7 @@ TAMPERED = {
     "text": ("UPDATE schema SET version = 'abc'", r"damaged record in schema \(version 'abc'\): not a version number"),
     "zero": ("UPDATE schema SET version = 0", r"damaged record in schema \(version 0\): not a version number"),
     "two rows": ("INSERT INTO schema (version) VALUES (1)", r"damaged record in schema: 2 version rows, one expected"),
-    "newer": ("UPDATE schema SET version = 99", r"has schema version 99; this pidurable reads versions up to 2"),
+    "newer": ("UPDATE schema SET version = 99", rf"has schema version 99; this pidurable reads versions up to {SCHEMA_VERSION}"),
 }
 
 
