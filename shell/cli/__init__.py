@@ -7,7 +7,8 @@ One module per command group, each adding its parser:
 - :mod:`.inspect`: ``pidurable inspect`` (read-only, even on a live store);
 - :mod:`.agent`: ``pidurable run``, ``resume``, ``chat`` (real providers);
 - :mod:`.replay`: ``pidurable replay`` (the journal through the pure core);
-- :mod:`.transcript`: ``pidurable transcript`` (a conversation, readably).
+- :mod:`.transcript`: ``pidurable transcript`` (a conversation, readably);
+- :mod:`.serve`: ``pidurable serve`` (a JSON API and a live page; the serve extra).
 
 Errors are one readable line on stderr and a non-zero exit status (see
 :mod:`.common`); ``--debug`` shows the traceback.
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 
 from ..errors import InvalidInput
 from ..storage.base import StorageError
-from . import agent, demo, inspect, replay, transcript
+from . import agent, demo, inspect, replay, serve, transcript
 from .common import EXIT_FAILURE, EXIT_USAGE, CliError, storage_exit_status
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     parser = argparse.ArgumentParser(
         prog="pidurable",
-        description="Durable LLM agents: demo, run/resume/chat against real models, inspect, transcript, replay.",
+        description="Durable LLM agents: demo, run/resume/chat against real models, inspect, transcript, replay, serve.",
         epilog="`pidurable COMMAND --help` describes each command.",
         parents=[common],
     )
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_parsers(sub, common)
     replay.add_parser(sub, common)
     transcript.add_parser(sub, common)
+    serve.add_parser(sub, common)
     return parser
 
 

@@ -1,0 +1,53 @@
+"""Shared by the serve tests: a harness served by the app, reached with httpx
+through the ASGI transport (``api``) or over loopback TCP from Hypercorn
+(``live``: streaming responses need a real server; httpx's ASGI transport
+buffers a response whole)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+pytest.importorskip("starlette")
+pytest.importorskip("hypercorn")
+
+from pidurable.shell import Harness, MemoryStorage  # noqa: E402
+from pidurable.shell.serve import ServeOptions, open_app, serve  # noqa: E402
+
+from .scripted_app import AGENT, setup  # noqa: E402
+
+TOKEN = "test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@asynccontextmanager
+async def served(**options: Any) -> AsyncIterator[tuple[Harness, httpx.AsyncClient, Any]]:
+    """A harness (the scripted app, in memory) and an httpx client of its app."""
+    s = setup()
+    async with Harness.open(MemoryStorage(), models=s.models, registry=s.registry, env=None) as harness:
+        await harness.root(agent=AGENT)
+        async with open_app(harness, ServeOptions(token=TOKEN, agent=AGENT, **options)) as app:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://pidurable.test", headers=AUTH) as client:
+                yield harness, client, app
+
+
+@asynccontextmanager
+async def live(**options: Any) -> AsyncIterator[tuple[Harness, httpx.AsyncClient, str]]:
+    """The same over loopback TCP: Hypercorn's Trio worker on a free port."""
+    s = setup()
+    async with Harness.open(MemoryStorage(), models=s.models, registry=s.registry, env=None) as harness:
+        await harness.root(agent=AGENT)
+        async with open_app(harness, ServeOptions(token=TOKEN, agent=AGENT, **options)) as app:
+            async with trio.open_nursery() as nursery:
+                urls = await nursery.start(partial(serve, app, host="127.0.0.1", port=0))
+                limits = httpx.Limits(max_connections=200)
+                async with httpx.AsyncClient(base_url=urls[0], headers=AUTH, timeout=30, limits=limits) as client:
+                    yield harness, client, urls[0]
+                nursery.cancel_scope.cancel()
