@@ -26,8 +26,10 @@ behaviour change is reported once per life it touches.
 
 What cannot be replayed exactly, and is reported so rather than guessed at:
 a row whose format version this code does not read (refused up front, see
-:func:`check_format`), and an event that no longer decodes (an event type or
-a field the current code removed).
+:func:`check_format`), an event that no longer decodes (an event type or a
+field the current code removed), and a journal that starts inside a process
+life (an excerpt, or rows dropped): the state its first events were stepped
+on is not recorded, so nothing is compared until the next ``Opened``.
 """
 
 from __future__ import annotations
@@ -99,6 +101,9 @@ class Kind(enum.StrEnum):
     RAISED = "raised"
     #: A recorded event does not decode with the current code.
     UNDECODABLE = "undecodable"
+    #: The journal starts inside a process life (an excerpt, or rows
+    #: dropped): the state its first events were stepped on is unknown.
+    NO_OPEN = "no_open"
 
 
 @attrs.frozen(kw_only=True)
@@ -213,9 +218,27 @@ def replay(rows: Iterable[JournalRow]) -> Iterator[Transition]:
                     recorded=row.writes,
                 )
                 break
-        opens = bool(events) and isinstance(events[0], Opened) and bad is None
+        first = datas[0] if datas else None
+        opens = isinstance(first, dict) and first.get("type") == Opened.TAG
         if opens:
             life = _Life(row.seq)
+        elif life.start == 0 and not life.diverged:
+            life.diverged = True
+            yield Transition(
+                seq=row.seq,
+                events=tuple(str(d.get("type", "?")) if isinstance(d, dict) else "?" for d in datas),
+                writes=_describe_writes(row.writes),
+                acts=(),
+                divergence=Divergence(
+                    seq=row.seq,
+                    kind=Kind.NO_OPEN,
+                    message=f"the journal starts inside a process life (its first commit, {row.seq}, is not an "
+                    "opened): the state its events were stepped on is not recorded, so commits up to the next "
+                    "opened are not compared",
+                    recorded=row.writes,
+                ),
+            )
+            continue
         tags = tuple(type(e).TAG for e in events) if bad is None else tuple(
             str(d.get("type", "?")) if isinstance(d, dict) else "?" for d in datas
         )

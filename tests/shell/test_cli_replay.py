@@ -198,6 +198,22 @@ def test_a_tampered_jsonl_journal_diverges(store: Path, tmp_path: Path, capsys: 
     assert f"DIVERGES at commit {seq}" in capsys.readouterr().out
 
 
+def test_a_journal_starting_inside_a_process_life_is_not_compared_until_the_next_open(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An excerpt without its opened cannot be replayed exactly: reported as such (exit 1), later lives are still checked."""
+    out = tmp_path / "j.jsonl"
+    assert main(["replay", "--db", str(store), "--export", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(lines[2:]) + "\n")
+    capsys.readouterr()
+    assert main(["replay", "--check", str(cut)]) == 1
+    assert "DIVERGES at commit 3 (no_open)" in capsys.readouterr().out
+    result = check(read_journal(cut))
+    assert [d.kind for d in result.divergences] == [Kind.NO_OPEN] and result.lives == 1 and result.commits > 0
+
+
 @pytest.mark.parametrize(
     "content, words",
     [
