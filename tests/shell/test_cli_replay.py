@@ -262,7 +262,7 @@ def test_the_demos_stores_replay_exactly(tmp_path: Path, capsys: pytest.CaptureF
     """issue 11: `pidurable replay --check` reproduces the demo's store (both parts, each killed with SIGKILL and resumed) exactly."""
     db = tmp_path / "demo.sqlite"
     assert main(["demo", "--db", str(db)]) == 0
-    capsys.readouterr()
+    assert f"pidurable replay --check --db {db}" in capsys.readouterr().out  # the demo says how
     assert main(["replay", "--check", "--db", str(db)]) == 0
     out = capsys.readouterr().out
     rows = journal_of(db)

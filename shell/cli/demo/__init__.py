@@ -107,6 +107,8 @@ def run_demo(db: str | None = None, keep: bool = False) -> int:
         print(f"\nBoth submissions are done ({time.monotonic() - started:.1f} s).")
         if db is not None or keep:
             print(f"  Look at the store: pidurable inspect --db {store} --all")
+            print(f"  Read the conversation: pidurable transcript --db {store}")
+            print(f"  Re-run its journal through the core: pidurable replay --check --db {store}")
         return 0
     finally:
         if keep:
