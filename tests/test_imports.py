@@ -1,6 +1,7 @@
 """The package's import graph has no cycle, and no module outgrows its room.
 
-Every module under ``core/`` and ``shell/`` is parsed (``ast``, nothing is
+Every module under ``core/`` and ``shell/`` (and the root package's own,
+``pidurable/*.py``: the asyncio and blocking facades) is parsed (``ast``, nothing is
 imported); each ``import``/``from ... import`` that runs - at the top or in a
 function, but not under ``if TYPE_CHECKING:``, which only the type checker
 reads - is an edge to the ``pidurable.*`` module it names, with relative
@@ -25,8 +26,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Source directory -> the package it is installed as (pyproject's package-dir).
-PACKAGES = {"core": "pidurable.core", "shell": "pidurable.shell"}
+#: Source directory -> the package it is installed as (pyproject's package-dir);
+#: ``pidurable/`` holds the root package's own modules (the asyncio and
+#: blocking facades).
+PACKAGES = {"core": "pidurable.core", "shell": "pidurable.shell", "pidurable": "pidurable"}
 
 MAX_LINES = 600
 

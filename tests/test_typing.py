@@ -18,6 +18,9 @@ from mypy import api
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: The modules of the root package beside core/ and shell/ (pidurable/*.py).
+FACADES = ("_bridge", "aio", "sync")
+
 
 @pytest.fixture(scope="module")
 def typing_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -27,11 +30,15 @@ def typing_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copy(ROOT / "pidurable" / "__init__.py", package / "__init__.py")
     (package / "core").symlink_to(ROOT / "core", target_is_directory=True)
     (package / "shell").symlink_to(ROOT / "shell", target_is_directory=True)
+    for facade in FACADES:  # pidurable.aio, pidurable.sync and their bridge
+        (package / f"{facade}.py").symlink_to(ROOT / "pidurable" / f"{facade}.py")
     return root
 
 
 def test_core_and_shell_pass_mypy_strict(typing_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``mypy --strict -p pidurable.core -p pidurable.shell`` reports no error."""
+    """``mypy --strict -p pidurable.core -p pidurable.shell`` (and the
+    asyncio and blocking facades, ``pidurable.aio`` / ``pidurable.sync``)
+    reports no error."""
     monkeypatch.chdir(typing_root)
     monkeypatch.setenv("MYPYPATH", str(typing_root))
     out, err, status = api.run(
@@ -45,6 +52,7 @@ def test_core_and_shell_pass_mypy_strict(typing_root: Path, monkeypatch: pytest.
             "pidurable.core",
             "-p",
             "pidurable.shell",
+            *(arg for facade in FACADES for arg in ("-m", f"pidurable.{facade}")),
         ]
     )
     assert status == 0, out + err
