@@ -269,3 +269,22 @@ def test_the_demos_stores_replay_exactly(tmp_path: Path, capsys: pytest.CaptureF
     assert f"replay --check: {len(rows)} commits" in out
     assert "4 process lives" in out  # two parts, each a killed life and a resumed one
     assert check(rows).ok and not [d for d in check(rows).divergences if d.kind is Kind.WRITES]
+
+
+def test_a_store_opened_without_scheduling_then_resumed_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Harness.open(resume=False) then harness.resume(): the resumed event is journaled with the next commit and replays exactly."""
+    db = tmp_path / "r.sqlite"
+    models = ScriptedModels([reply(text="one"), reply(text="two")])
+
+    async def life() -> None:
+        async with Harness.open(open_sqlite_storage(db), models=models, registry=Registry(), resume=False) as h:
+            conv = await h.root(agent=AgentConfig(model=ModelRef("scripted", "m")))
+            sub = await conv.submit(Input("first"))
+            await h.resume()
+            assert (await sub.wait()).status == "done"
+            assert (await (await conv.submit(Input("second"))).wait()).status == "done"
+
+    trio.run(life)
+    assert any("resumed" in r.events for r in journal_of(db))
+    assert main(["replay", "--check", "--db", str(db)]) == 0
+    assert "events, 1 process life)" in capsys.readouterr().out
