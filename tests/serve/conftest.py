@@ -5,6 +5,7 @@ buffers a response whole)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -17,7 +18,7 @@ import trio
 pytest.importorskip("starlette")
 pytest.importorskip("hypercorn")
 
-from pidurable.shell import Harness, MemoryStorage  # noqa: E402
+from pidurable.shell import Harness, MemoryStorage, open_sqlite_storage  # noqa: E402
 from pidurable.shell.serve import ServeOptions, open_app, serve  # noqa: E402
 
 from .scripted_app import AGENT, setup  # noqa: E402
@@ -51,3 +52,47 @@ async def live(**options: Any) -> AsyncIterator[tuple[Harness, httpx.AsyncClient
                 async with httpx.AsyncClient(base_url=urls[0], headers=AUTH, timeout=30, limits=limits) as client:
                     yield harness, client, urls[0]
                 nursery.cancel_scope.cancel()
+
+
+class ServerThread:
+    """The scripted app on a SQLite store, served by Hypercorn on a free
+    loopback port from a thread of its own (for clients that are not Trio:
+    Playwright, schemathesis). ``with ServerThread(db) as url: ...``"""
+
+    def __init__(self, db: Any, **options: Any) -> None:
+        self.db, self.options = db, options
+        self.url = ""
+        self.error: BaseException | None = None
+        self.ready = threading.Event()
+        self._token: Any = None
+        self._stop: trio.Event | None = None
+
+    def __enter__(self) -> str:
+        self.thread = threading.Thread(target=trio.run, args=(self._main,), daemon=True)
+        self.thread.start()
+        assert self.ready.wait(30), "the server did not start"
+        if self.error is not None:
+            raise self.error
+        return self.url
+
+    def __exit__(self, *exc: object) -> None:
+        if self._stop is not None:
+            trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
+        self.thread.join(20)
+
+    async def _main(self) -> None:
+        try:
+            self._token = trio.lowlevel.current_trio_token()
+            self._stop = trio.Event()
+            s = setup()
+            storage = open_sqlite_storage(str(self.db))
+            async with Harness.open(storage, models=s.models, registry=s.registry, env=None) as harness:
+                await harness.root(agent=AGENT)
+                async with open_app(harness, ServeOptions(token=TOKEN, agent=AGENT, **self.options)) as app:
+                    async with trio.open_nursery() as nursery:
+                        start = partial(serve, app, host="127.0.0.1", port=0, shutdown_trigger=self._stop.wait)
+                        self.url = (await nursery.start(start))[0]
+                        self.ready.set()
+        except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+            self.error = e
+            self.ready.set()

@@ -8,6 +8,7 @@ from typing import Any
 
 import trio
 
+from pidurable.core.model import Usage
 from pidurable.shell import AgentConfig, ModelRef, Registry, define_tool
 from pidurable.shell.providers import ScriptedModels, ScriptedReply, reply, tool_call
 from pidurable.shell.providers.base import ModelRequest
@@ -21,20 +22,21 @@ def script(request: ModelRequest) -> ScriptedReply:
     """``count``/``work`` in the prompt: a tool round first; after a tool
     round, or for anything else, an answer streamed in chunks."""
     last = request.messages[-1]
+    usage = Usage(input_tokens=40 * len(request.messages) + 120, output_tokens=36)
     if last.role == "tool":
-        return reply(text=f"The counter finished: {' '.join(last.text.split()[:6])}. Anything else?", stream=8, delay=8 * STEP)
+        return reply(text=f"The counter finished: {' '.join(last.text.split()[:6])}. Anything else?", stream=8, delay=8 * STEP, usage=usage)
     text = (last.text or "").strip()
     lowered = text.lower()
     if "count" in lowered or "work" in lowered:
-        n = 24 if "long" in lowered else 8
-        return reply(text="Let me run the counter.", tool_calls=[tool_call("count", n=n)])
+        n = 16 if "long" in lowered else 6
+        return reply(text="Let me run the counter.", tool_calls=[tool_call("count", n=n)], usage=usage)
     if lowered.startswith("quick"):
-        return reply(text=f"Quick answer to: {text}")
+        return reply(text=f"Quick answer to: {text}", usage=usage)
     answer = (
         f"You said \u201c{text}\u201d. Here is a streamed answer: durable agents keep every step in the store, "
         "so a crash resumes where it stopped and nothing is done twice."
     )
-    return reply(text=answer, stream=10, delay=10 * STEP)
+    return reply(text=answer, stream=10, delay=10 * STEP, usage=usage)
 
 
 async def count(call: Any, args: dict[str, Any]) -> str:
