@@ -343,6 +343,8 @@ class Conversation(Facade[shell.Conversation]):
     compact = method(shell.Conversation.compact)
     document = method(shell.Conversation.document)
     update_document = method(shell.Conversation.update_document)
+    fork = method(shell.Conversation.fork, _conversation)
+    forked_from = method(shell.Conversation.forked_from)
     owned_by = method(shell.Conversation.owned_by)
     watch = watcher(shell.Conversation.watch)
 

@@ -242,3 +242,24 @@ def test_outside_asyncio_the_error_says_what_to_use() -> None:
 
     with pytest.raises(RuntimeError, match="running asyncio loop.*pidurable.shell"):
         trio.run(under_trio)
+
+
+def test_fork_returns_a_facade_conversation() -> None:
+    """``conv.fork(at=...)`` is bridged like every method: it returns a
+    ``pidurable.aio.Conversation`` that sees the parent's transcript up to the
+    fork point and knows where it came from."""
+
+    async def main() -> None:
+        async with opening(ScriptedModels([reply(text="first"), reply(text="on the fork")])) as harness:
+            conv = await harness.root(agent=AGENT)
+            await (await conv.submit(Input("start"))).wait()
+            answer = (await conv.transcript())[-1]
+            fork = await conv.fork(at=answer.id)
+            assert isinstance(fork, aio.Conversation) and fork.id != conv.id
+            assert await fork.forked_from() == (conv.id, answer.id)
+            await (await fork.submit(Input("go on"))).wait()
+            assert [e.text for e in await fork.transcript()][-1] == "on the fork"
+            with pytest.raises(InvalidInput):
+                await conv.fork(at=0)
+
+    run(main)

@@ -121,3 +121,13 @@ def test_ctrl_c_during_a_wait_cancels_only_the_wait() -> None:
         assert not conv.idle()
         assert handle.wait().status == "done"
         assert conv.transcript()[-1].text == "late"
+
+
+def test_fork_is_blocking_too() -> None:
+    """``conv.fork(at=...)`` returns a ``pidurable.sync.Conversation``."""
+    with pidurable.sync.open(MemoryStorage(), models=ScriptedModels([reply(text="a")])) as harness:
+        conv = harness.root(agent=AGENT)
+        conv.submit(Input("x")).wait()
+        fork = conv.fork(at=conv.transcript()[-1].id)
+        assert isinstance(fork, pidurable.sync.Conversation)
+        assert [e.text for e in fork.transcript()] == ["x", "a"]
