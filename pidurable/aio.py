@@ -160,7 +160,11 @@ class _GuestRun:
                     "(trio-asyncio, or Trio hosting this loop); use pidurable.shell.Harness from Trio"
                 )
             run = cls._runs[loop] = cls(loop)
-            run._start()
+            try:
+                run._start()
+            except BaseException:
+                del cls._runs[loop]
+                raise
         run.users += 1
         try:
             await asyncio.shield(run.entered)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from pidurable.shell import open_sqlite_storage
+
 pytest.importorskip("fastapi")  # the `test` extra installs it
 
 CHILD = Path(__file__).with_name("children") / "fastapi_child.py"
@@ -25,24 +27,21 @@ def test_sigkill_mid_run_then_the_same_request_id_returns_the_settled_submission
     run, and POSTing ``deploy-1`` again returns the same submission, which
     settles done with the answer."""
     db, marker = tmp_path / "app.sqlite", tmp_path / "deploy.marker"
-    first = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, str(CHILD), str(db), str(marker)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        assert first.stdout is not None
-        accepted = json.loads(first.stdout.readline())  # durably accepted before the reply
-        assert accepted["request_id"] == "deploy-1" and accepted["status"] in ("queued", "placed")
-        deadline = time.monotonic() + 30
-        while not marker.exists():  # the run reached the tool
-            assert first.poll() is None, first.stderr.read() if first.stderr else ""
-            assert time.monotonic() < deadline, "the tool never started"
-            time.sleep(0.02)
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait(10)
-    finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
+    ) as first:
+        try:
+            assert first.stdout is not None
+            accepted = json.loads(first.stdout.readline())  # durably accepted before the reply
+            assert accepted["request_id"] == "deploy-1" and accepted["status"] in ("queued", "placed")
+            deadline = time.monotonic() + 30
+            while not marker.exists():  # the run reached the tool
+                assert first.poll() is None, first.stderr.read() if first.stderr else ""
+                assert time.monotonic() < deadline, "the tool never started"
+                time.sleep(0.02)
+        finally:
+            os.kill(first.pid, signal.SIGKILL)  # mid-run (or on a failure above)
+            first.wait(10)
     assert first.returncode == -signal.SIGKILL
 
     second = subprocess.run(
@@ -52,8 +51,6 @@ def test_sigkill_mid_run_then_the_same_request_id_returns_the_settled_submission
     again, settled = (json.loads(line) for line in second.stdout.splitlines())
     assert again["id"] == accepted["id"]  # the same submission, not a new one
     assert (settled["id"], settled["status"]) == (accepted["id"], "done")
-    from pidurable.shell import open_sqlite_storage
-
     storage = open_sqlite_storage(db)
     try:
         texts = [e.text for e in storage.entries(1)]
