@@ -5,6 +5,7 @@ buffers a response whole)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -40,10 +41,10 @@ async def served(**options: Any) -> AsyncIterator[tuple[Harness, httpx.AsyncClie
 
 
 @asynccontextmanager
-async def live(**options: Any) -> AsyncIterator[tuple[Harness, httpx.AsyncClient, str]]:
+async def live(settings: Any = None, **options: Any) -> AsyncIterator[tuple[Harness, httpx.AsyncClient, str]]:
     """The same over loopback TCP: Hypercorn's Trio worker on a free port."""
     s = setup()
-    async with Harness.open(MemoryStorage(), models=s.models, registry=s.registry, env=None) as harness:
+    async with Harness.open(MemoryStorage(), models=s.models, registry=s.registry, env=None, settings=settings) as harness:
         await harness.root(agent=AGENT)
         async with open_app(harness, ServeOptions(token=TOKEN, agent=AGENT, **options)) as app:
             async with trio.open_nursery() as nursery:
@@ -96,3 +97,16 @@ class ServerThread:
         except BaseException as e:  # noqa: BLE001 - handed to the test's thread
             self.error = e
             self.ready.set()
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[tuple[str, Any]]:
+    """``(event, data)`` of a Server-Sent Events response, as they arrive."""
+    event, data = "message", ""
+    async for line in response.aiter_lines():
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data += line[5:].strip()
+        elif not line and data:
+            yield event, json.loads(data)
+            event, data = "message", ""

@@ -30,6 +30,10 @@ def script(request: ModelRequest) -> ScriptedReply:
     if "count" in lowered or "work" in lowered:
         n = 16 if "long" in lowered else 6
         return reply(text="Let me run the counter.", tool_calls=[tool_call("count", n=n)], usage=usage)
+    if lowered.startswith("big"):  # a long answer streamed fast (many large views: tests/serve/test_events.py)
+        size = int(lowered.split()[1]) if len(lowered.split()) > 1 and lowered.split()[1].isdigit() else 50_000
+        words = ("durable " * (size // 8 + 1))[:size]
+        return reply(text=words, stream=40, delay=40 * 0.02, usage=usage)
     if lowered.startswith("quick"):
         return reply(text=f"Quick answer to: {text}", usage=usage)
     answer = (
