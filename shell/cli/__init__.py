@@ -6,6 +6,7 @@ One module per command group, each adding its parser:
   resumed; an application of the library, with its scenarios as data);
 - :mod:`.inspect`: ``pidurable inspect`` (read-only, even on a live store);
 - :mod:`.agent`: ``pidurable run``, ``resume``, ``chat`` (real providers);
+- :mod:`.check`: ``pidurable check`` (TLC on the TLA+ model in tla/);
 - :mod:`.replay`: ``pidurable replay`` (the journal through the pure core);
 - :mod:`.transcript`: ``pidurable transcript`` (a conversation, readably);
 - :mod:`.serve`: ``pidurable serve`` (a JSON API and a live page; the serve extra).
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 
 from ..errors import InvalidInput
 from ..storage.base import StorageError
-from . import agent, demo, inspect, replay, serve, transcript
+from . import agent, check, demo, inspect, replay, serve, transcript
 from .common import EXIT_FAILURE, EXIT_USAGE, CliError, storage_exit_status
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_parser(sub, common)
     inspect.add_parser(sub, common)
     agent.add_parsers(sub, common)
+    check.add_parser(sub, common)
     replay.add_parser(sub, common)
     transcript.add_parser(sub, common)
     serve.add_parser(sub, common)

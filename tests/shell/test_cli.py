@@ -197,7 +197,7 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
 
 # --- issue 7: version, help, provider errors, no store created ------------------------
 
-COMMANDS = ["demo", "inspect", "run", "resume", "chat", "replay"]
+COMMANDS = ["demo", "inspect", "run", "resume", "chat", "replay", "check"]
 
 
 def test_issue7_version(capsys: pytest.CaptureFixture[str]) -> None:
