@@ -51,7 +51,9 @@ from .storage.base import JournalRow, StorageError, writes_json
 
 #: The journal formats this code replays (``codec.FORMAT_VERSION`` is the one
 #: it writes). Format 1: events and writes as the one converter's JSON.
-READABLE_FORMATS = frozenset({1})
+#: Format 2 (issue 11, a lean journal): the events, and a digest of the
+#: writes - replay recomputes them and compares digests.
+READABLE_FORMATS = frozenset({1, 2})
 assert codec.FORMAT_VERSION in READABLE_FORMATS
 
 
@@ -119,7 +121,7 @@ class Divergence:
     event_text: str = ""
     #: ``changed: task 12`` / ``    outcome.error.message: "a" -> "b"`` lines.
     diff: tuple[str, ...] = ()
-    recorded: str = ""  #: the recorded writes (JSON text)
+    recorded: str = ""  #: the recorded writes (JSON text; format 2: their digest)
     produced: str = ""  #: the produced writes (JSON text), if any
     #: The commit whose ``Opened`` started this process life.
     life_start: int = 0
@@ -138,6 +140,9 @@ class Transition:
     skipped: bool = False
     #: The row starts a process life (its first event is ``Opened``).
     opens: bool = False
+    #: The writes (JSON text) the current core produced for it, when it
+    #: reproduced the recorded commit (what a format-2 row does not store).
+    produced: str = ""
 
     @property
     def matches(self) -> bool:
@@ -166,6 +171,8 @@ def _describe_write(w: dict[str, Any]) -> str:
 
 
 def _describe_writes(text: str) -> tuple[str, ...]:
+    if codec.is_digest(text):
+        return ("(writes kept as a digest; replay recomputes them)",)
     try:
         return tuple(_describe_write(w) for w in json.loads(text))
     except (ValueError, TypeError, KeyError, AttributeError):
@@ -250,11 +257,14 @@ def replay(rows: Iterable[JournalRow]) -> Iterator[Transition]:
             life.diverged = True
             yield attrs.evolve(base, divergence=attrs.evolve(bad, life_start=life.start))
             continue
-        acts, divergence = _replay_row(life, row, events, datas)
+        acts, divergence, produced = _replay_row(life, row, events, datas)
         if divergence is not None:
             life.diverged = True
             divergence = attrs.evolve(divergence, life_start=life.start)
-        yield attrs.evolve(base, acts=acts, divergence=divergence)
+            produced = ""
+        elif codec.is_digest(row.writes):
+            base = attrs.evolve(base, writes=_describe_writes(produced))
+        yield attrs.evolve(base, acts=acts, divergence=divergence, produced=produced)
 
 
 def _event_datas(row: JournalRow) -> list[Any]:
@@ -272,9 +282,12 @@ def _first_line(e: BaseException) -> str:
     return text[0][:200] if text else type(e).__name__
 
 
-def _replay_row(life: _Life, row: JournalRow, events: list[Event], datas: list[Any]) -> tuple[tuple[str, ...], Divergence | None]:
+def _replay_row(
+    life: _Life, row: JournalRow, events: list[Event], datas: list[Any]
+) -> tuple[tuple[str, ...], Divergence | None, str]:
     """Step ``row``'s events on ``life``; the acts that followed the commit,
-    and the divergence if the produced commit differs from the recorded one."""
+    the divergence if the produced commit differs from the recorded one, and
+    the produced writes' JSON."""
     acts: list[str] = []
     produced: list[Commit] = []
 
@@ -295,7 +308,7 @@ def _replay_row(life: _Life, row: JournalRow, events: list[Event], datas: list[A
         if not life.extra:
             return (), Divergence(
                 seq=row.seq, kind=Kind.NO_COMMIT, message=f"commit {row.seq} journals no event", recorded=row.writes
-            )
+            ), ""
         produced, life.extra = life.extra, []
     elif life.extra:
         c = life.extra[0]
@@ -305,13 +318,13 @@ def _replay_row(life: _Life, row: JournalRow, events: list[Event], datas: list[A
             message=f"after commit {row.seq - 1} this code makes another commit (seq {c.seq}) that the journal "
             "does not have",
             produced=writes_json(c.writes),
-        )
+        ), ""
     last = len(events) - 1
     for i, ev in enumerate(events):
         try:
             result = step(life.state, ev)
         except Exception as e:  # noqa: BLE001 - the core raising on a recorded event is a divergence
-            return (), at(i, Kind.RAISED, f"step raised {type(e).__name__} on this event: {_first_line(e)}")
+            return (), at(i, Kind.RAISED, f"step raised {type(e).__name__} on this event: {_first_line(e)}"), ""
         life.state = result.state
         commits = [e for e in result.effects if isinstance(e, Commit)]
         acts.extend(type(e).TAG for e in result.effects if not isinstance(e, Commit))
@@ -322,21 +335,24 @@ def _replay_row(life: _Life, row: JournalRow, events: list[Event], datas: list[A
                 f"this code commits after event {i} ({type(ev).TAG}); the journal's commit {row.seq} "
                 f"came after event {last} ({type(events[last]).TAG})",
                 produced=writes_json(commits[0].writes),
-            )
+            ), ""
         produced.extend(commits)
     final = last if events else None
     if not produced:
-        return (), at(final, Kind.NO_COMMIT, f"this code makes no commit where the journal has commit {row.seq}")
+        return (), at(final, Kind.NO_COMMIT, f"this code makes no commit where the journal has commit {row.seq}"), ""
     commit, life.extra = produced[0], produced[1:]
     text = writes_json(commit.writes)
     if commit.seq != row.seq:
-        return tuple(acts), at(final, Kind.SEQ, f"this code numbers the commit {commit.seq}, the journal {row.seq}", produced=text)
-    if text != row.writes:
+        return tuple(acts), at(final, Kind.SEQ, f"this code numbers the commit {commit.seq}, the journal {row.seq}", produced=text), text
+    if not codec.writes_match(row.writes, text):
+        if codec.is_digest(row.writes):  # format 2 keeps a digest: no record-by-record diff
+            message = f"commit {row.seq} differs: this code writes other records (the journal keeps a digest of them)"
+            return tuple(acts), at(final, Kind.WRITES, message, produced=text), text
         diff = tuple(writes_diff(row.writes, text))
         return tuple(acts), at(
             final, Kind.WRITES, f"commit {row.seq} differs: this code writes other records", produced=text, diff=diff
-        )
-    return tuple(acts), None
+        ), text
+    return tuple(acts), None, text
 
 
 @attrs.frozen(kw_only=True)
@@ -396,7 +412,31 @@ def last_state(rows: Sequence[JournalRow]) -> tuple[State, Divergence | None] | 
             events = [codec.event_from_data(d) for d in datas]
         except Exception as e:  # noqa: BLE001 - reported, the state so far is kept
             return life.state, Divergence(seq=row.seq, kind=Kind.UNDECODABLE, message=_first_line(e))
-        _, divergence = _replay_row(life, row, events, datas)
+        _, divergence, _ = _replay_row(life, row, events, datas)
         if divergence is not None:
             return life.state, divergence
     return life.state, None
+
+
+class JournalMismatch(StorageError):
+    """The journal does not replay to its recorded commits (see ``check``)."""
+
+
+def journal_writes(rows: Sequence[JournalRow], source: str = "journal") -> list[tuple[int, str, str]]:
+    """``(seq, events JSON, writes JSON)`` of every recorded commit: a
+    format-1 row's stored writes, a format-2 row's writes as the core
+    recomputes them from the journal (checked against its digest). Raises
+    :class:`JournalMismatch` at the first commit that does not replay."""
+    check_format(rows, source)
+    if not any(codec.is_digest(r.writes) for r in rows):
+        return [(r.seq, r.events, r.writes) for r in rows]  # every row keeps its writes: nothing to recompute
+    out: list[tuple[int, str, str]] = []
+    for row, t in zip(rows, replay(rows), strict=True):
+        if not codec.is_digest(row.writes):  # format 1 keeps its writes, whatever today's core would decide
+            out.append((row.seq, row.events, row.writes))
+            continue
+        if t.divergence is not None or t.skipped:
+            d = t.divergence
+            raise JournalMismatch(f"{source}: commit {row.seq} does not replay: {d.message if d else 'skipped'}")
+        out.append((row.seq, row.events, t.produced))
+    return out

@@ -5,6 +5,9 @@ One JSON object per line, one line per commit, oldest first::
 
     {"seq": 7, "format": 1, "events": "<JSON array text>", "writes": "<JSON array text>"}
 
+(``replay --export`` of a lean journal writes each row's writes as the JSON
+their digest is of, recomputed by replay, with format 1: reviewable text.)
+
 ``events`` and ``writes`` are the journal's own texts, byte for byte as the
 store holds them (strings, so nothing is re-encoded on the way). A reader
 also takes them as JSON arrays (easier to write by hand); writes given so are

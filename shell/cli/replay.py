@@ -14,9 +14,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..journal import READABLE_FORMATS, CheckResult, Divergence, check, check_format, replay
+from ..journal import READABLE_FORMATS, CheckResult, Divergence, check, check_format, journal_writes, replay
 from ..journal_file import read_journal, write_journal
-from ..storage.base import JournalRow
+from ..storage import codec
+from ..storage.base import JournalRow, StorageError
 from ..storage.readonly import open_readonly
 from ..storage.sqlite_layout import SQLITE_MAGIC
 from .common import EXIT_USAGE, CliError, Subparsers, existing_store
@@ -87,6 +88,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _export(rows: list[JournalRow], out: str) -> int:
+    rows = _readable(rows)
     if out == "-":
         write_journal(rows, sys.stdout)
         return 0
@@ -100,6 +102,20 @@ def _export(rows: list[JournalRow], out: str) -> int:
         raise CliError(f"cannot write {target}: {e.strerror or e}") from e
     print(f"wrote {n} journal rows to {target}", file=sys.stderr)
     return 0
+
+
+def _readable(rows: list[JournalRow]) -> list[JournalRow]:
+    """Rows with their writes as JSON (format 1), for an export a reviewer
+    reads: a lean row's digest is replaced by the writes this code recomputes
+    from its events (they matched the digest). A journal that does not
+    replay is exported as stored (``--check`` says where it differs)."""
+    if not any(codec.is_digest(r.writes) for r in rows):
+        return rows
+    try:
+        recomputed = journal_writes(rows, "journal")
+    except StorageError:
+        return rows
+    return [JournalRow(seq=r.seq, events=r.events, writes=w, format=1) for r, (_, _, w) in zip(rows, recomputed, strict=True)]
 
 
 def _check(rows: list[JournalRow], source: str, *, verbose: bool) -> int:

@@ -124,7 +124,9 @@ class Loaded:
 class JournalRow:
     seq: int
     events: str  # JSON array of tagged events
-    writes: str  # JSON array of tagged writes
+    #: Format 1: the JSON array of tagged writes; format 2: its digest
+    #: (``codec.writes_digest``; replay recomputes the writes).
+    writes: str
     #: The journal format the row was written in (``codec.FORMAT_VERSION``
     #: of the code that wrote it; a row written in this process has this
     #: code's); replay refuses a format it does not read (``journal.py``).
@@ -329,7 +331,8 @@ def encode_commit(seq: int, writes: Sequence[Write], events: Sequence[Event]) ->
         row, piece = encode_write(w, seq)
         rows.append(row)
         pieces.append(piece)
-    return rows, codec.events_json(events), codec.journal_writes(pieces)
+    # the journal keeps the events and a digest of the writes (format 2)
+    return rows, codec.events_json(events), codec.writes_digest(codec.journal_writes(pieces))
 
 
 DOC_TYPES: dict[str, Any] = {

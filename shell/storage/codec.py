@@ -15,11 +15,16 @@ form; ``WRITE_WIRE`` is derived from the write classes at import, so no module
 spells a journal object by hand.
 
 ``FORMAT_VERSION`` is stored with every journal row; bump it (and add a reader
-for the old one) whenever a persisted shape changes meaning.
+for the old one) whenever a persisted shape changes meaning. Format 1 rows
+hold the writes' JSON; format 2 rows (issue 11: a lean journal) hold only a
+digest of it (:func:`writes_digest`): the writes are what the pure core
+recomputes from the journaled events (``shell/journal.py``), and the digest
+proves a replay reproduced them byte for byte.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, get_type_hints
@@ -37,7 +42,10 @@ from pidurable.core.state import ContextDoc, ConvState
 from pidurable.core.events import ModelStreamed
 from pidurable.core.state import ToolSlot
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: A format-2 row's ``writes``: this prefix and a 128-bit BLAKE2b of the
+#: writes' JSON text (format 1 rows start with ``[``).
+DIGEST_PREFIX = "b2:"
 
 T = TypeVar("T")
 
@@ -282,6 +290,22 @@ def encode_write(w: Write) -> tuple[str, str]:
 def journal_writes(pieces: Iterable[str]) -> str:
     """The journal's ``writes`` text: a commit's encoded writes as one array."""
     return "[" + ",".join(pieces) + "]"
+
+
+def writes_digest(text: str) -> str:
+    """What a format-2 journal row stores for writes whose JSON is ``text``."""
+    return DIGEST_PREFIX + hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def is_digest(stored: str) -> bool:
+    """Does a journal row's ``writes`` hold a digest (format 2), not JSON?"""
+    return stored.startswith(DIGEST_PREFIX)
+
+
+def writes_match(stored: str, text: str) -> bool:
+    """Do writes whose JSON is ``text`` match a row's stored ``writes``
+    (its JSON, format 1, or its digest, format 2)?"""
+    return writes_digest(text) == stored if is_digest(stored) else text == stored
 
 
 def writes_json(writes: Sequence[Write]) -> str:

@@ -24,6 +24,7 @@ from pidurable.shell import (
     define_extension,
 )
 from pidurable.shell.providers import ScriptedModels, reply
+from invariants import journal_history
 
 AGENT = AgentConfig(model=ModelRef("scripted", "demo"))
 SETTINGS = Settings(compaction=CompactionSettings(keep_recent_tokens=30))
@@ -146,7 +147,7 @@ async def test_a_retryable_summarizer_error_is_retried_after_a_durable_backoff(
     assert task.outcome is not None and task.outcome.status == "completed"
     assert calls["summaries"] == 2
     assert "second try summary" in transcript[-1].text
-    phases = [w for row in storage.journal() for w in __import__("json").loads(row.writes) if w["type"] == "task"]
+    phases = [w for _, _, writes in journal_history(storage) for w in writes if w["type"] == "task"]
     retry = [w["task"]["checkpoint"] for w in phases if w["task"]["checkpoint"].get("phase") == "summarize_retry"]
     assert retry and retry[0]["attempt"] == 1 and retry[0]["until"] > 0
 

@@ -86,17 +86,19 @@ def test_replay_check_reports_a_changed_core_at_the_right_commit(
 ) -> None:
     """A core whose tool_finished handler writes another result text diverges
     at the first commit that journals a tool_finished: exit 1, that seq, the
-    event, and a diff of the entry's text."""
+    event, and what this code writes there (a lean journal keeps a digest of
+    the recorded writes; a format-1 row gets a field diff, see below)."""
     original = HANDLERS[ToolFinished]
     patched = lambda tx, ev: original(tx, attrs.evolve(ev, text=ev.text + " (changed)"))  # noqa: E731
     monkeypatch.setitem(HANDLERS, ToolFinished, patched)  # type: ignore[arg-type]
     seq = first_seq_with(store, "tool_finished")
 
-    assert main(["replay", "--check", "--db", str(store)]) == 1
+    assert main(["replay", "--check", "-v", "--db", str(store)]) == 1
     out = capsys.readouterr().out
     assert f"DIVERGES at commit {seq} (writes)" in out
     assert "tool_finished" in out
-    assert 'entry.text: "{\\"port\\": 8080}" -> "{\\"port\\": 8080} (changed)"' in out
+    assert "the journal keeps a digest" in out
+    assert '{\\"port\\": 8080} (changed)' in out
     assert f"{seq - 1} commits before it are identical." in out
     # the second process life starts afresh from its Opened and replays exactly
     result = check(journal_of(store))
@@ -119,13 +121,34 @@ def test_replay_check_reports_a_core_that_raises(store: Path, capsys: pytest.Cap
 
 
 def test_replay_check_reports_a_tampered_journal_row(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A journal row whose recorded writes were altered is the divergence, at its seq."""
+    """A journal row whose recorded writes digest (format 2) was altered is the divergence, at its seq."""
     copy = tmp_path / "t.sqlite"
     shutil.copy(store, copy)
-    seq = next(r.seq for r in journal_of(store) if "The port is 8080." in r.writes)  # the answer's commit
+    seq = next(r.seq for r in journal_of(store) if "The port is 8080." in r.events)  # the answer's commit
     with sqlite3.connect(copy) as db:
-        db.execute("UPDATE journal SET writes = replace(writes, 'The port is 8080.', 'The port is 9090.') WHERE seq = ?", [seq])
+        db.execute("UPDATE journal SET writes = 'b2:' || substr(writes, 5) || '0' WHERE seq = ?", [seq])
     db.close()
+    assert main(["replay", "--check", "--db", str(copy)]) == 1
+    out = capsys.readouterr().out
+    assert f"DIVERGES at commit {seq} (writes)" in out
+    assert "the journal keeps a digest" in out
+
+
+def test_replay_check_diffs_a_tampered_format_1_row(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A format-1 row (writes kept as JSON, as stores before the lean journal wrote them) whose writes were altered: the divergence shows the changed field."""
+    from pidurable.shell import journal
+    from pidurable.shell.storage import codec
+
+    copy = tmp_path / "t1.sqlite"
+    shutil.copy(store, copy)
+    rows = journal_of(store)
+    produced = {seq: wr for seq, _, wr in journal.journal_writes(rows)}
+    seq = next(r.seq for r in rows if "The port is 8080." in r.events)
+    tampered = produced[seq].replace("The port is 8080.", "The port is 9090.")
+    with sqlite3.connect(copy) as db:
+        db.execute("UPDATE journal SET writes = ?, format = 1 WHERE seq = ?", [tampered, seq])
+    db.close()
+    assert codec.is_digest(rows[0].writes)
     assert main(["replay", "--check", "--db", str(copy)]) == 1
     out = capsys.readouterr().out
     assert f"DIVERGES at commit {seq} (writes)" in out
@@ -149,20 +172,20 @@ def test_replay_check_reports_an_event_that_no_longer_decodes(store: Path, tmp_p
 def test_a_journal_row_of_a_future_format_is_refused_naming_the_version(
     store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """issue 11 item 7: a row claiming journal format 2 is refused before anything is replayed: one line naming the row and the version, exit 1."""
+    """issue 11 item 7: a row claiming a journal format newer than this code writes (3) is refused before anything is replayed: one line naming the row and the version, exit 1."""
     copy = tmp_path / "f.sqlite"
     shutil.copy(store, copy)
     with sqlite3.connect(copy) as db:
-        db.execute("UPDATE journal SET format = 2 WHERE seq = 3")
+        db.execute("UPDATE journal SET format = 3 WHERE seq = 3")
     db.close()
     for argv in (["replay", "--check", "--db", str(copy)], ["replay", "--db", str(copy)]):
         assert main(argv) == 1
         captured = capsys.readouterr()
         assert captured.out == ""
         assert captured.err.count("\n") == 1
-        assert "journal row 3 has format version 2" in captured.err
+        assert "journal row 3 has format version 3" in captured.err
         assert "upgrade" in captured.err
-    assert [r.format for r in journal_of(copy)][:4] == [1, 1, 2, 1]
+    assert [r.format for r in journal_of(copy)][:4] == [2, 2, 3, 2]
 
 
 def test_export_and_check_a_jsonl_journal(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -170,8 +193,11 @@ def test_export_and_check_a_jsonl_journal(store: Path, tmp_path: Path, capsys: p
     out = tmp_path / "j.jsonl"
     assert main(["replay", "--db", str(store), "--export", str(out)]) == 0
     rows = read_journal(out)
+    # a lean journal is exported readable: each row's writes as the JSON its digest is of (format 1)
+    from pidurable.shell import journal
+
     assert [(r.seq, r.format, r.events, r.writes) for r in rows] == [
-        (r.seq, r.format, r.events, r.writes) for r in journal_of(store)
+        (seq, 1, events, writes) for seq, events, writes in journal.journal_writes(journal_of(store))
     ]
     capsys.readouterr()
     assert main(["replay", "--check", str(out)]) == 0

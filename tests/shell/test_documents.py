@@ -29,6 +29,7 @@ from pidurable.shell import (
     open_sqlite_storage,
 )
 from pidurable.shell.providers import ScriptedModels, reply, tool_call
+from invariants import journal_history
 
 TODO_SCHEMA = {
     "type": "object",
@@ -63,7 +64,7 @@ def reopen(storage: Any) -> Any:
 
 
 def _doc_writes(storage: Any) -> list[dict[str, Any]]:
-    return [w for row in storage.journal() for w in json.loads(row.writes) if w["type"] == "document"]
+    return [w for _, _, writes in journal_history(storage) for w in writes if w["type"] == "document"]
 
 
 async def test_host_updates_commit_deltas_and_survive_a_reopen(storage: Any) -> None:
@@ -148,7 +149,7 @@ async def test_a_tool_update_commits_with_its_result(storage: Any) -> None:
         await (await conv.submit(Input("remember to call mom"))).wait()
         assert await conv.document(TODO) == {"items": [{"text": "call mom", "done": False}]}
     storage = reopen(storage)
-    rows = [json.loads(r.writes) for r in storage.journal()]
+    rows = [writes for _, _, writes in journal_history(storage)]
     with_doc = [ws for ws in rows if any(w["type"] == "document" for w in ws)]
     assert len(with_doc) == 1
     assert any(w["type"] == "entry" and w["entry"]["kind"] == "tool_result" for w in with_doc[0])

@@ -31,6 +31,8 @@ from pidurable.shell import (
 from pidurable.shell.limits import Spill
 from pidurable.shell.providers import ScriptedModels, reply, tool_call
 from pidurable.shell.registry import ToolResult
+import json
+from invariants import journal_history
 
 WAIT = 30  # seconds, real time
 AGENT = AgentConfig(model=ModelRef("scripted", "demo"))
@@ -161,8 +163,8 @@ async def test_a_tool_without_a_spill_directory_reports_only_the_cut() -> None:
             {"severity": "warn", "message": "Output truncated to its beginning: 200 lines, 1600 bytes dropped", "code": "truncated"}
         ],
     }
-    progressed = [r for r in storage.journal() if '"type":"tool_progressed"' in r.events]
-    assert len(progressed) == 1 and "starting" in progressed[0].writes
+    progressed = [wr for _, ev, wr in journal_history(storage) if any(e["type"] == "tool_progressed" for e in ev)]
+    assert len(progressed) == 1 and "starting" in json.dumps(progressed[0])
 
 
 def test_define_tool_accepts_limits_as_a_record_or_a_tuple() -> None:
