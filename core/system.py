@@ -26,8 +26,11 @@ The request's system prompt and its offered tools come from the shown state
 (``CallModel.system`` / ``CallModel.tools``), never from the registry as it is
 when the request is re-sent.
 
-Recorded only for agents with sections or instructions; an agent with
-neither gets no system entry (its tools are offered as the catalog says).
+Recorded for every agent that has sections or instructions or is offered
+tools (reference §3.15.2: "No section and no tools -> no ``pi.system``
+entry"), so the transcript shows what the model was offered; an agent with
+none of them gets no system entry. Once a conversation has a system entry it
+stays tracked (a removal is recorded too).
 """
 
 from __future__ import annotations
@@ -86,9 +89,14 @@ def sectioned(extensions: Sequence[ExtensionInfo], agent: AgentConfig) -> tuple[
     return tuple(e.name for e in selected(extensions, agent) if e.sections)
 
 
-def records(extensions: Sequence[ExtensionInfo], agent: AgentConfig) -> bool:
-    """Whether this agent's system prompt is recorded at all."""
-    return bool(agent.instructions) or bool(sectioned(extensions, agent))
+def records(extensions: Sequence[ExtensionInfo], agent: AgentConfig, catalog: Mapping[str, object]) -> bool:
+    """Whether this agent's system prompt is recorded at all: it has
+    instructions or sectioned extensions, or it is offered tools."""
+    return (
+        bool(agent.instructions)
+        or bool(sectioned(extensions, agent))
+        or bool(offered_tools(extensions, catalog, agent))
+    )
 
 
 def desired(rendered: Sequence[SystemSection], failed: Sequence[str], shown: ContextDoc, agent: AgentConfig) -> tuple[SystemSection, ...]:
@@ -166,8 +174,9 @@ def record(tx: Tx, conv: ConvState, task_id: TaskId, sections: tuple[SystemSecti
 
 def tracks(tx: Tx, conv: ConvState) -> bool:
     """Whether this conversation's system prompt is recorded: the agent has
-    sections or instructions now, or had (a removal must be recorded too)."""
-    return records(tx.extensions, conv.agent) or conv.context.system_entry is not None
+    sections, instructions or tools now, or had (a removal must be recorded
+    too). The cheap test first: a tracked conversation stays tracked."""
+    return conv.context.system_entry is not None or records(tx.extensions, conv.agent, tx.catalog)
 
 
 def prepare(

@@ -472,3 +472,28 @@ def test_call_model_carries_the_instructions_section_and_the_tool_filter() -> No
     }
     plain = only(effects_of(step(opened_state(), submit("go")), CallModel))
     assert plain.system is None and plain.tools is None
+
+
+def test_issue_17_an_agent_offered_tools_records_them_without_sections_or_instructions() -> None:
+    """Issue 17 item 4 (reference §3.15.2): an agent with neither sections nor
+    instructions but offered tools gets a system entry (text "", the tools
+    added) at its first prepare, and its requests offer the recorded tools;
+    the next prepare, with nothing changed, writes none. No tools, no
+    sections, no instructions: no system entry."""
+    from pidurable.core.events import ModelResponded
+    from pidurable.core.model import ToolInfo
+
+    state = opened_state(catalog=(ToolInfo(name="read"), ToolInfo(name="bash")))
+    first = step(state, submit("go"))
+    call = only(effects_of(first, CallModel))
+    (system,) = [e for e in put_entries(first) if e.kind == "system"]
+    assert system.text == "" and system.id <= call.cutoff
+    assert system.data == {"sections": {}, "order": [], "tools_added": ["read", "bash"], "tools_removed": []}
+    assert call.system is None and call.tools == ("read", "bash")
+    gen = generation(first.state)
+    answered = step(first.state, ModelResponded(now=20, task_id=gen.id, attempt=1, text="hi"))
+    again = step(answered.state, submit("more", now=30))
+    assert only(effects_of(again, CallModel)).tools == ("read", "bash")
+    assert [e for e in put_entries(again) if e.kind == "system"] == []
+    bare = step(opened_state(), submit("go"))
+    assert [e for e in put_entries(bare) if e.kind == "system"] == []

@@ -1133,9 +1133,10 @@ def _check_fork_mid_run(storage: Any) -> None:
     entries = storage.entries(fork.id)
     call = next(e for e in entries if e.tool_calls)
     assert fork.fork_at == call.id and not [e for e in entries if e.kind == "tool_result"]
-    assert [e.text for e in entries if e.conversation_id == fork.id] == [
-        "what happened so far?",
-        "Fork answer to what happened so far? after 4 messages.",
+    assert [(e.kind, e.text) for e in entries if e.conversation_id == fork.id] == [
+        ("user", "what happened so far?"),
+        ("system", ""),  # the fork's baseline of what it offers (issue 17 item 4: its agent has tools)
+        ("assistant", "Fork answer to what happened so far? after 4 messages."),
     ]
     assert _notes_of(storage, fork.id) == ["before the run"]  # as of the fork point
     assert sorted(_notes_of(storage, 1)) == ["before the run", "tool note"]

@@ -130,6 +130,7 @@ async def test_api_example_reads_edits_and_answers(tmp_path: Path, autojump_cloc
     assert (tmp_path / "config" / "dev.json").read_text() == '{"port": 8081}\n'
     assert [e.kind for e in transcript] == [
         EntryKind.USER,
+        EntryKind.SYSTEM,  # what the model was offered (issue 17 item 4)
         EntryKind.ASSISTANT,
         EntryKind.TOOL_RESULT,
         EntryKind.ASSISTANT,
@@ -137,8 +138,10 @@ async def test_api_example_reads_edits_and_answers(tmp_path: Path, autojump_cloc
         EntryKind.ASSISTANT,
     ]
     assert transcript[0].text == "Read and fix the config" and transcript[0].id == settled.entry_id
-    assert transcript[2].text == '{"port": 8080}\n' and not transcript[2].is_error
-    assert transcript[4].text == "Edited config/dev.json: replaced 1 occurrence" and not transcript[4].is_error
+    offered = transcript[1].data
+    assert transcript[1].text == "" and offered is not None and offered["tools_added"] == [t.name for t in models.requests[0].tools]
+    assert transcript[3].text == '{"port": 8080}\n' and not transcript[3].is_error
+    assert transcript[5].text == "Edited config/dev.json: replaced 1 occurrence" and not transcript[5].is_error
     assert transcript[-1].text == "Fixed the port." and transcript[-1].id == settled.answer_entry_id
     assert len(models.requests) == 3
     assert {"read", "write", "edit", "bash"} <= {t.name for t in models.requests[0].tools}

@@ -153,6 +153,7 @@ async def test_write_while_busy_is_queued_then_placed_at_the_next_boundary(
     kinds = [(e.kind, e.text) for e in transcript]
     assert kinds == [
         ("user", "go"),
+        ("system", ""),  # the tools offered (issue 17 item 4)
         ("assistant", ""),
         ("tool_result", "released"),
         ("user", "the user stepped away"),

@@ -26,10 +26,14 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 #: fixture -> {commit: the deliberate core change that makes it differ now}.
 MAY_DIVERGE: dict[str, dict[int, str]] = {
-    "schema1_store.sqlite": {},
+    "schema1_store.sqlite": {
+        2: "issue 17 item 4 (system entries): an agent offered tools gets a system entry (tools_added) at its first prepare",
+    },
     "schema2_lives_store.sqlite": {
+        8: "issue 17 item 4 (system entries): an agent offered tools gets a system entry (tools_added) at its first prepare",
         11: "issue 17 (tool diagnostics): an interrupted call's result text carries a <harness> block "
         "and the entry's data its diagnostics",
+        16: "issue 17 item 4 (system entries): conversation 3's agent, offered tools, gets its system entry at its first prepare",
     },
 }
 #: What each fixture holds: schema version, commits, process lives.

@@ -30,6 +30,7 @@ report: aborted {'stopped_in': 'collect'}
 parts: ['completed', 'aborted']
 == approval hook
 user Ship 1.4.2
+system []
 assistant ['deploy']
 tool_result deployed 1.4.2
 assistant Deployed 1.4.2.

@@ -80,8 +80,8 @@ async def test_views_follow_commits_and_never_go_backwards(autojump_clock: trio.
     assert any(not v.idle and v.live is not None for v in seen)
     last = seen[-1]
     assert last.idle and last.live is None
-    assert [e.kind for e in last.entries] == [
-        "user", "assistant", "tool_result", "tool_result", "assistant", "tool_result", "assistant",
+    assert [e.kind for e in last.entries] == [  # the system entry records the tools offered (issue 17 item 4)
+        "user", "system", "assistant", "tool_result", "tool_result", "assistant", "tool_result", "assistant",
     ]
 
 
@@ -103,7 +103,7 @@ async def test_a_slow_consumer_skips_to_the_newest_view(autojump_clock: trio.tes
     assert commits_during_run > 10
     assert nxt.seq == newest_seq
     assert nxt.idle and nxt.entries[-1].text == "done"
-    assert len(nxt.entries) == 12
+    assert len(nxt.entries) == 13  # user, system (the tools offered), 5 x (assistant, tool_result), answer
 
 
 async def test_a_watcher_that_leaves_is_removed(autojump_clock: trio.testing.MockClock) -> None:
