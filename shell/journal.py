@@ -47,13 +47,18 @@ from pidurable.core.events import Event, Opened
 
 from .journal_diff import short_json, writes_diff
 from .storage import codec
-from .storage.base import JournalRow, StorageError, writes_json
+from .storage.base import JournalRow, StorageError
+
+writes_json = codec.writes_json
 
 #: The journal formats this code replays (``codec.FORMAT_VERSION`` is the one
 #: it writes). Format 1: events and writes as the one converter's JSON.
 #: Format 2 (issue 11, a lean journal): the events, and a digest of the
 #: writes - replay recomputes them and compares digests.
-READABLE_FORMATS = frozenset({1, 2})
+#: Format 3 (issue 11, a lean store): as 2, encoded leaving out fields at
+#: their default (``codec.stored``); each row is compared in its own format's
+#: encoding (``codec.ENCODERS``).
+READABLE_FORMATS = frozenset({1, 2, 3})
 assert codec.FORMAT_VERSION in READABLE_FORMATS
 
 
@@ -317,7 +322,7 @@ def _replay_row(
             kind=Kind.EXTRA_COMMIT,
             message=f"after commit {row.seq - 1} this code makes another commit (seq {c.seq}) that the journal "
             "does not have",
-            produced=writes_json(c.writes),
+            produced=writes_json(c.writes, row.format),
         ), ""
     last = len(events) - 1
     for i, ev in enumerate(events):
@@ -334,14 +339,14 @@ def _replay_row(
                 Kind.EARLY_COMMIT,
                 f"this code commits after event {i} ({type(ev).TAG}); the journal's commit {row.seq} "
                 f"came after event {last} ({type(events[last]).TAG})",
-                produced=writes_json(commits[0].writes),
+                produced=writes_json(commits[0].writes, row.format),
             ), ""
         produced.extend(commits)
     final = last if events else None
     if not produced:
         return (), at(final, Kind.NO_COMMIT, f"this code makes no commit where the journal has commit {row.seq}"), ""
     commit, life.extra = produced[0], produced[1:]
-    text = writes_json(commit.writes)
+    text = writes_json(commit.writes, row.format)
     if commit.seq != row.seq:
         return tuple(acts), at(final, Kind.SEQ, f"this code numbers the commit {commit.seq}, the journal {row.seq}", produced=text), text
     if not codec.writes_match(row.writes, text):

@@ -314,6 +314,12 @@ Commit_ = tuple[int, list[dict[str, Any]], list[dict[str, Any]]]
 _HISTORY: dict[Any, list[Commit_]] = {}
 
 
+def _full(text: str, decode: Any, encode: Any) -> list[dict[str, Any]]:
+    """Journal JSON in the every-field shape (format 1) the checkers read,
+    whatever encoding the store used (format 3 leaves defaults out)."""
+    return json.loads(encode([decode(d) for d in json.loads(text)], 1))  # type: ignore[no-any-return]
+
+
 def journal_history(storage: Any) -> list[Commit_]:
     """``(seq, events, writes)`` of every journaled commit, oldest first. A
     lean (format 2) journal keeps only a digest of each commit's writes: they
@@ -323,7 +329,12 @@ def journal_history(storage: Any) -> list[Commit_]:
     key = tuple((r.seq, r.writes, len(r.events)) for r in rows)
     found = _HISTORY.get(key)
     if found is None:
-        found = [(seq, json.loads(ev), json.loads(wr)) for seq, ev, wr in journal.journal_writes(rows, "store")]
+        found = [
+            (seq, _full(ev, codec.event_from_data, codec.events_json), _full(wr, codec.write_from_data, codec.writes_json))
+            if row.format >= 3 and codec.is_digest(row.writes)
+            else (seq, json.loads(ev), json.loads(wr))
+            for row, (seq, ev, wr) in zip(rows, journal.journal_writes(rows, "store"), strict=True)
+        ]
         if len(_HISTORY) > 64:
             _HISTORY.clear()
         _HISTORY[key] = found
@@ -460,6 +471,11 @@ def owner_ends_after_owned(storage: Any) -> None:
             assert not live, f"OwnerEndsAfterOwned: commit {seq} ends task {t['id']} while it owns live {live}"
 
 
+def _full_record(record: Any) -> str:
+    """A stored record in the every-field shape the journal checkers read."""
+    return json.dumps(json.loads(codec.dumps(codec.converter.unstructure(record))), sort_keys=True)
+
+
 def store_matches_journal(storage: Any) -> None:
     last: dict[tuple[str, int], str] = {}
     for _, _, writes in journal_history(storage):
@@ -469,13 +485,13 @@ def store_matches_journal(storage: Any) -> None:
                 last[(tag, w[tag]["id"])] = json.dumps(w[tag], sort_keys=True)
     stored: dict[tuple[str, int], str] = {}
     for t in storage.tasks():
-        stored[("task", t.id)] = json.dumps(json.loads(codec.to_json(t)), sort_keys=True)
+        stored[("task", t.id)] = _full_record(t)
     for s in storage.submissions():
-        stored[("submission", s.id)] = json.dumps(json.loads(codec.to_json(s)), sort_keys=True)
+        stored[("submission", s.id)] = _full_record(s)
     for c in storage.conversations():
-        stored[("conversation", c.id)] = json.dumps(json.loads(codec.to_json(c)), sort_keys=True)
+        stored[("conversation", c.id)] = _full_record(c)
         for e in storage.entries(c.id):
-            stored[("entry", e.id)] = json.dumps(json.loads(codec.to_json(e)), sort_keys=True)
+            stored[("entry", e.id)] = _full_record(e)
     missing = sorted(set(last) - set(stored))
     extra = sorted(set(stored) - set(last))
     assert not missing and not extra, f"StoreMatchesJournal: journal-only {missing[:5]}, store-only {extra[:5]}"

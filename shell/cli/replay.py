@@ -105,9 +105,10 @@ def _export(rows: list[JournalRow], out: str) -> int:
 
 
 def _readable(rows: list[JournalRow]) -> list[JournalRow]:
-    """Rows with their writes as JSON (format 1), for an export a reviewer
-    reads: a lean row's digest is replaced by the writes this code recomputes
-    from its events (they matched the digest). A journal that does not
+    """Rows with their writes as JSON, for an export a reviewer reads: a lean
+    row's digest is replaced by the writes this code recomputes from its
+    events (they matched the digest; the row keeps its format, which names
+    the encoding). A journal that does not
     replay is exported as stored (``--check`` says where it differs)."""
     if not any(codec.is_digest(r.writes) for r in rows):
         return rows
@@ -115,7 +116,7 @@ def _readable(rows: list[JournalRow]) -> list[JournalRow]:
         recomputed = journal_writes(rows, "journal")
     except StorageError:
         return rows
-    return [JournalRow(seq=r.seq, events=r.events, writes=w, format=1) for r, (_, _, w) in zip(rows, recomputed, strict=True)]
+    return [JournalRow(seq=r.seq, events=r.events, writes=w, format=r.format) for r, (_, _, w) in zip(rows, recomputed, strict=True)]
 
 
 def _check(rows: list[JournalRow], source: str, *, verbose: bool) -> int:

@@ -317,10 +317,10 @@ def _doc(cid: ConversationId, kind: str, value: str, seq: int) -> Row:
     )
 
 
-def writes_json(writes: Sequence[Write], seq: int = 0) -> str:
+def writes_json(writes: Sequence[Write], seq: int = 0, fmt: int = codec.FORMAT_VERSION) -> str:
     """The journal text of a commit's writes (what replay compares); ``seq``
     only goes into rows, never into the journal text."""
-    return codec.writes_json(writes)
+    return codec.writes_json(writes, fmt)
 
 
 def encode_commit(seq: int, writes: Sequence[Write], events: Sequence[Event]) -> tuple[list[Row], str, str]:

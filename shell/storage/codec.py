@@ -19,7 +19,10 @@ for the old one) whenever a persisted shape changes meaning. Format 1 rows
 hold the writes' JSON; format 2 rows (issue 11: a lean journal) hold only a
 digest of it (:func:`writes_digest`): the writes are what the pure core
 recomputes from the journaled events (``shell/journal.py``), and the digest
-proves a replay reproduced them byte for byte.
+proves a replay reproduced them byte for byte. Format 3 (issue 11: a lean
+store) encodes records, writes and events with ``stored``, which leaves out
+fields at their default; formats 1 and 2 used ``converter`` (every field),
+which stays the shape hosts are handed and what older rows are compared in.
 """
 
 from __future__ import annotations
@@ -42,25 +45,16 @@ from pidurable.core.state import ContextDoc, ConvState
 from pidurable.core.events import ModelStreamed
 from pidurable.core.state import ToolSlot
 
-FORMAT_VERSION = 2
-#: A format-2 row's ``writes``: this prefix and a 128-bit BLAKE2b of the
+FORMAT_VERSION = 3
+#: A format-2/3 row's ``writes``: this prefix and a 128-bit BLAKE2b of the
 #: writes' JSON text (format 1 rows start with ``[``).
 DIGEST_PREFIX = "b2:"
 
 T = TypeVar("T")
 
-converter = cattrs.Converter(omit_if_default=False, forbid_extra_keys=False)
-
-
 def _tag(cl: type) -> str:
     return cl.TAG  # type: ignore[attr-defined,no-any-return]
 
-
-# `Any` payloads (checkpoints, arguments) pass through as JSON values, both
-# ways: they are already JSON (the JSON encoder refuses anything else), and
-# copying them key by key was a third of the encoding cost.
-converter.register_structure_hook(Any, lambda v, _: v)
-converter.register_unstructure_hook_func(lambda t: t == dict[str, Any], lambda d: d)
 
 def _entry_kind(value: Any, _: Any) -> str:
     # Built-in kinds come back as EntryKind members (so ``is`` comparisons
@@ -71,128 +65,148 @@ def _entry_kind(value: Any, _: Any) -> str:
         return str(value)
 
 
-converter.register_structure_hook(
-    Entry, make_dict_structure_fn(Entry, converter, kind=override(struct_hook=_entry_kind))
-)
+def _configure(converter: cattrs.Converter) -> None:
+    """Every hook of the one converter configuration (registered on both
+    encoders, see below)."""
+    # `Any` payloads (checkpoints, arguments) pass through as JSON values, both
+    # ways: they are already JSON (the JSON encoder refuses anything else), and
+    # copying them key by key was a third of the encoding cost.
+    converter.register_structure_hook(Any, lambda v, _: v)
+    converter.register_unstructure_hook_func(lambda t: t == dict[str, Any], lambda d: d)
 
-# What the model is shown (system sections, issue 9) and the extension
-# catalog were added after schema 1: agents, contexts and opens without them
-# keep their schema-1 bytes.
-converter.register_unstructure_hook(
-    AgentConfig,
-    make_dict_unstructure_fn(
-        AgentConfig,
-        converter,
-        extensions=override(omit_if_default=True),
-        context_window=override(omit_if_default=True),
-    ),
-)
-converter.register_unstructure_hook(
-    ContextDoc,
-    make_dict_unstructure_fn(
-        ContextDoc,
-        converter,
-        sections=override(omit_if_default=True),
-        tools=override(omit_if_default=True),
-        system_entry=override(omit_if_default=True),
-    ),
-)
-
-# Forks (issue 10 item 2): a conversation that is not a fork keeps its
-# schema-1 bytes.
-converter.register_unstructure_hook(
-    Conversation,
-    make_dict_unstructure_fn(
-        Conversation, converter, parent_id=override(omit_if_default=True), fork_at=override(omit_if_default=True)
-    ),
-)
-
-# A slot's running output (tool output limits) is written only while a body
-# reports it, and a result's control only when it asks something: slots without it keep their schema-1 bytes.
-converter.register_unstructure_hook(
-    ToolSlot,
-    make_dict_unstructure_fn(
-        ToolSlot, converter, output=override(omit_if_default=True), control=override(omit_if_default=True)
-    ),
-)
-
-# ``pi.context`` (where the model context starts) was added after schema 1:
-# a conversation without a head marker keeps its schema-1 bytes.
-converter.register_unstructure_hook(
-    ConvState, make_dict_unstructure_fn(ConvState, converter, context=override(omit_if_default=True))
-)
-
-# Compaction settings (issue 9) likewise: default ones keep the schema-1 bytes.
-converter.register_unstructure_hook(
-    Settings, make_dict_unstructure_fn(Settings, converter, compaction=override(omit_if_default=True))
-)
-
-# Which core-asked hooks an extension has (issue 9) likewise.
-converter.register_unstructure_hook(
-    ExtensionInfo, make_dict_unstructure_fn(ExtensionInfo, converter, hooks=override(omit_if_default=True))
-)
-
-# Events that gained a field in issue 9 (an on_yield continuation, a tool
-# result's control) keep their schema-1 bytes without it.
-converter.register_unstructure_hook(
-    ModelResponded, make_dict_unstructure_fn(ModelResponded, converter, continuation=override(omit_if_default=True))
-)
-# A streamed partial's offset (issue 11: partials carry only what was appended).
-converter.register_unstructure_hook(
-    ModelStreamed, make_dict_unstructure_fn(ModelStreamed, converter, offset=override(omit_if_default=True))
-)
-converter.register_unstructure_hook(
-    ToolFinished, make_dict_unstructure_fn(ToolFinished, converter, control=override(omit_if_default=True))
-)
-
-# Events holding the records above are built after them (a hook captures the
-# hooks of its fields when it is made).
-for _cl in (Opened, RegistryChanged):
-    converter.register_unstructure_hook(
-        _cl, make_dict_unstructure_fn(_cl, converter, extensions=override(omit_if_default=True))
+    converter.register_structure_hook(
+        Entry, make_dict_structure_fn(Entry, converter, kind=override(struct_hook=_entry_kind))
     )
 
-# Host-defined documents (issue 10): a revision holds a value (base) or ops
-# (delta), never both; events without document changes keep their bytes.
-converter.register_unstructure_hook(
-    DocumentRevision,
-    make_dict_unstructure_fn(
-        DocumentRevision, converter, value=override(omit_if_default=True), ops=override(omit_if_default=True)
-    ),
-)
-converter.register_unstructure_hook(
-    TaskCommitRequested,
-    make_dict_unstructure_fn(TaskCommitRequested, converter, documents=override(omit_if_default=True)),
-)
-converter.register_unstructure_hook(  # with issue 9's control (above) and issue 17's diagnostics
-    ToolFinished,
-    make_dict_unstructure_fn(
-        ToolFinished,
-        converter,
-        documents=override(omit_if_default=True),
-        control=override(omit_if_default=True),
-        diagnostics=override(omit_if_default=True),
-    ),
-)
-# Tool diagnostics (issue 17): a raising tool's cut message and an on_abort
-# replacement's diagnostics; events without them keep their bytes.
-converter.register_unstructure_hook(
-    ToolFailed, make_dict_unstructure_fn(ToolFailed, converter, truncated=override(omit_if_default=True))
-)
-converter.register_unstructure_hook(
-    ToolAbortHooked,
-    make_dict_unstructure_fn(ToolAbortHooked, converter, diagnostics=override(omit_if_default=True)),
-)
-converter.register_unstructure_hook(
-    Opened,
-    make_dict_unstructure_fn(
-        Opened, converter, extensions=override(omit_if_default=True), documents=override(omit_if_default=True)
-    ),
-)
+    # What the model is shown (system sections, issue 9) and the extension
+    # catalog were added after schema 1: agents, contexts and opens without them
+    # keep their schema-1 bytes.
+    converter.register_unstructure_hook(
+        AgentConfig,
+        make_dict_unstructure_fn(
+            AgentConfig,
+            converter,
+            extensions=override(omit_if_default=True),
+            context_window=override(omit_if_default=True),
+        ),
+    )
+    converter.register_unstructure_hook(
+        ContextDoc,
+        make_dict_unstructure_fn(
+            ContextDoc,
+            converter,
+            sections=override(omit_if_default=True),
+            tools=override(omit_if_default=True),
+            system_entry=override(omit_if_default=True),
+        ),
+    )
 
-configure_tagged_union(Event, converter, tag_generator=_tag, tag_name="type")
-configure_tagged_union(Write, converter, tag_generator=_tag, tag_name="type")
-configure_tagged_union(Effect, converter, tag_generator=_tag, tag_name="type")
+    # Forks (issue 10 item 2): a conversation that is not a fork keeps its
+    # schema-1 bytes.
+    converter.register_unstructure_hook(
+        Conversation,
+        make_dict_unstructure_fn(
+            Conversation, converter, parent_id=override(omit_if_default=True), fork_at=override(omit_if_default=True)
+        ),
+    )
+
+    # A slot's running output (tool output limits) is written only while a body
+    # reports it, and a result's control only when it asks something: slots without it keep their schema-1 bytes.
+    converter.register_unstructure_hook(
+        ToolSlot,
+        make_dict_unstructure_fn(
+            ToolSlot, converter, output=override(omit_if_default=True), control=override(omit_if_default=True)
+        ),
+    )
+
+    # ``pi.context`` (where the model context starts) was added after schema 1:
+    # a conversation without a head marker keeps its schema-1 bytes.
+    converter.register_unstructure_hook(
+        ConvState, make_dict_unstructure_fn(ConvState, converter, context=override(omit_if_default=True))
+    )
+
+    # Compaction settings (issue 9) likewise: default ones keep the schema-1 bytes.
+    converter.register_unstructure_hook(
+        Settings, make_dict_unstructure_fn(Settings, converter, compaction=override(omit_if_default=True))
+    )
+
+    # Which core-asked hooks an extension has (issue 9) likewise.
+    converter.register_unstructure_hook(
+        ExtensionInfo, make_dict_unstructure_fn(ExtensionInfo, converter, hooks=override(omit_if_default=True))
+    )
+
+    # Events that gained a field in issue 9 (an on_yield continuation, a tool
+    # result's control) keep their schema-1 bytes without it.
+    converter.register_unstructure_hook(
+        ModelResponded, make_dict_unstructure_fn(ModelResponded, converter, continuation=override(omit_if_default=True))
+    )
+    # A streamed partial's offset (issue 11: partials carry only what was appended).
+    converter.register_unstructure_hook(
+        ModelStreamed, make_dict_unstructure_fn(ModelStreamed, converter, offset=override(omit_if_default=True))
+    )
+    converter.register_unstructure_hook(
+        ToolFinished, make_dict_unstructure_fn(ToolFinished, converter, control=override(omit_if_default=True))
+    )
+
+    # Events holding the records above are built after them (a hook captures the
+    # hooks of its fields when it is made).
+    for _cl in (Opened, RegistryChanged):
+        converter.register_unstructure_hook(
+            _cl, make_dict_unstructure_fn(_cl, converter, extensions=override(omit_if_default=True))
+        )
+
+    # Host-defined documents (issue 10): a revision holds a value (base) or ops
+    # (delta), never both; events without document changes keep their bytes.
+    converter.register_unstructure_hook(
+        DocumentRevision,
+        make_dict_unstructure_fn(
+            DocumentRevision, converter, value=override(omit_if_default=True), ops=override(omit_if_default=True)
+        ),
+    )
+    converter.register_unstructure_hook(
+        TaskCommitRequested,
+        make_dict_unstructure_fn(TaskCommitRequested, converter, documents=override(omit_if_default=True)),
+    )
+    converter.register_unstructure_hook(  # with issue 9's control (above) and issue 17's diagnostics
+        ToolFinished,
+        make_dict_unstructure_fn(
+            ToolFinished,
+            converter,
+            documents=override(omit_if_default=True),
+            control=override(omit_if_default=True),
+            diagnostics=override(omit_if_default=True),
+        ),
+    )
+    # Tool diagnostics (issue 17): a raising tool's cut message and an on_abort
+    # replacement's diagnostics; events without them keep their bytes.
+    converter.register_unstructure_hook(
+        ToolFailed, make_dict_unstructure_fn(ToolFailed, converter, truncated=override(omit_if_default=True))
+    )
+    converter.register_unstructure_hook(
+        ToolAbortHooked,
+        make_dict_unstructure_fn(ToolAbortHooked, converter, diagnostics=override(omit_if_default=True)),
+    )
+    converter.register_unstructure_hook(
+        Opened,
+        make_dict_unstructure_fn(
+            Opened, converter, extensions=override(omit_if_default=True), documents=override(omit_if_default=True)
+        ),
+    )
+
+    configure_tagged_union(Event, converter, tag_generator=_tag, tag_name="type")
+    configure_tagged_union(Write, converter, tag_generator=_tag, tag_name="type")
+    configure_tagged_union(Effect, converter, tag_generator=_tag, tag_name="type")
+
+
+#: The encoder of formats 1 and 2, and of every record a host is handed (API
+#: output): every field written.
+converter = cattrs.Converter(omit_if_default=False, forbid_extra_keys=False)
+_configure(converter)
+#: The store's encoder from format 3 on (issue 11: a lean store): fields at
+#: their default are left out (decoding fills them in).
+stored = cattrs.Converter(omit_if_default=True, forbid_extra_keys=False)
+_configure(stored)
+
 
 _EVENT_BY_TAG = {cl.TAG: cl for cl in EVENT_TYPES}  # type: ignore[attr-defined]
 
@@ -210,8 +224,8 @@ def loads(text: str) -> Any:
 
 
 def to_json(obj: Any, cl: type | None = None) -> str:
-    """Encode a record (or a union member, with ``cl`` the union)."""
-    return dumps(converter.unstructure(obj, unstructure_as=cl) if cl is not None else converter.unstructure(obj))
+    """Encode a record as the store does (or a union member, with ``cl`` the union)."""
+    return dumps(stored.unstructure(obj, unstructure_as=cl) if cl is not None else stored.unstructure(obj))
 
 
 def from_json(text: str | bytes, cl: type[T]) -> T:
@@ -257,7 +271,7 @@ class WriteWire:
     unstructure: Callable[[Any], Any]  #: the converter's hook for the record's declared type
 
 
-def _write_wire(cl: type) -> WriteWire:
+def _write_wire(cl: type, conv: cattrs.Converter) -> WriteWire:
     hints = get_type_hints(cl)
     *keys, record = attrs.fields(cl)
     for f in keys:
@@ -269,17 +283,24 @@ def _write_wire(cl: type) -> WriteWire:
         keys=tuple((f.name, "," + dumps(f.name) + ":") for f in keys),
         record=record.name,
         record_key="," + dumps(record.name) + ":",
-        unstructure=converter.get_unstructure_hook(hints[record.name]),
+        unstructure=conv.get_unstructure_hook(hints[record.name]),
     )
 
 
-WRITE_WIRE: dict[type, WriteWire] = {cl: _write_wire(cl) for cl in WRITE_TYPES}
+#: Which encoder wrote each journal format's events and writes (format 1:
+#: writes as JSON, 2: their digest, both every field; 3: the lean encoder).
+ENCODERS: dict[int, cattrs.Converter] = {1: converter, 2: converter, 3: stored}
+_WIRES: dict[int, dict[type, WriteWire]] = {
+    id(conv): {cl: _write_wire(cl, conv) for cl in WRITE_TYPES} for conv in (converter, stored)
+}
+WRITE_WIRE: dict[type, WriteWire] = _WIRES[id(stored)]
 
 
-def encode_write(w: Write) -> tuple[str, str]:
+def encode_write(w: Write, fmt: int = FORMAT_VERSION) -> tuple[str, str]:
     """``(record, journal)``: the write's record as JSON (what its table row
-    stores) and the write as the journal stores it, around the same text."""
-    wire = WRITE_WIRE[type(w)]
+    stores) and the write as the journal stores it, around the same text;
+    ``fmt``: the journal format whose encoding to use."""
+    wire = _WIRES[id(ENCODERS[fmt])][type(w)]
     record = _encode(wire.unstructure(getattr(w, wire.record)))
     journal = wire.head
     for attr, key in wire.keys:
@@ -297,23 +318,24 @@ def writes_digest(text: str) -> str:
     return DIGEST_PREFIX + hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
-def is_digest(stored: str) -> bool:
-    """Does a journal row's ``writes`` hold a digest (format 2), not JSON?"""
-    return stored.startswith(DIGEST_PREFIX)
+def is_digest(kept: str) -> bool:
+    """Does a journal row's ``writes`` hold a digest (format 2, 3), not JSON?"""
+    return kept.startswith(DIGEST_PREFIX)
 
 
-def writes_match(stored: str, text: str) -> bool:
+def writes_match(kept: str, text: str) -> bool:
     """Do writes whose JSON is ``text`` match a row's stored ``writes``
-    (its JSON, format 1, or its digest, format 2)?"""
-    return writes_digest(text) == stored if is_digest(stored) else text == stored
+    (its JSON, format 1, or its digest, formats 2 and 3)?"""
+    return writes_digest(text) == kept if is_digest(kept) else text == kept
 
 
-def writes_json(writes: Sequence[Write]) -> str:
-    """The journal text of ``writes``, byte for byte what a commit stores
-    (replay compares it with the stored text)."""
-    return journal_writes(encode_write(w)[1] for w in writes)
+def writes_json(writes: Sequence[Write], fmt: int = FORMAT_VERSION) -> str:
+    """The journal text of ``writes`` as format ``fmt`` encodes it, byte for
+    byte what a commit stored (or digested) - replay compares it."""
+    return journal_writes(encode_write(w, fmt)[1] for w in writes)
 
 
-def events_json(events: Sequence[Event]) -> str:
+def events_json(events: Sequence[Event], fmt: int = FORMAT_VERSION) -> str:
     """The journal's ``events`` text: the events behind a commit."""
-    return _encode([converter.unstructure(e, unstructure_as=Event) for e in events])
+    conv = ENCODERS[fmt]
+    return _encode([conv.unstructure(e, unstructure_as=Event) for e in events])

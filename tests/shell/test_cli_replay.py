@@ -135,7 +135,7 @@ def test_replay_check_reports_a_tampered_journal_row(store: Path, tmp_path: Path
 
 
 def test_replay_check_diffs_a_tampered_format_1_row(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A format-1 row (writes kept as JSON, as stores before the lean journal wrote them) whose writes were altered: the divergence shows the changed field."""
+    """A row that keeps its writes as JSON (as format 1 did, and an export does) whose writes were altered: the divergence shows the changed field."""
     from pidurable.shell import journal
     from pidurable.shell.storage import codec
 
@@ -146,7 +146,7 @@ def test_replay_check_diffs_a_tampered_format_1_row(store: Path, tmp_path: Path,
     seq = next(r.seq for r in rows if "The port is 8080." in r.events)
     tampered = produced[seq].replace("The port is 8080.", "The port is 9090.")
     with sqlite3.connect(copy) as db:
-        db.execute("UPDATE journal SET writes = ?, format = 1 WHERE seq = ?", [tampered, seq])
+        db.execute("UPDATE journal SET writes = ? WHERE seq = ?", [tampered, seq])
     db.close()
     assert codec.is_digest(rows[0].writes)
     assert main(["replay", "--check", "--db", str(copy)]) == 1
@@ -172,20 +172,20 @@ def test_replay_check_reports_an_event_that_no_longer_decodes(store: Path, tmp_p
 def test_a_journal_row_of_a_future_format_is_refused_naming_the_version(
     store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """issue 11 item 7: a row claiming a journal format newer than this code writes (3) is refused before anything is replayed: one line naming the row and the version, exit 1."""
+    """issue 11 item 7: a row claiming a journal format newer than this code writes (4) is refused before anything is replayed: one line naming the row and the version, exit 1."""
     copy = tmp_path / "f.sqlite"
     shutil.copy(store, copy)
     with sqlite3.connect(copy) as db:
-        db.execute("UPDATE journal SET format = 3 WHERE seq = 3")
+        db.execute("UPDATE journal SET format = 4 WHERE seq = 3")
     db.close()
     for argv in (["replay", "--check", "--db", str(copy)], ["replay", "--db", str(copy)]):
         assert main(argv) == 1
         captured = capsys.readouterr()
         assert captured.out == ""
         assert captured.err.count("\n") == 1
-        assert "journal row 3 has format version 3" in captured.err
+        assert "journal row 3 has format version 4" in captured.err
         assert "upgrade" in captured.err
-    assert [r.format for r in journal_of(copy)][:4] == [2, 2, 3, 2]
+    assert [r.format for r in journal_of(copy)][:4] == [3, 3, 4, 3]
 
 
 def test_export_and_check_a_jsonl_journal(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -193,11 +193,12 @@ def test_export_and_check_a_jsonl_journal(store: Path, tmp_path: Path, capsys: p
     out = tmp_path / "j.jsonl"
     assert main(["replay", "--db", str(store), "--export", str(out)]) == 0
     rows = read_journal(out)
-    # a lean journal is exported readable: each row's writes as the JSON its digest is of (format 1)
+    # a lean journal is exported readable: each row's writes as the JSON its digest is of
     from pidurable.shell import journal
 
+    stored = journal_of(store)
     assert [(r.seq, r.format, r.events, r.writes) for r in rows] == [
-        (seq, 1, events, writes) for seq, events, writes in journal.journal_writes(journal_of(store))
+        (seq, r.format, events, writes) for r, (seq, events, writes) in zip(stored, journal.journal_writes(stored))
     ]
     capsys.readouterr()
     assert main(["replay", "--check", str(out)]) == 0

@@ -1,10 +1,11 @@
-"""One conformance suite for every storage adapter (memory, SQLite).
+"""One conformance suite for every storage adapter (memory, SQLite, JSONL).
 
 Each test builds commits directly from core records, writes and events (no
 runtime involved), so a failure points at the adapter, not at the core. The
 ``adapter`` fixture yields a small handle that can open the store, "reopen" it
 as a new process would (memory: the same object after ``close``; SQLite: a new
-``SqliteStorage`` on the same file) and try a second concurrent open.
+``SqliteStorage`` on the same file; JSONL: a new ``JsonlStorage`` on the same
+directory) and try a second concurrent open.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ from pidurable.core.state import (
     UsageDoc,
     UsageTotals,
 )
-from pidurable.shell.storage import MemoryStorage, SqliteStorage, StorageError, StoreFenced, StoreLocked
+from pidurable.shell.storage import JsonlStorage, MemoryStorage, SqliteStorage, StorageError, StoreFenced, StoreLocked
 from pidurable.shell.storage import codec
 
 # --- sample records ------------------------------------------------------------
@@ -262,7 +263,7 @@ class Adapter:
 
     def __init__(self, kind: str, tmp_path: Path) -> None:
         self.kind = kind
-        self.path = tmp_path / "store.sqlite"
+        self.path = tmp_path / ("store" if kind == "jsonl" else "store.sqlite")
         self.store: Any = None
         self._opened: list[Any] = []
 
@@ -270,9 +271,12 @@ class Adapter:
         if self.kind == "memory":
             self.store = MemoryStorage() if self.store is None else self.store
         else:
-            self.store = SqliteStorage(self.path)
+            self.store = self._new()
             self._opened.append(self.store)
         return self.store
+
+    def _new(self) -> Any:
+        return JsonlStorage(self.path) if self.kind == "jsonl" else SqliteStorage(self.path)
 
     def reopen(self) -> Any:
         """Close the store and open it again (a new process life)."""
@@ -286,7 +290,7 @@ class Adapter:
         a ``load()``, as a harness does)."""
         if self.kind == "memory":
             return self.store.load()
-        other = SqliteStorage(self.path)
+        other = self._new()
         self._opened.append(other)
         return other
 
@@ -295,7 +299,7 @@ class Adapter:
             s.close()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "jsonl"])
 def adapter(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Adapter]:
     a = Adapter(request.param, tmp_path)
     yield a
@@ -485,8 +489,8 @@ def test_journal_holds_the_events_and_writes_of_each_commit(adapter: Adapter) ->
         ev_data = codec.loads(row.events)
         assert [codec.event_from_data(d) for d in ev_data] == list(events)
         assert [d["type"] for d in ev_data] == [type(e).TAG for e in events]
-        # a lean (format 2) row keeps a digest of exactly these writes' JSON
-        assert row.format == codec.FORMAT_VERSION == 2
+        # a lean (format 3) row keeps a digest of exactly these writes' JSON
+        assert row.format == codec.FORMAT_VERSION == 3
         assert row.writes == codec.writes_digest(codec.writes_json(writes))
         wr_data = codec.loads(codec.writes_json(writes))
         assert [codec.write_from_data(d) for d in wr_data] == list(writes)
@@ -540,13 +544,25 @@ def test_journal_text_is_byte_identical_to_the_recorded_one(adapter: Adapter) ->
     writes' JSON (format 1 stored it; format 2 stores its digest, which must
     be the digest of exactly that text) - so stores written before replay
     equal."""
+    golden = [json.loads(line) for line in GOLDEN_JOURNAL.read_text(encoding="utf-8").splitlines()]
+    # the format-1 encoding (every field) is unchanged, byte for byte
+    assert [(seq, codec.events_json(evs, 1), codec.writes_json(ws, 1)) for seq, ws, evs in GOLDEN_HISTORY] == [
+        (g["seq"], g["events"], g["writes"]) for g in golden
+    ]
+    # a store written today (format 3) holds the same events and writes, leaner
     store = adapter.open()
     populate(store, GOLDEN_HISTORY)
-    golden = [json.loads(line) for line in GOLDEN_JOURNAL.read_text(encoding="utf-8").splitlines()]
-    assert [(r.seq, r.events, r.writes) for r in store.journal()] == [
-        (g["seq"], g["events"], codec.writes_digest(g["writes"])) for g in golden
-    ]
-    assert [codec.writes_json(ws) for _, ws, _ in GOLDEN_HISTORY] == [g["writes"] for g in golden]
+    rows = store.journal()
+    assert [r.seq for r in rows] == [g["seq"] for g in golden]
+    for row, g, (_, ws, evs) in zip(rows, golden, GOLDEN_HISTORY, strict=True):
+        assert [codec.event_from_data(d) for d in json.loads(row.events)] == [
+            codec.event_from_data(d) for d in json.loads(g["events"])
+        ]
+        assert row.writes == codec.writes_digest(codec.writes_json(ws))
+        assert [codec.write_from_data(d) for d in json.loads(codec.writes_json(ws))] == [
+            codec.write_from_data(d) for d in json.loads(g["writes"])
+        ]
+        assert len(row.events) <= len(g["events"])
 
 
 def test_a_writes_journal_form_is_the_converters_with_the_tag_first() -> None:
@@ -557,9 +573,11 @@ def test_a_writes_journal_form_is_the_converters_with_the_tag_first() -> None:
     assert {type(w) for w in writes} == set(WRITE_TYPES)
     for w in writes:
         record, journal = codec.encode_write(w)
-        assert journal == codec.dumps({"type": type(w).TAG, **codec.converter.unstructure(w)})
+        assert journal == codec.dumps({"type": type(w).TAG, **codec.stored.unstructure(w)})
         field = attrs.fields(type(w))[-1].name
-        assert record == codec.dumps(codec.converter.unstructure(getattr(w, field)))
+        assert record == codec.dumps(codec.stored.unstructure(getattr(w, field)))
+        legacy_record, legacy_journal = codec.encode_write(w, 1)
+        assert legacy_journal == codec.dumps({"type": type(w).TAG, **codec.converter.unstructure(w)})
     assert codec.writes_json(writes) == "[" + ",".join(codec.encode_write(w)[1] for w in writes) + "]"
 
 
