@@ -83,18 +83,14 @@ def _configure(converter: cattrs.Converter) -> None:
     # keep their schema-1 bytes.
     converter.register_unstructure_hook(
         AgentConfig,
-        make_dict_unstructure_fn(
-            AgentConfig,
-            converter,
+        make_dict_unstructure_fn(AgentConfig, converter, _cattrs_omit_if_default=converter.omit_if_default,
             extensions=override(omit_if_default=True),
             context_window=override(omit_if_default=True),
         ),
     )
     converter.register_unstructure_hook(
         ContextDoc,
-        make_dict_unstructure_fn(
-            ContextDoc,
-            converter,
+        make_dict_unstructure_fn(ContextDoc, converter, _cattrs_omit_if_default=converter.omit_if_default,
             sections=override(omit_if_default=True),
             tools=override(omit_if_default=True),
             system_entry=override(omit_if_default=True),
@@ -105,8 +101,7 @@ def _configure(converter: cattrs.Converter) -> None:
     # schema-1 bytes.
     converter.register_unstructure_hook(
         Conversation,
-        make_dict_unstructure_fn(
-            Conversation, converter, parent_id=override(omit_if_default=True), fork_at=override(omit_if_default=True)
+        make_dict_unstructure_fn(Conversation, converter, _cattrs_omit_if_default=converter.omit_if_default, parent_id=override(omit_if_default=True), fork_at=override(omit_if_default=True)
         ),
     )
 
@@ -114,64 +109,60 @@ def _configure(converter: cattrs.Converter) -> None:
     # reports it, and a result's control only when it asks something: slots without it keep their schema-1 bytes.
     converter.register_unstructure_hook(
         ToolSlot,
-        make_dict_unstructure_fn(
-            ToolSlot, converter, output=override(omit_if_default=True), control=override(omit_if_default=True)
+        make_dict_unstructure_fn(ToolSlot, converter, _cattrs_omit_if_default=converter.omit_if_default, output=override(omit_if_default=True), control=override(omit_if_default=True)
         ),
     )
 
     # ``pi.context`` (where the model context starts) was added after schema 1:
     # a conversation without a head marker keeps its schema-1 bytes.
     converter.register_unstructure_hook(
-        ConvState, make_dict_unstructure_fn(ConvState, converter, context=override(omit_if_default=True))
+        ConvState, make_dict_unstructure_fn(ConvState, converter, _cattrs_omit_if_default=converter.omit_if_default, context=override(omit_if_default=True))
     )
 
     # Compaction settings (issue 9) likewise: default ones keep the schema-1 bytes.
     converter.register_unstructure_hook(
-        Settings, make_dict_unstructure_fn(Settings, converter, compaction=override(omit_if_default=True))
+        Settings, make_dict_unstructure_fn(Settings, converter, _cattrs_omit_if_default=converter.omit_if_default, compaction=override(omit_if_default=True))
     )
 
     # Which core-asked hooks an extension has (issue 9) likewise.
     converter.register_unstructure_hook(
-        ExtensionInfo, make_dict_unstructure_fn(ExtensionInfo, converter, hooks=override(omit_if_default=True))
+        ExtensionInfo, make_dict_unstructure_fn(ExtensionInfo, converter, _cattrs_omit_if_default=converter.omit_if_default, hooks=override(omit_if_default=True))
     )
 
     # Events that gained a field in issue 9 (an on_yield continuation, a tool
     # result's control) keep their schema-1 bytes without it.
     converter.register_unstructure_hook(
-        ModelResponded, make_dict_unstructure_fn(ModelResponded, converter, continuation=override(omit_if_default=True))
+        ModelResponded, make_dict_unstructure_fn(ModelResponded, converter, _cattrs_omit_if_default=converter.omit_if_default, continuation=override(omit_if_default=True))
     )
     # A streamed partial's offset (issue 11: partials carry only what was appended).
     converter.register_unstructure_hook(
-        ModelStreamed, make_dict_unstructure_fn(ModelStreamed, converter, offset=override(omit_if_default=True))
+        ModelStreamed, make_dict_unstructure_fn(ModelStreamed, converter, _cattrs_omit_if_default=converter.omit_if_default, offset=override(omit_if_default=True))
     )
     converter.register_unstructure_hook(
-        ToolFinished, make_dict_unstructure_fn(ToolFinished, converter, control=override(omit_if_default=True))
+        ToolFinished, make_dict_unstructure_fn(ToolFinished, converter, _cattrs_omit_if_default=converter.omit_if_default, control=override(omit_if_default=True))
     )
 
     # Events holding the records above are built after them (a hook captures the
     # hooks of its fields when it is made).
     for _cl in (Opened, RegistryChanged):
         converter.register_unstructure_hook(
-            _cl, make_dict_unstructure_fn(_cl, converter, extensions=override(omit_if_default=True))
+            _cl, make_dict_unstructure_fn(_cl, converter, _cattrs_omit_if_default=converter.omit_if_default, extensions=override(omit_if_default=True))
         )
 
     # Host-defined documents (issue 10): a revision holds a value (base) or ops
     # (delta), never both; events without document changes keep their bytes.
     converter.register_unstructure_hook(
         DocumentRevision,
-        make_dict_unstructure_fn(
-            DocumentRevision, converter, value=override(omit_if_default=True), ops=override(omit_if_default=True)
+        make_dict_unstructure_fn(DocumentRevision, converter, _cattrs_omit_if_default=converter.omit_if_default, value=override(omit_if_default=True), ops=override(omit_if_default=True)
         ),
     )
     converter.register_unstructure_hook(
         TaskCommitRequested,
-        make_dict_unstructure_fn(TaskCommitRequested, converter, documents=override(omit_if_default=True)),
+        make_dict_unstructure_fn(TaskCommitRequested, converter, _cattrs_omit_if_default=converter.omit_if_default, documents=override(omit_if_default=True)),
     )
     converter.register_unstructure_hook(  # with issue 9's control (above) and issue 17's diagnostics
         ToolFinished,
-        make_dict_unstructure_fn(
-            ToolFinished,
-            converter,
+        make_dict_unstructure_fn(ToolFinished, converter, _cattrs_omit_if_default=converter.omit_if_default,
             documents=override(omit_if_default=True),
             control=override(omit_if_default=True),
             diagnostics=override(omit_if_default=True),
@@ -180,16 +171,15 @@ def _configure(converter: cattrs.Converter) -> None:
     # Tool diagnostics (issue 17): a raising tool's cut message and an on_abort
     # replacement's diagnostics; events without them keep their bytes.
     converter.register_unstructure_hook(
-        ToolFailed, make_dict_unstructure_fn(ToolFailed, converter, truncated=override(omit_if_default=True))
+        ToolFailed, make_dict_unstructure_fn(ToolFailed, converter, _cattrs_omit_if_default=converter.omit_if_default, truncated=override(omit_if_default=True))
     )
     converter.register_unstructure_hook(
         ToolAbortHooked,
-        make_dict_unstructure_fn(ToolAbortHooked, converter, diagnostics=override(omit_if_default=True)),
+        make_dict_unstructure_fn(ToolAbortHooked, converter, _cattrs_omit_if_default=converter.omit_if_default, diagnostics=override(omit_if_default=True)),
     )
     converter.register_unstructure_hook(
         Opened,
-        make_dict_unstructure_fn(
-            Opened, converter, extensions=override(omit_if_default=True), documents=override(omit_if_default=True)
+        make_dict_unstructure_fn(Opened, converter, _cattrs_omit_if_default=converter.omit_if_default, extensions=override(omit_if_default=True), documents=override(omit_if_default=True)
         ),
     )
 
