@@ -11,8 +11,6 @@ import json
 import trio
 import trio.testing
 
-from pidurable.core.events import ModelStreamed
-from pidurable.core.model import TaskId
 from pidurable.shell import AgentConfig, Harness, Input, MemoryStorage, ModelRef, Registry, Settings
 from pidurable.shell.providers.base import ModelReply, ModelRequest
 
@@ -74,26 +72,3 @@ async def test_a_rewritten_partial_is_sent_whole(autojump_clock: trio.testing.Mo
     rewrites = [e for e in streamed if e.get("offset", 0) == 0]
     assert len(rewrites) >= 2  # the first, and the one after the rewrite
     assert entries[-1].text == "Answer: 42"
-
-
-def test_the_core_applies_an_offset_and_ignores_one_past_its_partial() -> None:
-    from pidurable.core import step
-
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from core.helpers import Driver, generation, opened_state, submit
-
-    d = Driver(opened_state())
-    d(submit("hi"))
-    gen = generation(d.state)
-    live = lambda: d.state.conversations[gen.conversation_id].live.partial  # noqa: E731
-    d(ModelStreamed(now=11, task_id=TaskId(gen.id), attempt=1, text="Hello"))
-    d(ModelStreamed(now=12, task_id=TaskId(gen.id), attempt=1, text=", world", offset=5))
-    assert live() == "Hello, world"
-    d(ModelStreamed(now=13, task_id=TaskId(gen.id), attempt=1, text="??", offset=99))
-    assert live() == "Hello, world"
-    d(ModelStreamed(now=14, task_id=TaskId(gen.id), attempt=1, text="Bye", offset=0))
-    assert live() == "Bye"
-    assert step  # the pure core, no shell involved
