@@ -37,7 +37,7 @@ from .loop import Hooks
 from .limits import OutputLimits
 from .interpreters.hooks import HookReport
 from .tasks import HookContext, TaskCommitError, TaskRuntime
-from .storage import MemoryStorage, SqliteStorage, open_sqlite_storage
+from .storage import JsonlStorage, MemoryStorage, SqliteStorage, open_jsonl_storage, open_sqlite_storage
 from .subagents import define_subagent_tool
 from .tools.coding import coding_tools
 from .watch import ConversationView, TaskGraphView
@@ -57,6 +57,7 @@ __all__ = [
     "Input",
     "InvalidInput",
     "LocalEnv",
+    "JsonlStorage",
     "MemoryStorage",
     "ModelRef",
     "NotFound",
@@ -93,5 +94,6 @@ __all__ = [
     "DocDefinition",
     "define_subagent_tool",
     "define_tool",
+    "open_jsonl_storage",
     "open_sqlite_storage",
 ]

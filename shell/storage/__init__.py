@@ -1,4 +1,4 @@
-"""Storage adapters behind one protocol: memory (tests) and SQLite."""
+"""Storage adapters behind one protocol: memory (tests), SQLite and JSONL."""
 
 from .base import (
     SCHEMA_VERSION,
@@ -11,12 +11,14 @@ from .base import (
     StoreLocked,
     StoreMissing,
 )
+from .jsonl import JsonlStorage, open_jsonl_storage
 from .memory import MemoryStorage
 from .sqlite import SqliteStorage, open_sqlite_storage
 
 __all__ = [
     "SCHEMA_VERSION",
     "DamagedRecord",
+    "JsonlStorage",
     "Loaded",
     "MemoryStorage",
     "NotAStore",
@@ -26,5 +28,6 @@ __all__ = [
     "StoreFenced",
     "StoreLocked",
     "StoreMissing",
+    "open_jsonl_storage",
     "open_sqlite_storage",
 ]

@@ -325,14 +325,21 @@ def writes_json(writes: Sequence[Write], seq: int = 0, fmt: int = codec.FORMAT_V
 
 def encode_commit(seq: int, writes: Sequence[Write], events: Sequence[Event]) -> tuple[list[Row], str, str]:
     """Everything a commit stores, encoded before any I/O (so an encoding
-    failure leaves the store untouched): rows, events text, writes text."""
+    failure leaves the store untouched): rows, events text, writes digest."""
+    rows, events_text, writes_text = encode_commit_text(seq, writes, events)
+    # the journal keeps the events and a digest of the writes (format 2)
+    return rows, events_text, codec.writes_digest(writes_text)
+
+
+def encode_commit_text(seq: int, writes: Sequence[Write], events: Sequence[Event]) -> tuple[list[Row], str, str]:
+    """Like :func:`encode_commit`, with the writes' JSON itself (what the
+    digest is of; the JSONL store keeps it to rebuild its tables)."""
     rows, pieces = [], []
     for w in writes:
         row, piece = encode_write(w, seq)
         rows.append(row)
         pieces.append(piece)
-    # the journal keeps the events and a digest of the writes (format 2)
-    return rows, codec.events_json(events), codec.writes_digest(codec.journal_writes(pieces))
+    return rows, codec.events_json(events), codec.journal_writes(pieces)
 
 
 DOC_TYPES: dict[str, Any] = {

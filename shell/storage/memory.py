@@ -13,6 +13,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+import attrs
+
 from pidurable.core.effects import Write
 from pidurable.core.events import Event
 from pidurable.core.state import DocScope, DocumentState
@@ -26,8 +28,10 @@ from pidurable.core.model import (
     TaskId,
 )
 
+from . import codec
 from .base import (
     JournalRow,
+    Row,
     Lineage,
     Loaded,
     StorageError,
@@ -38,11 +42,25 @@ from .base import (
     decode_doc,
     document_state,
     decode_record,
-    encode_commit,
+    encode_commit_text,
     lineage_of,
 )
 
 T = TypeVar("T")
+
+
+@attrs.frozen(kw_only=True)
+class Encoded:
+    """One commit, encoded and checked, not yet applied."""
+
+    seq: int
+    rows: list[Row]
+    events: str  #: the events' JSON
+    writes: str  #: the writes' JSON (the JSONL store keeps it)
+    digest: str  #: what the journal row keeps (a digest of ``writes``)
+    #: The journal format it was written in (a JSONL line read back may be older).
+    format: int = codec.FORMAT_VERSION
+
 
 _TABLES = ("conversations", "entries", "submissions", "tasks", "documents", "document_records", "document_revisions")
 
@@ -64,6 +82,11 @@ class MemoryStorage:
             raise StoreLocked("The memory store is already open in another harness")
         self._owned = True
         self._fenced = False
+        return self._loaded()
+
+    def _loaded(self) -> Loaded:
+        """The live state and counters from the tables (shared with the
+        JSONL store, whose tables are this class's, rebuilt at open)."""
         docs: dict[int, dict[str, str]] = {}
         for row in self._tables["documents"].values():
             docs.setdefault(row["conversation_id"], {})[row["kind"]] = row["value"]
@@ -114,30 +137,38 @@ class MemoryStorage:
         """Several commits, all or nothing (like SQLite's one transaction)."""
         if self._fenced:
             raise StoreFenced("store is fenced")
+        for commit in self._encode_batch(batch):
+            self._apply(commit)
+
+    def _encode_batch(self, batch: Sequence[tuple[int, Sequence[Write], Sequence[Event]]]) -> list[Encoded]:
+        """Validate and encode every commit of ``batch`` before anything is
+        applied (a failure leaves the store untouched)."""
         last = self._journal[-1].seq if self._journal else 0
         encoded = []
-        # Validate and encode everything first: a failure leaves the store untouched.
         seen: set[tuple[Any, ...]] = set()
         for seq, writes, events in batch:
             if seq <= last:
                 raise StorageError(f"Commit seq {seq} does not increase (last is {last})")
             last = seq
-            rows, ev_text, wr_text = encode_commit(seq, writes, events)
+            rows, ev_text, wr_text = encode_commit_text(seq, writes, events)
             # Entries are written once (SQLite's plain INSERT refuses a rewrite too).
             for row in rows:
                 if row.table == "entries":
                     if row.key in self._tables["entries"] or row.key in seen:
                         raise StorageError(f"Entry {row.key[0]} already exists: entries are written once")
                     seen.add(row.key)
-            encoded.append((seq, rows, ev_text, wr_text))
-        for seq, rows, ev_text, wr_text in encoded:
-            for row in rows:
-                if row.table == "document_revisions":
-                    self._write_document(row.columns)
-                else:
-                    self._tables[row.table][row.key] = row.columns
-            self._journal.append(JournalRow(seq=seq, events=ev_text, writes=wr_text))
-            self.commits += 1
+            encoded.append(Encoded(seq=seq, rows=rows, events=ev_text, writes=wr_text, digest=codec.writes_digest(wr_text)))
+        return encoded
+
+    def _apply(self, commit: Encoded) -> None:
+        """Apply one encoded commit to the tables and the journal."""
+        for row in commit.rows:
+            if row.table == "document_revisions":
+                self._write_document(row.columns)
+            else:
+                self._tables[row.table][row.key] = row.columns
+        self._journal.append(JournalRow(seq=commit.seq, events=commit.events, writes=commit.digest, format=commit.format))
+        self.commits += 1
 
     # reads -----------------------------------------------------------------
     def _decode(self, table: str, row: dict[str, Any], cl: type[T]) -> T:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pidurable.shell import MemoryStorage, open_sqlite_storage
+from pidurable.shell import MemoryStorage, open_jsonl_storage, open_sqlite_storage
 
 from harness import CRASH_REPORT, Scenario, World, check_all, run_life
 from scenarios import ALL
@@ -23,16 +23,20 @@ def _world(s: Scenario) -> World:
 def _storage(backend: str, tmp_path: Path, n: int) -> Any:
     if backend == "memory":
         return MemoryStorage()
+    if backend == "jsonl":
+        return open_jsonl_storage(tmp_path / f"store-{n}")
     return open_sqlite_storage(tmp_path / f"store-{n}.sqlite")
 
 
 def _reopen(storage: Any, backend: str) -> Any:
     if backend == "memory":
         return storage
+    if backend == "jsonl":
+        return open_jsonl_storage(storage.path)
     return open_sqlite_storage(storage.path)
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "jsonl"])
 @pytest.mark.parametrize("scenario", ALL, ids=lambda s: s.name)
 def test_kill_at_every_effect_boundary(scenario: Scenario, backend: str, tmp_path: Path) -> None:
     """For every k, a crash before effect k followed by a reopen ends in the
@@ -48,7 +52,7 @@ def test_kill_at_every_effect_boundary(scenario: Scenario, backend: str, tmp_pat
     if scenario.baseline_check is not None:
         scenario.baseline_check(storage)
     n_effects = len(base.effects)
-    if backend == "sqlite":
+    if backend != "memory":
         storage.close()
 
     crashed = 0
@@ -66,7 +70,7 @@ def test_kill_at_every_effect_boundary(scenario: Scenario, backend: str, tmp_pat
         except AssertionError as e:
             raise AssertionError(f"scenario {scenario.name}, crash before effect {k}: {e}") from None
         finally:
-            if backend == "sqlite":
+            if backend != "memory":
                 check.close()
     assert crashed >= n_effects - 2, f"only {crashed} of {n_effects} boundaries crashed"
     CRASH_REPORT[(scenario.name, backend)] = (n_effects, crashed)

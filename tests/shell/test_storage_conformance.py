@@ -1,10 +1,11 @@
-"""One conformance suite for every storage adapter (memory, SQLite).
+"""One conformance suite for every storage adapter (memory, SQLite, JSONL).
 
 Each test builds commits directly from core records, writes and events (no
 runtime involved), so a failure points at the adapter, not at the core. The
 ``adapter`` fixture yields a small handle that can open the store, "reopen" it
 as a new process would (memory: the same object after ``close``; SQLite: a new
-``SqliteStorage`` on the same file) and try a second concurrent open.
+``SqliteStorage`` on the same file; JSONL: a new ``JsonlStorage`` on the same
+directory) and try a second concurrent open.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ from pidurable.core.state import (
     UsageDoc,
     UsageTotals,
 )
-from pidurable.shell.storage import MemoryStorage, SqliteStorage, StorageError, StoreFenced, StoreLocked
+from pidurable.shell.storage import JsonlStorage, MemoryStorage, SqliteStorage, StorageError, StoreFenced, StoreLocked
 from pidurable.shell.storage import codec
 
 # --- sample records ------------------------------------------------------------
@@ -262,7 +263,7 @@ class Adapter:
 
     def __init__(self, kind: str, tmp_path: Path) -> None:
         self.kind = kind
-        self.path = tmp_path / "store.sqlite"
+        self.path = tmp_path / ("store" if kind == "jsonl" else "store.sqlite")
         self.store: Any = None
         self._opened: list[Any] = []
 
@@ -270,9 +271,12 @@ class Adapter:
         if self.kind == "memory":
             self.store = MemoryStorage() if self.store is None else self.store
         else:
-            self.store = SqliteStorage(self.path)
+            self.store = self._new()
             self._opened.append(self.store)
         return self.store
+
+    def _new(self) -> Any:
+        return JsonlStorage(self.path) if self.kind == "jsonl" else SqliteStorage(self.path)
 
     def reopen(self) -> Any:
         """Close the store and open it again (a new process life)."""
@@ -286,7 +290,7 @@ class Adapter:
         a ``load()``, as a harness does)."""
         if self.kind == "memory":
             return self.store.load()
-        other = SqliteStorage(self.path)
+        other = self._new()
         self._opened.append(other)
         return other
 
@@ -295,7 +299,7 @@ class Adapter:
             s.close()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "jsonl"])
 def adapter(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Adapter]:
     a = Adapter(request.param, tmp_path)
     yield a

@@ -1,0 +1,283 @@
+"""What only the JSONL store has: its file, its tail repair, its corruption
+errors, its lock by directory, and its fsync path (the Storage protocol
+itself is checked by test_storage_conformance.py and the kill suite)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import attrs
+import pytest
+
+from pidurable.core.effects import PutConversation, PutEntry, PutTask
+from pidurable.core.model import Conversation, ConversationId, Entry, EntryId, EntryKind, Task, TaskId
+from pidurable.shell import open_jsonl_storage
+from pidurable.shell.storage import DamagedRecord, JsonlStorage, NotAStore, StorageError, StoreLocked, StoreMissing
+from pidurable.shell.storage import jsonl
+
+C1 = ConversationId(1)
+
+
+def _entry(i: int, text: str = "hi ü") -> PutEntry:
+    return PutEntry(entry=Entry(id=EntryId(i), conversation_id=C1, kind=EntryKind.USER, text=text))
+
+
+def _store(path: Path, commits: int = 3) -> JsonlStorage:
+    store = open_jsonl_storage(path)
+    store.commit(1, [PutConversation(conversation=Conversation(id=C1))], [])
+    for seq in range(2, commits + 1):
+        store.commit(seq, [_entry(10 + seq)], [])
+    return store
+
+
+def _main(path: Path) -> Path:
+    return path / jsonl.MAIN
+
+
+def test_a_store_is_a_header_and_one_line_per_commit(tmp_path: Path) -> None:
+    """main.jsonl holds the header and one JSON line per commit with seq, format, digest, events and writes."""
+    store = _store(tmp_path / "s")
+    store.close()
+    lines = _main(tmp_path / "s").read_text(encoding="utf-8").splitlines()
+    assert json.loads(lines[0])["pidurable"] == "jsonl"
+    commits = [json.loads(line) for line in lines[1:]]
+    assert [c["seq"] for c in commits] == [1, 2, 3]
+    assert all({"seq", "format", "digest", "events", "writes"} <= set(c) for c in commits)
+    assert commits[1]["writes"][0]["entry"]["text"] == "hi ü"
+
+
+@pytest.mark.parametrize("cut", [1, 20, "mid-utf8", "all-but-newline"])
+def test_a_torn_last_line_is_truncated_at_its_exact_offset(tmp_path: Path, cut: int | str) -> None:
+    """A commit line cut anywhere (a crash mid-append, even inside a UTF-8
+    character or just before its newline) is dropped on open: the file is cut
+    back to the byte where that line began, and the store works on."""
+    path = tmp_path / "s"
+    _store(path).close()
+    main = _main(path)
+    good = main.stat().st_size
+    line = jsonl._line(  # what the next commit would append
+        _encoded(path, 4, [_entry(20, "ü" * 10)]), more=False
+    )
+    if cut == "mid-utf8":
+        n = line.index("ü".encode()) + 1
+    elif cut == "all-but-newline":
+        n = len(line) - 1
+    else:
+        assert isinstance(cut, int)
+        n = cut
+    with open(main, "ab") as f:
+        f.write(line[:n])
+    store = open_jsonl_storage(path)
+    try:
+        assert main.stat().st_size == good
+        assert store.load().next_seq == 4
+        assert store.entry(EntryId(20)) is None
+        store.commit(4, [_entry(21)], [])
+    finally:
+        store.close()
+    store = open_jsonl_storage(path)
+    assert store.entry(EntryId(21)) is not None and [r.seq for r in store.journal()] == [1, 2, 3, 4]
+    store.close()
+
+
+def _encoded(path: Path, seq: int, writes: list[PutEntry]) -> jsonl.Encoded:
+    scratch = open_jsonl_storage(path.with_name(path.name + "-scratch"))
+    try:
+        (encoded,) = scratch._encode_batch([(seq, writes, [])])
+        return encoded
+    finally:
+        scratch.close()
+
+
+def test_a_batch_without_its_last_line_is_dropped_whole(tmp_path: Path) -> None:
+    """commit_many is all or nothing across a crash: if the batch's last line
+    is torn, the batch's earlier whole lines are cut off too."""
+    path = tmp_path / "s"
+    store = _store(path)
+    before = _main(path).stat().st_size
+    store.commit_many([(4, [_entry(30)], []), (5, [_entry(31)], [])])
+    store.close()
+    main = _main(path)
+    data = main.read_bytes()
+    main.write_bytes(data[:-10])  # the second line torn, the first whole
+    store = open_jsonl_storage(path)
+    try:
+        assert main.stat().st_size == before
+        assert store.entry(EntryId(30)) is None and store.load().next_seq == 4
+    finally:
+        store.close()
+
+
+def test_corruption_before_the_last_line_names_the_file_and_line(tmp_path: Path) -> None:
+    """A damaged line that is not the last is corruption, not a torn tail:
+    open raises DamagedRecord naming main.jsonl and the line, and leaves the
+    file as it was."""
+    path = tmp_path / "s"
+    _store(path).close()
+    main = _main(path)
+    lines = main.read_bytes().split(b"\n")
+    lines[2] = b"#" + lines[2]  # line 3: commit 2
+    main.write_bytes(b"\n".join(lines))
+    before = main.read_bytes()
+    with pytest.raises(DamagedRecord, match=r"main\.jsonl line 3 is not JSON"):
+        open_jsonl_storage(path)
+    assert main.read_bytes() == before
+
+
+def test_a_record_that_does_not_decode_names_the_line_and_commit(tmp_path: Path) -> None:
+    """A whole JSON line whose write is not a record (or whose seq goes back) is a DamagedRecord naming the line."""
+    path = tmp_path / "s"
+    _store(path).close()
+    main = _main(path)
+    lines = main.read_text(encoding="utf-8").splitlines()
+    bad = json.loads(lines[2])
+    bad["writes"][0]["entry"]["id"] = "not an id"
+    main.write_text("\n".join([lines[0], lines[1], json.dumps(bad), lines[3]]) + "\n", encoding="utf-8")
+    with pytest.raises(DamagedRecord, match=r"main\.jsonl line 3: damaged record in commit 2"):
+        open_jsonl_storage(path)
+    back = json.loads(lines[3])
+    back["seq"] = 1
+    main.write_text("\n".join([lines[0], lines[1], lines[2], json.dumps(back), lines[3]]) + "\n", encoding="utf-8")
+    with pytest.raises(DamagedRecord, match=r"line 4: seq 1 does not increase"):
+        open_jsonl_storage(path)
+
+
+def test_a_torn_header_is_a_new_store_and_a_strangers_file_is_refused(tmp_path: Path) -> None:
+    """Only a piece of the header (a crash while creating) starts the store
+    afresh; a main.jsonl that is not ours is NotAStore, left untouched."""
+    torn = tmp_path / "torn"
+    torn.mkdir()
+    _main(torn).write_bytes(jsonl.HEADER_PREFIX[:12])
+    store = open_jsonl_storage(torn)
+    assert store.load().next_seq == 1
+    store.commit(1, [PutConversation(conversation=Conversation(id=C1))], [])
+    store.close()
+    assert open_jsonl_storage(torn).conversation(C1) == Conversation(id=C1)
+
+    for text in (b'{"hello": "world"}\n', b"just text"):
+        other = tmp_path / f"other{len(text)}"
+        other.mkdir()
+        _main(other).write_bytes(text)
+        with pytest.raises(NotAStore):
+            open_jsonl_storage(other)
+        assert _main(other).read_bytes() == text
+    file = tmp_path / "file"
+    file.write_text("x")
+    with pytest.raises(NotAStore):
+        open_jsonl_storage(file)
+    with pytest.raises(StoreMissing):
+        open_jsonl_storage(tmp_path / "absent", create=False)
+
+
+def test_one_owner_whatever_the_name(tmp_path: Path) -> None:
+    """The lock is on the directory's lock file: opening through a symlink of
+    the directory, or a directory whose lock is a hard link of it, is
+    refused while the owner holds it; after close it opens again."""
+    path = tmp_path / "s"
+    store = _store(path)
+    link = tmp_path / "link"
+    link.symlink_to(path, target_is_directory=True)
+    with pytest.raises(StoreLocked, match="this process"):
+        open_jsonl_storage(link)
+    twin = tmp_path / "twin"
+    twin.mkdir()
+    os.link(path / jsonl.LOCK, twin / jsonl.LOCK)
+    (twin / jsonl.MAIN).write_bytes(_main(path).read_bytes())
+    with pytest.raises(StoreLocked):
+        open_jsonl_storage(twin)
+    store.close()
+    again = open_jsonl_storage(link)
+    assert again.entry(EntryId(13)) is not None
+    again.close()
+
+
+def test_another_process_is_refused_and_told_who_holds_it(tmp_path: Path) -> None:
+    """A second process opening a held store gets StoreLocked naming this process's pid."""
+    path = tmp_path / "s"
+    store = _store(path)
+    code = (
+        "import sys\nfrom pidurable.shell import open_jsonl_storage\n"
+        "from pidurable.shell.storage import StoreLocked\n"
+        "try:\n    open_jsonl_storage(sys.argv[1])\nexcept StoreLocked as e:\n    print(e)\n"
+    )
+    try:
+        out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
+    finally:
+        store.close()
+    assert f"pid {os.getpid()}" in out.stdout, out.stderr
+
+
+def test_fsync_syncs_every_commit_and_the_new_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With fsync=True every commit is fsynced before it counts, and creating a store syncs its directory too."""
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    store = open_jsonl_storage(tmp_path / "s", fsync=True)
+    assert len(synced) == 2  # the header, the directory
+    store.commit(1, [PutConversation(conversation=Conversation(id=C1))], [])
+    store.commit_many([(2, [_entry(12)], []), (3, [_entry(13)], [])])
+    assert len(synced) == 4
+    store.close()
+    store = open_jsonl_storage(tmp_path / "s", fsync=False)
+    store.commit(4, [_entry(14)], [])
+    assert len(synced) == 4
+    store.close()
+
+
+def test_a_failed_append_writes_nothing_and_a_failed_fsync_poisons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails (disk full) is undone and the store stays usable;
+    a failed fsync refuses every later commit until the store is reopened."""
+    path = tmp_path / "s"
+    store = _store(path)
+    size = _main(path).stat().st_size
+    real_write = os.write
+
+    def half_then_full(fd: int, data: bytes) -> int:
+        if len(data) > 40:
+            real_write(fd, bytes(data)[:40])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(StorageError, match="nothing was written"):
+        store.commit(4, [_entry(14)], [])
+    monkeypatch.setattr(os, "write", real_write)
+    assert _main(path).stat().st_size == size
+    store.commit(4, [_entry(14)], [])
+
+    store.close()
+    store = open_jsonl_storage(path, fsync=True)
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(StorageError, match="fsync failed"):
+        store.commit(5, [_entry(15)], [])
+    with pytest.raises(StorageError, match="reopen"):
+        store.commit(6, [_entry(16)], [])
+    monkeypatch.undo()
+    store.close()
+    store = open_jsonl_storage(path)  # the line reached the file: the next open tells
+    assert [r.seq for r in store.journal()][-1] == 5
+    store.close()
+
+
+def test_task_versions_are_rebuilt_to_the_latest(tmp_path: Path) -> None:
+    """Every version of a task is a line; open rebuilds the last one (and load returns it while live)."""
+    path = tmp_path / "s"
+    store = _store(path, commits=1)
+    task = Task(id=TaskId(5), conversation_id=C1, kind="custom", checkpoint={"phase": "a"})
+    for seq, phase in enumerate(("a", "b", "c"), start=2):
+        store.commit(seq, [PutTask(task=attrs.evolve(task, checkpoint={"phase": phase}))], [])
+    store.close()
+    store = open_jsonl_storage(path)
+    assert [t.checkpoint for t in store.load().tasks] == [{"phase": "c"}]
+    store.close()
