@@ -21,7 +21,8 @@ encoder: the rows decode to the same records.) ``open`` reads ``main.jsonl`` onc
 the tables - the same in-memory tables as :class:`~.memory.MemoryStorage`,
 through the same row encoding (``base.encode_write``) - so every read is
 the memory adapter's. Cost: open is O(file) (every line is parsed and each
-write is decoded and re-encoded into its row: roughly 30 µs a write), and
+write is decoded and re-encoded into its row: about 20 µs a write here,
+10,000 commits of a task version and an entry open in 0.36 s), and
 the tables stay in memory (O(store), not O(live)). Reads that scan a table
 (``entries``, ``submission_by_request``) are O(table).
 
