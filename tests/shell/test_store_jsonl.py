@@ -281,3 +281,31 @@ def test_task_versions_are_rebuilt_to_the_latest(tmp_path: Path) -> None:
     store = open_jsonl_storage(path)
     assert [t.checkpoint for t in store.load().tasks] == [{"phase": "c"}]
     store.close()
+
+
+def test_documents_and_their_history_are_rebuilt_at_open(tmp_path: Path) -> None:
+    """A host-defined document's base and delta lines are rebuilt at open:
+    its current value, and (rewindable) its value as of an earlier commit."""
+    from pidurable.core.effects import DocumentRevision, PutDocument, RevisionAction
+    from pidurable.core.state import DocHistory, DocScope, ForkPolicy
+
+    base = DocumentRevision(
+        scope=DocScope.CONVERSATION, owner=C1, kind="todo", version=1, history=DocHistory.REWINDABLE,
+        fork=ForkPolicy.AS_OF, action=RevisionAction.BASE, value={"items": []},
+    )
+    delta = attrs.evolve(base, action=RevisionAction.DELTA, value=None, ops=(["p", ["items"], 0, 0, ["milk ü"]],))
+    path = tmp_path / "s"
+    store = _store(path, commits=1)
+    store.commit(2, [PutDocument(document_id=16, revision=base)], [])
+    store.commit(3, [PutDocument(document_id=16, revision=delta)], [])
+    now = store.document_state(DocScope.CONVERSATION, C1, "todo")
+    store.close()
+    store = open_jsonl_storage(path)
+    try:
+        assert store.document_state(DocScope.CONVERSATION, C1, "todo") == now
+        assert now is not None and now.value == {"items": ["milk ü"]}
+        then = store.document_at(C1, "todo", 2)
+        assert then is not None and then.value == {"items": []}
+        assert [d.id for d in store.load().documents] == [16]
+    finally:
+        store.close()
