@@ -126,7 +126,19 @@ def _seed_trio(seed: int) -> None:
     _run._r.seed(seed)
 
 
-def run_life(storage: Any, scenario: Scenario, world: World, crash_at: int | None, seed: int = 0) -> Life:
+def run_life(
+    storage: Any,
+    scenario: Scenario,
+    world: World,
+    crash_at: int | None,
+    seed: int = 0,
+    *,
+    clock: Callable[[], int] | None = None,
+    trio_clock: Any = None,
+) -> Life:
+    """One process life (see the module comment). ``clock`` (the harness's
+    millisecond clock) and ``trio_clock`` (e.g. a ``MockClock`` with autojump)
+    make its timestamps deterministic (tests/golden_scenarios.py)."""
     terminal = invariants.terminal_ids(storage) if _has_data(storage) else frozenset()
     seq_at_start = len(storage.journal()) if _has_data(storage) else 0
     recorder = Recorder(storage, crash_at)
@@ -137,7 +149,7 @@ def run_life(storage: Any, scenario: Scenario, world: World, crash_at: int | Non
 
     async def main() -> None:
         async with Harness.open(
-            storage, models=models, registry=registry, hooks=recorder, settings=scenario.settings
+            storage, models=models, registry=registry, hooks=recorder, settings=scenario.settings, clock=clock
         ) as h:
             conv = await h.root(agent=scenario.agent)
             if scenario.host is not None:
@@ -154,7 +166,7 @@ def run_life(storage: Any, scenario: Scenario, world: World, crash_at: int | Non
     _seed_trio(seed)
     crashed = False
     try:
-        trio.run(main)
+        trio.run(main, clock=trio_clock)
     except SimulatedCrash:
         crashed = True
     except BaseExceptionGroup as group:
