@@ -179,8 +179,11 @@ def _describe_writes(text: str) -> tuple[str, ...]:
     if codec.is_digest(text):
         return ("(writes kept as a digest; replay recomputes them)",)
     try:
-        return tuple(_describe_write(w) for w in json.loads(text))
-    except (ValueError, TypeError, KeyError, AttributeError):
+        # every field written (format 3 leaves defaults out): decode, then
+        # encode as format 1 does
+        full = json.loads(codec.writes_json([codec.write_from_data(d) for d in json.loads(text)], 1))
+        return tuple(_describe_write(w) for w in full)
+    except Exception:  # noqa: BLE001 - a description only: anything unreadable is shown as such
         return (f"(unreadable writes: {text[:80]})",)
 
 
