@@ -19,7 +19,8 @@ retry      ``{phase, attempt, until[, compacted[, threshold]]}``
 poll       ``{phase, attempt, model, cutoff, handle, poll_at[, compacted[, threshold]]}``
 tools      ``{phase, assistant, tools, pending}``
 call       ``{phase}``
-execute    ``{phase, arguments, replay[, process]}``
+execute    ``{phase, arguments, replay[, process][, reconciled]}``
+reconcile  ``{phase, arguments, replay}``
 select     ``{phase}``
 summarize  ``{phase, attempt, model, max_tokens, tail, first_kept}``
 ========== ================================================================
@@ -61,6 +62,8 @@ class ToolPhase(enum.StrEnum):
     CALL = "call"
     #: The durable intent: final arguments and the replay promise.
     EXECUTE = "execute"
+    #: An interrupted unsafe call's ``reconcile`` is being asked (reconcile.py).
+    RECONCILE = "reconcile"
 
 
 class CompactionPhase(enum.StrEnum):
@@ -164,6 +167,19 @@ class ExecuteCheckpoint:
     replay: Replay
     #: The OS process group a running body started (pid, pgid, host, start).
     process: dict[str, Json] | None = None
+    #: This execution follows a ``not_done`` verdict of ``reconcile`` (its
+    #: result entry says so: ``data["reconciled"]``).
+    reconciled: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ReconcileCheckpoint:
+    """The intent of asking ``reconcile``: the interrupted call's stored
+    arguments and replay promise (kept for the ``not_done`` re-execution)."""
+
+    PHASE: ClassVar[ToolPhase] = ToolPhase.RECONCILE
+    arguments: dict[str, Json]
+    replay: Replay
 
 
 @attrs.frozen(kw_only=True)
@@ -187,7 +203,7 @@ class SummarizeCheckpoint:
 GenerationCheckpoint: TypeAlias = (
     PrepareCheckpoint | RequestCheckpoint | RetryCheckpoint | PollCheckpoint | ToolsCheckpoint
 )
-ToolCheckpoint: TypeAlias = CallCheckpoint | ExecuteCheckpoint
+ToolCheckpoint: TypeAlias = CallCheckpoint | ExecuteCheckpoint | ReconcileCheckpoint
 @attrs.frozen(kw_only=True)
 class SummarizeRetryCheckpoint:
     PHASE: ClassVar[CompactionPhase] = CompactionPhase.SUMMARIZE_RETRY
@@ -256,7 +272,11 @@ def to_dict(cp: Checkpoint) -> dict[str, Json]:
             out = {"phase": phase, "arguments": arguments, "replay": _WIRE_REPLAY[replay]}
             if process is not None:
                 out["process"] = process
+            if cp.reconciled:
+                out["reconciled"] = True
             return out
+        case ReconcileCheckpoint(arguments=arguments, replay=replay):
+            return {"phase": phase, "arguments": arguments, "replay": _WIRE_REPLAY[replay]}
         case SelectCheckpoint():
             return {"phase": phase}
         case SummarizeCheckpoint():
@@ -336,7 +356,15 @@ def _tool(phase: ToolPhase, cp: Mapping[str, Any]) -> ToolCheckpoint:
             # Anything but a stored "safe" promise is treated as unsafe: an
             # interrupted call is then settled, never re-run.
             replay = Replay.SAFE if cp.get("replay") == "safe" else Replay.UNSAFE
-            return ExecuteCheckpoint(arguments=cp.get("arguments", {}), replay=replay, process=cp.get("process"))
+            return ExecuteCheckpoint(
+                arguments=cp.get("arguments", {}),
+                replay=replay,
+                process=cp.get("process"),
+                reconciled=cp.get("reconciled") is True,
+            )
+        case ToolPhase.RECONCILE:
+            replay = Replay.SAFE if cp.get("replay") == "safe" else Replay.UNSAFE
+            return ReconcileCheckpoint(arguments=cp.get("arguments", {}), replay=replay)
 
 
 # Plain-dict lookups instead of Enum(value) calls and ``.value`` reads:

@@ -15,6 +15,8 @@ invalid_arguments error   "Validation failed for tool ..." (shell/arguments.py)
 blocked           error   "Tool call blocked: <text>"
 invalid_call      error   the call is not in its assistant entry (ours)
 interrupted       error   "Tool X was interrupted and may have partially run"
+reconcile_unknown warn    "Reconcile could not tell whether it ran: <note>"
+                          (after ``interrupted``; reconcile.py)
 aborted           error   "Tool X was aborted"
 tool_error        error   the message of a raising body
 truncated         warn    "Output truncated to its beginning|end: L lines, B
@@ -71,6 +73,11 @@ def blocked_message(reason: str) -> str:
 
 def interrupted_message(name: str) -> str:
     return f"Tool {name} was interrupted and may have partially run"
+
+
+def unreconciled_message(note: str) -> str:
+    """The note of a ``reconcile`` that could not tell (or raised)."""
+    return f"Reconcile could not tell whether it ran: {note}"
 
 
 def aborted_message(name: str) -> str:

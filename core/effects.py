@@ -264,6 +264,21 @@ class RunTool:
 
 
 @attrs.frozen(kw_only=True)
+class RunReconcile:
+    """Ask the tool's ``reconcile`` whether an interrupted call's effect
+    happened, with the stored arguments and the same call context (same
+    ``idempotency_key``) as its execution. Answers ``ToolReconciled``."""
+
+    TAG: ClassVar[str] = "run_reconcile"
+    task_id: TaskId
+    conversation_id: ConversationId
+    call_id: str
+    name: str
+    arguments: dict[str, Json]
+    cwd: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class RunPhase:
     """Run host code of a custom task: ``phases[phase]`` (mode ``run``) or its
     abort handler (mode ``abort``), with the checkpoint it runs from.
@@ -476,6 +491,7 @@ Effect: TypeAlias = (
     | CancelDeferred
     | PrepareTool
     | RunTool
+    | RunReconcile
     | RunPhase
     | MigrateTask
     | Sleep

@@ -40,6 +40,7 @@ from .model import (
     Usage,
 )
 from .fork_events import ForkRequested
+from .reconcile_events import ToolReconciled
 from .state import ConvState, DocumentChange, DocumentState, SystemSection
 
 
@@ -582,6 +583,7 @@ Event: TypeAlias = (
     | ToolFailed
     | ToolProcessStarted
     | ToolAbortHooked
+    | ToolReconciled
     | AfterToolsRan
     | InvocationFailed
     | CompactionRequested

@@ -232,6 +232,9 @@ class ResultCode(enum.StrEnum):
     FULL_OUTPUT = "full_output"
     #: A command exited with a non-zero code (``bash``; the reference's code).
     EXIT_CODE = "exit_code"
+    #: An interrupted call's ``reconcile`` could not tell whether it ran (a
+    #: ``warn`` with its note, after the ``interrupted`` error).
+    RECONCILE_UNKNOWN = "reconcile_unknown"
 
 
 class Severity(enum.StrEnum):
@@ -471,6 +474,9 @@ class ToolInfo:
     # make them members, so the catalog compares and serializes one way.
     replay: Replay = attrs.field(default=Replay.UNSAFE, converter=Replay)
     execution_mode: ExecutionMode = attrs.field(default=ExecutionMode.PARALLEL, converter=ExecutionMode)
+    #: It has a ``reconcile`` function: an interrupted unsafe call asks it
+    #: whether the effect happened (reconcile.py) instead of settling blind.
+    reconcile: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -56,6 +56,7 @@ from .events import (
     ContextMeasured,
 )
 from .fork_events import ForkRequested
+from .reconcile_events import ToolReconciled
 from .model import COMPACTION, CoreInvariantError
 from .state import State
 
@@ -93,6 +94,7 @@ HANDLERS: Mapping[type, Callable[[Tx, Any], None]] = {
     ToolFailed: tools.on_tool_failed,
     ToolProcessStarted: tools.on_tool_process_started,
     ToolAbortHooked: tools.on_tool_abort_hooked,
+    ToolReconciled: tools.on_tool_reconciled,
     AfterToolsRan: generation.on_after_tools_ran,
     InvocationFailed: settlement.on_invocation_failed,
     CompactionRequested: compaction_task.on_compaction_requested,

@@ -6,14 +6,16 @@ Input ``{assistant, call_id, name}`` names the call inside an assistant entry.
 ``MACHINE`` below is the kind's phase table (phases.py applies it); the
 checkpoints are checkpoints.py's records:
 
-======== ========================================================================
-call     nothing decided: resolve the tool, validate its arguments, run
-         before-tool hooks (the shell's ``PrepareTool``). Safe to redo.
-execute  ``arguments, replay[, process]`` - the durable *intent*: the final
-         arguments and the replay promise the tool made when it was chosen.
-         Stored BEFORE the body runs; a crash after this point leaves "may have
-         partially run".
-======== ========================================================================
+========= ======================================================================
+call      nothing decided: resolve the tool, validate its arguments, run
+          before-tool hooks (the shell's ``PrepareTool``). Safe to redo.
+execute   ``arguments, replay[, process][, reconciled]`` - the durable
+          *intent*: the final arguments and the replay promise the tool made
+          when it was chosen. Stored BEFORE the body runs; a crash after this
+          point leaves "may have partially run".
+reconcile ``arguments, replay`` - the intent of asking the tool's
+          ``reconcile`` whether an interrupted call ran (reconcile.py).
+========= ======================================================================
 
 The rows' effects:
 
@@ -45,7 +47,10 @@ The rows' effects:
   ``safe``; otherwise ``interrupted``: settle the error result "Tool X was
   interrupted and may have partially run" (after the slot's partial
   output), outcome ``failed``.
-- ``abort`` (both phases) -> error result "Tool X was aborted" (likewise), outcome
+- reserve at ``execute`` when the call may not run again but the tool
+  installed now has a ``reconcile``: the ``reconcile`` phase and its rows
+  (handlers and their theory in reconcile.py).
+- ``abort`` (every phase) -> error result "Tool X was aborted" (likewise), outcome
   ``aborted``. Nothing the body did is rolled back. With ``on_abort`` hooks
   selected (``abort_hooks``): reserved in memory, ``RunAbortHooks``; their
   answer (``abort_hooked``) settles the replacement. A body's report for an
@@ -64,11 +69,10 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from .live import LiveMove, live_to
-from . import diagnostics, system
-from .checkpoints import REPLAYS, CallCheckpoint, ExecuteCheckpoint, ToolPhase, parse_tool
+from . import diagnostics, reconcile, system
+from .checkpoints import REPLAYS, CallCheckpoint, Checkpoint, ExecuteCheckpoint, ReconcileCheckpoint, ToolPhase, parse_tool
 from .draft import Tx
-from .effects import PrepareTool, Refusal, RunAbortHooks, RunTool
+from .effects import PrepareTool, Refusal, RunAbortHooks
 from .events import (
     PreparedCall,
     ToolFailed,
@@ -79,28 +83,14 @@ from .events import (
     ToolProgressed,
     ToolRejected,
 )
-from .lifecycle import SlotMove, TaskMove, slot_to
-from .diagnostics import aborted_message, interrupted_message
-from .model import (
-    TOOL,
-    Diagnostic,
-    Entry,
-    EntryId,
-    EntryKind,
-    Json,
-    Outcome,
-    OutcomeStatus,
-    Replay,
-    ResultCode,
-    Task,
-    TaskId,
-    TaskStatus,
-    Usage,
-)
+from .lifecycle import SlotMove, TaskMove
+from .model import TOOL, EntryId, OutcomeStatus, Replay, ResultCode, Task, TaskId, TaskStatus
 from .phases import END, Machine, Row, Turn
 from .documents import DocumentProblem, change_documents
-from .settlement import fault, finish_task
-from .state import SlotStatus, ToolSlot, UsageTotals
+from .reconcile_events import ToolReconciled, Verdict
+from .settlement import fault
+from .state import SlotStatus
+from .tool_results import aborted, move_slot, partial, run_tool, settle, slot
 
 
 class ToolInput(enum.StrEnum):
@@ -112,6 +102,15 @@ class ToolInput(enum.StrEnum):
     RERUN = "reserve_rerun"
     #: Picked at ``execute`` after a restart; the call may not run again.
     INTERRUPTED = "reserve_interrupted"
+    #: Picked at ``execute`` or ``reconcile`` after a restart; it may not run
+    #: again, but the tool installed now has a ``reconcile`` (reconcile.py).
+    RECONCILE = "reserve_reconcile"
+    #: ``ToolReconciled``: the effect happened (a result).
+    RECONCILED_DONE = "reconciled_done"
+    #: ``ToolReconciled``: the effect provably did not happen.
+    RECONCILED_NOT_DONE = "reconciled_not_done"
+    #: ``ToolReconciled``: reconcile could not tell (or raised).
+    RECONCILED_UNKNOWN = "reconciled_unknown"
     #: The shell resolved and validated the call.
     PREPARED = "prepared"
     #: The shell's verdict carried a replay promise that is not one.
@@ -162,8 +161,8 @@ def _prepared(turn: Turn, ev: ToolPrepared | PreparedCall) -> None:
         execute = turn.store(TaskMove.RESERVE, intent, started_at=turn.tx.now)
     else:
         execute = turn.store(TaskMove.CHECKPOINT, intent)
-    _move_slot(turn.tx, execute, SlotMove.START)
-    _run(turn.tx, execute, intent)
+    move_slot(turn.tx, execute, SlotMove.START)
+    run_tool(turn.tx, execute, intent)
 
 
 def _prepared_invalid(turn: Turn, ev: ToolPrepared) -> None:
@@ -174,33 +173,28 @@ def _rerun(turn: Turn, _: None) -> None:
     cp = turn.checkpoint
     assert isinstance(cp, ExecuteCheckpoint)
     running = turn.store(TaskMove.RESERVE, durable=False)
-    slot = _slot(turn.tx, running)
-    if slot is not None and slot.output is not None:  # the last life's output is not this run's
-        _move_slot(turn.tx, running, SlotMove.OUTPUT, output=None)
-    _run(turn.tx, running, cp)
+    found = slot(turn.tx, running)
+    if found is not None and found.output is not None:  # the last life's output is not this run's
+        move_slot(turn.tx, running, SlotMove.OUTPUT, output=None)
+    run_tool(turn.tx, running, cp)
 
 
 def _interrupted(turn: Turn, _: None) -> None:
-    message = interrupted_message(str(turn.task.input["name"]))
-    _settle(
-        turn.tx,
-        turn.task,
-        _partial(turn.tx, turn.task),
-        (diagnostics.error(ResultCode.INTERRUPTED, message),),
-        is_error=True,
-        status=OutcomeStatus.FAILED,
-        error=message,
-        code=ResultCode.INTERRUPTED,
-    )
+    reconcile.settle_interrupted(turn.tx, turn.task)
+
+
+def _verdict(cp: Checkpoint) -> Verdict | None:
+    """``not_done`` for the result of an execution reconcile allowed."""
+    return Verdict.NOT_DONE if isinstance(cp, ExecuteCheckpoint) and cp.reconciled else None
 
 
 def _progressed(turn: Turn, ev: ToolProgressed) -> None:
     """The running output's tail into the slot (for watchers); the task
     itself does not change. Without a running slot (a document written
     without slots) or without a change, nothing is written."""
-    slot = _slot(turn.tx, turn.task)
-    if slot is not None and slot.status is SlotStatus.RUNNING and slot.output != ev.output:
-        _move_slot(turn.tx, turn.task, SlotMove.OUTPUT, output=ev.output)
+    found = slot(turn.tx, turn.task)
+    if found is not None and found.status is SlotStatus.RUNNING and found.output != ev.output:
+        move_slot(turn.tx, turn.task, SlotMove.OUTPUT, output=ev.output)
 
 
 def _process_started(turn: Turn, ev: ToolProcessStarted) -> None:
@@ -215,7 +209,7 @@ def _process_started(turn: Turn, ev: ToolProcessStarted) -> None:
 
 def _rejected(turn: Turn, ev: ToolRejected) -> None:
     problem = diagnostics.error(ev.code, ev.message)
-    _settle(turn.tx, turn.task, "", (problem,), is_error=True, status=OutcomeStatus.COMPLETED, code=ev.code)
+    settle(turn.tx, turn.task, "", (problem,), is_error=True, status=OutcomeStatus.COMPLETED, code=ev.code)
 
 
 def _finished(turn: Turn, ev: ToolFinished) -> None:
@@ -227,7 +221,7 @@ def _finished(turn: Turn, ev: ToolFinished) -> None:
         except DocumentProblem as e:
             _failed(turn, ToolFailed(now=ev.now, task_id=ev.task_id, message=f"The tool's document update was refused: {e}"))
             return
-    _settle(
+    settle(
         turn.tx,
         turn.task,
         ev.text,
@@ -237,6 +231,7 @@ def _finished(turn: Turn, ev: ToolFinished) -> None:
         usage=ev.usage,
         truncated=ev.truncated,
         control=ev.control,
+        reconciled=_verdict(turn.checkpoint),
     )
 
 
@@ -244,27 +239,28 @@ def _failed(turn: Turn, ev: ToolFailed) -> None:
     """A raising body: the content is the slot's durable partial output (if
     any), its message a ``tool_error`` diagnostic."""
     name = str(turn.task.input["name"])
-    _settle(
+    settle(
         turn.tx,
         turn.task,
-        _partial(turn.tx, turn.task),
+        partial(turn.tx, turn.task),
         diagnostics.ordered((), ev.truncated, (diagnostics.error(ResultCode.TOOL_ERROR, ev.message),)),
         is_error=True,
         status=OutcomeStatus.FAILED,
         error=f"Tool {name} threw",
         code=ResultCode.TOOL_ERROR,
         truncated=ev.truncated,
+        reconciled=_verdict(turn.checkpoint),
     )
 
 
 def _abort(turn: Turn, _: None) -> None:
     """The abort handler (its invocation, if any, was cancelled; its owned
     work drained): the call gets the error result "Tool X was aborted"."""
-    _settle(
+    settle(
         turn.tx,
         turn.task,
-        _partial(turn.tx, turn.task),
-        _aborted(turn.tx, turn.task),
+        partial(turn.tx, turn.task),
+        aborted(turn.tx, turn.task),
         is_error=True,
         status=OutcomeStatus.ABORTED,
         code=ResultCode.ABORTED,
@@ -285,9 +281,9 @@ def _abort_hooks(turn: Turn, _: None) -> None:
             conversation_id=task.conversation_id,
             call_id=str(task.input["call_id"]),
             name=str(task.input["name"]),
-            arguments=dict(cp.arguments) if isinstance(cp, ExecuteCheckpoint) else {},
-            text=_partial(tx, task),
-            diagnostics=_aborted(tx, task),
+            arguments=dict(cp.arguments) if isinstance(cp, (ExecuteCheckpoint, ReconcileCheckpoint)) else {},
+            text=partial(tx, task),
+            diagnostics=aborted(tx, task),
             extensions=system.hooked(tx.extensions, conv.agent, "on_abort"),
         )
     )
@@ -298,10 +294,10 @@ def _abort_hooked(turn: Turn, ev: ToolAbortHooked) -> None:
     bounded by the shell), or the handler's own result when they kept it."""
     tx, task = turn.tx, turn.task
     if ev.text is None:
-        text, problems = _partial(tx, task), _aborted(tx, task)
+        text, problems = partial(tx, task), aborted(tx, task)
     else:
         text, problems = ev.text, diagnostics.ordered(ev.diagnostics, ev.truncated)
-    _settle(
+    settle(
         tx,
         task,
         text,
@@ -334,6 +330,15 @@ PHASES: Mapping[tuple[enum.StrEnum, enum.StrEnum], Row] = {
     (_P.EXECUTE, _I.ABORT): Row(handler=_abort, next=END),
     (_P.EXECUTE, _I.ABORT_HOOKS): Row(handler=_abort_hooks, next=_P.EXECUTE),
     (_P.EXECUTE, _I.ABORT_HOOKED): Row(handler=_abort_hooked, next=END),
+    (_P.EXECUTE, _I.RECONCILE): Row(handler=reconcile.reconcile, next=_P.RECONCILE),
+    (_P.RECONCILE, _I.RECONCILE): Row(handler=reconcile.reconcile_again, next=_P.RECONCILE),
+    (_P.RECONCILE, _I.INTERRUPTED): Row(handler=_interrupted, next=END),
+    (_P.RECONCILE, _I.RECONCILED_DONE): Row(handler=reconcile.done, next=END),
+    (_P.RECONCILE, _I.RECONCILED_NOT_DONE): Row(handler=reconcile.not_done, next=_P.EXECUTE),
+    (_P.RECONCILE, _I.RECONCILED_UNKNOWN): Row(handler=reconcile.unknown, next=END),
+    (_P.RECONCILE, _I.ABORT): Row(handler=_abort, next=END),
+    (_P.RECONCILE, _I.ABORT_HOOKS): Row(handler=_abort_hooks, next=_P.RECONCILE),
+    (_P.RECONCILE, _I.ABORT_HOOKED): Row(handler=_abort_hooked, next=END),
 }
 # Not in the table: the shell's verdicts at execute and the body's reports at
 # call (such events are stale: their invocation ended).
@@ -358,8 +363,10 @@ def on_reserve(tx: Tx, task: Task) -> None:
         fault(tx, task, f"Task {task.id} has unknown phase {task.phase!r}")
         return
     move = _I.RESERVE
-    if isinstance(cp, ExecuteCheckpoint):
-        move = _I.RERUN if replay_allows_rerun(tx, task, cp) else _I.INTERRUPTED
+    if isinstance(cp, ExecuteCheckpoint) and replay_allows_rerun(tx, task, cp):
+        move = _I.RERUN
+    elif isinstance(cp, (ExecuteCheckpoint, ReconcileCheckpoint)):
+        move = _I.RECONCILE if reconcile.can_reconcile(tx, task) else _I.INTERRUPTED
     MACHINE.run(tx, task, cp, move)
 
 
@@ -427,101 +434,13 @@ def on_tool_abort_hooked(tx: Tx, ev: ToolAbortHooked) -> None:
     _event(tx, ev.task_id, _I.ABORT_HOOKED, ev)
 
 
-# --- helpers -----------------------------------------------------------------
+#: The input of each verdict of ``reconcile``.
+_VERDICT_INPUT: Mapping[Verdict, ToolInput] = {
+    Verdict.DONE: _I.RECONCILED_DONE,
+    Verdict.NOT_DONE: _I.RECONCILED_NOT_DONE,
+    Verdict.UNKNOWN: _I.RECONCILED_UNKNOWN,
+}
 
 
-def _run(tx: Tx, task: Task, cp: ExecuteCheckpoint) -> None:
-    """``RunTool`` for a task whose ``execute`` intent is (being) stored."""
-    tx.act(
-        RunTool(
-            task_id=task.id,
-            conversation_id=task.conversation_id,
-            call_id=str(task.input["call_id"]),
-            name=str(task.input["name"]),
-            arguments=dict(cp.arguments),
-            cwd=tx.conv(task.conversation_id).agent.cwd,
-            extensions=tx.conv(task.conversation_id).agent.extensions,
-        )
-    )
-
-
-def _settle(
-    tx: Tx,
-    task: Task,
-    content: str,
-    problems: Sequence[Diagnostic],
-    *,
-    is_error: bool,
-    status: OutcomeStatus,
-    error: str | None = None,
-    code: str | None = None,
-    usage: Usage | None = None,
-    truncated: Mapping[str, Json] | None = None,
-    control: Mapping[str, Json] | None = None,
-) -> None:
-    """One commit: the result entry (the content and the rendered
-    diagnostics; its ``data``: the harness code, the shell's cut, the
-    diagnostics - diagnostics.py), the task terminal, the slot done with its
-    running output dropped (and the tool's usage, when it reported some,
-    added to ``pi.usage``). A completed result's ``control`` is kept in the
-    outcome, for the round's end (rounds.py)."""
-    entry = Entry(
-        id=EntryId(tx.alloc_id()),
-        conversation_id=task.conversation_id,
-        kind=EntryKind.TOOL_RESULT,
-        text=diagnostics.render(content, problems),
-        tool_call_id=str(task.input["call_id"]),
-        tool_name=str(task.input["name"]),
-        is_error=is_error,
-        by_task_id=task.id,
-        at=tx.now,
-        data=diagnostics.result_data(problems, code, truncated),
-    )
-    tx.put_entry(entry)
-    finish_task(
-        tx,
-        task,
-        Outcome(
-            status=status,
-            result={"entry_id": entry.id, "control": dict(control)} if control else {"entry_id": entry.id},
-            error={"message": error} if error is not None else None,
-        ),
-    )
-    _move_slot(tx, task, SlotMove.SETTLE, entry_id=entry.id, output=None, control=dict(control) if control else None)
-    if usage is not None:
-        name = str(task.input["name"])
-        doc = tx.conv(task.conversation_id).usage
-        total = doc.tools.get(name, UsageTotals()) + UsageTotals.one_call(usage)
-        tx.set_usage(task.conversation_id, attrs.evolve(doc, tools={**doc.tools, name: total}))
-
-
-def _move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = None, **changes: Json) -> None:
-    """Move the slot of ``task`` in the current round (lifecycle.py's slot
-    table); ``changes`` are further slot fields (``output``)."""
-    live = tx.conv(task.conversation_id).live
-    if live.tools is None:
-        return
-    tools = tuple(
-        slot_to(s, move, entry_id=entry_id if entry_id is not None else s.entry_id, **changes)
-        if s.task_id == task.id
-        else s
-        for s in live.tools
-    )
-    tx.set_live(task.conversation_id, live_to(live, LiveMove.SLOT, tools=tools))
-
-
-def _slot(tx: Tx, task: Task) -> ToolSlot | None:
-    """The slot of ``task`` in its conversation's current round, if any."""
-    return next((s for s in tx.conv(task.conversation_id).live.tools or () if s.task_id == task.id), None)
-
-
-def _partial(tx: Tx, task: Task) -> str:
-    """The content of an interrupted, aborted or raising call's result: the
-    durable partial output of its slot ("" without one)."""
-    slot = _slot(tx, task)
-    return (slot.output if slot is not None else None) or ""
-
-
-def _aborted(tx: Tx, task: Task) -> tuple[Diagnostic, ...]:
-    """The abort handler's diagnostics: "Tool X was aborted"."""
-    return (diagnostics.error(ResultCode.ABORTED, aborted_message(str(task.input["name"]))),)
+def on_tool_reconciled(tx: Tx, ev: ToolReconciled) -> None:
+    _event(tx, ev.task_id, _VERDICT_INPUT[ev.verdict], ev)

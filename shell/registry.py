@@ -10,6 +10,16 @@ Schema, via ``jsonschema``) and execution happen in the shell.
 writing, deploying, paying - an interrupted call becomes the error result
 "Tool X was interrupted and may have partially run" and is never repeated).
 
+``reconcile`` (unsafe tools only) lets a tool *find out* after an
+interruption instead of settling blind: ``async def reconcile(call, args) ->
+Reconciled`` gets the interrupted execution's context (same
+``idempotency_key``, env, cwd) and the stored arguments, and answers
+``Reconciled.done(result)`` (the effect happened: settle with this result),
+``Reconciled.not_done()`` (it provably did not: run ``execute`` again) or
+``Reconciled.unknown(note)`` (the interrupted result plus the note). It may
+run more than once (a crash while it runs asks again): it must only look,
+never act. See docs/recovery.md.
+
 ``output_limits`` bounds what of a tool's result reaches the transcript (and
 the store): 50 KiB / 2000 lines by default, ``retain`` ``head`` or ``tail``;
 the shell's tool interpreter cuts, adds the notice and spills the full output
@@ -139,6 +149,37 @@ Execute = Callable[[ToolCallContext, dict[str, Any]], Awaitable["ToolResult | st
 
 
 @attrs.frozen(kw_only=True)
+class Reconciled:
+    """What a tool's ``reconcile`` found: make one with :meth:`done`,
+    :meth:`not_done` or :meth:`unknown`."""
+
+    #: ``done`` | ``not_done`` | ``unknown`` (the entry's ``data["reconciled"]``).
+    verdict: str
+    #: ``done``: the result the call settles with (as if execute returned it).
+    result: ToolResult | str | None = None
+    #: ``unknown``: what the model is told next to "may have partially run".
+    note: str = ""
+
+    @classmethod
+    def done(cls, result: ToolResult | str) -> Reconciled:
+        """The effect happened; ``result`` is what execute would have returned."""
+        return cls(verdict="done", result=result)
+
+    @classmethod
+    def not_done(cls) -> Reconciled:
+        """The effect provably did not happen: run ``execute`` again."""
+        return cls(verdict="not_done")
+
+    @classmethod
+    def unknown(cls, note: str) -> Reconciled:
+        """It cannot tell; ``note`` says why (or what is known)."""
+        return cls(verdict="unknown", note=note)
+
+
+Reconcile = Callable[[ToolCallContext, dict[str, Any]], Awaitable[Reconciled]]
+
+
+@attrs.frozen(kw_only=True)
 class ToolDefinition:
     name: str
     description: str
@@ -148,9 +189,13 @@ class ToolDefinition:
     execution_mode: str = "parallel"
     #: How much of a result reaches the transcript (and what is kept).
     output_limits: OutputLimits = OutputLimits()
+    #: Asked after an interrupted execution (unsafe tools): see ``Reconciled``.
+    reconcile: Reconcile | None = None
 
     def info(self) -> ToolInfo:
-        return ToolInfo(name=self.name, replay=self.replay, execution_mode=self.execution_mode)
+        return ToolInfo(
+            name=self.name, replay=self.replay, execution_mode=self.execution_mode, reconcile=self.reconcile is not None
+        )
 
     def validate(self, arguments: Any) -> str | None:
         """None if ``arguments`` fit the schema, else a readable problem."""
@@ -201,11 +246,14 @@ def define_tool(
     replay: str = "unsafe",
     execution_mode: str = "parallel",
     output_limits: OutputLimits | tuple[Any, ...] | None = None,
+    reconcile: Reconcile | None = None,
 ) -> ToolDefinition:
     """Define a tool. ``parameters`` is a JSON Schema dict (or an attrs class
     whose fields become the schema). ``output_limits``: None (50 KiB, 2000
     lines, keep the head), an ``OutputLimits`` or ``(max_bytes, max_lines,
-    retain)``. Bad definitions fail here, loudly."""
+    retain)``. ``reconcile`` (unsafe tools only): ``async fn(call, args) ->
+    Reconciled``, asked after an interrupted execution (module docstring).
+    Bad definitions fail here, loudly."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"Tool name {name!r} must match {_NAME.pattern}")
     if replay not in ("safe", "unsafe"):
@@ -214,6 +262,10 @@ def define_tool(
         raise ValueError(f"Tool {name}: execution_mode must be 'parallel' or 'sequential'")
     if not callable(execute):
         raise TypeError(f"Tool {name}: execute must be an async function")
+    if reconcile is not None and not callable(reconcile):
+        raise TypeError(f"Tool {name}: reconcile must be an async function")
+    if reconcile is not None and replay != "unsafe":
+        raise ValueError(f"Tool {name}: reconcile is for unsafe tools (a safe tool simply runs again)")
     limits = _output_limits(output_limits, f"Tool {name}")
     if isinstance(parameters, type) and attrs.has(parameters):
         schema = _schema_from_attrs(parameters)
@@ -233,6 +285,7 @@ def define_tool(
         replay=replay,
         execution_mode=execution_mode,
         output_limits=limits,
+        reconcile=reconcile,
     )
 
 

@@ -11,6 +11,11 @@ the invariants in specs/ and the TLA+ model.
   gets no effect (model call, tool preparation, tool run) in that life.
 - ``UnsafeToolRunsAtMostOnce``: an unsafe tool body runs at most once for a
   tool task across all process lives.
+- ``ReconciledEffectHappensOnce``: an external effect a tool with
+  ``reconcile`` makes (a charge, a booking; counted by the fake services per
+  tool task across lives) happens at most once per call, and exactly once
+  for a call whose result is not an error and was settled by a ``done``
+  verdict, by a ``not_done`` re-execution, or without interruption.
 - ``OneResultPerCall``: every tool call in the transcript has exactly one
   tool result, after it.
 - ``NothingLiveAfterSettlement``: once all submissions settled, no task is
@@ -105,6 +110,8 @@ from pidurable.shell import journal
 from pidurable.shell.storage import codec
 
 INTERRUPTED_SUFFIX = "was interrupted and may have partially run\n</harness>"
+#: ... and the same result with a reconcile's ``unknown`` note after it.
+UNRECONCILED = "was interrupted and may have partially run\n[warn] Reconcile could not tell whether it ran: "
 
 
 def submissions_settle_once(storage: Any) -> None:
@@ -137,6 +144,24 @@ def unsafe_tool_runs_at_most_once(runs: Mapping[tuple[str, int], int], unsafe: I
     for (name, task_id), n in runs.items():
         if name in unsafe:
             assert n <= 1, f"UnsafeToolRunsAtMostOnce: unsafe tool {name} (task {task_id}) ran {n} times"
+
+
+def reconciled_effect_happens_once(entries: Sequence[Entry], effects: Mapping[tuple[str, int], int]) -> None:
+    """``effects``: (tool name, task id) -> times its external effect happened
+    (the tools whose effects are counted are the names in it)."""
+    for (name, task_id), n in effects.items():
+        assert n <= 1, f"ReconciledEffectHappensOnce: tool {name} (task {task_id}) made its effect {n} times"
+    counted = {name for name, _ in effects}
+    for e in entries:
+        if e.kind != EntryKind.TOOL_RESULT or e.tool_name not in counted or e.is_error:
+            continue
+        verdict = (e.data or {}).get("reconciled")
+        n = effects.get((str(e.tool_name), int(e.by_task_id or 0)), 0)
+        assert verdict in (None, "done", "not_done"), f"ReconciledEffectHappensOnce: result {e.id} says {verdict!r}"
+        assert n == 1, (
+            f"ReconciledEffectHappensOnce: {e.tool_name} (task {e.by_task_id}) settled {verdict or 'normally'} "
+            f"with its effect made {n} times"
+        )
 
 
 def one_result_per_call(entries: Sequence[Entry]) -> None:
@@ -214,7 +239,7 @@ def same_outcome_as_uninterrupted(
         if x == y:
             continue
         if x[0] == "tool_result" and y[0] == "tool_result" and x[1:3] == y[1:3]:
-            if x[2] in may and x[4] and x[3].endswith(INTERRUPTED_SUFFIX):
+            if x[2] in may and x[4] and (x[3].endswith(INTERRUPTED_SUFFIX) or UNRECONCILED in x[3]):
                 diverged = True
                 continue
             if diverged:

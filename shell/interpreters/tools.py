@@ -25,10 +25,19 @@ way (not spilled; ``ToolFailed.truncated``). Running output the body reports
 (``report_output``) is kept as a bounded tail and sent as ``ToolProgressed``,
 throttled: the first report after a quiet interval at once, later ones at
 most every ``partial_interval_ms`` (trailing edge), never after the result.
+
+``RunReconcile`` asks a tool's ``reconcile`` about an interrupted call, with
+the same ``ToolCallContext`` its execution had (same ``idempotency_key``, env,
+cwd; no process recording, running output or document updates: it only
+looks) and reports ``ToolReconciled``: a ``done`` result is checked and
+bounded exactly as ``execute``'s; a reconcile that raises, returns something
+that is not a ``Reconciled``, or is no longer installed is ``unknown`` with
+the error as its note (a raising one logged on ``pidurable`` at WARNING).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +45,7 @@ import attrs
 import trio
 
 from pidurable.core.diagnostics import unavailable_message
-from pidurable.core.effects import PrepareTool, Refused, RunAbortHooks, RunTool
+from pidurable.core.effects import PrepareTool, Refused, RunAbortHooks, RunReconcile, RunTool
 from pidurable.core.events import (
     PreparedCall,
     ToolAbortHooked,
@@ -48,19 +57,22 @@ from pidurable.core.events import (
     ToolRejected,
 )
 from pidurable.core.model import Json, ResultCode, TaskId, ToolCall
+from pidurable.core.reconcile_events import ToolReconciled, Verdict
 
 from ..arguments import Invalid, check
 from ..context_cache import ContextCache
 from ..documents import DocumentPort, Staging
-from ..edge import control_json, tool_result
+from ..edge import clean_text, control_json, tool_result
 from ..env import describe_process
 from ..limits import DEFAULT_SPILL_CAP_BYTES, OutputLimits, RunningOutput, Spill, bound
-from ..registry import Registry, ToolCallContext, ToolDefinition
+from ..registry import Reconciled, Registry, ToolCallContext, ToolDefinition
 from .hooks import Blocked, HookRunner
 from .ports import EntryReads, Requester
 
 if TYPE_CHECKING:
     from ..harness import Harness
+
+log = logging.getLogger("pidurable")
 
 
 @attrs.frozen
@@ -254,6 +266,53 @@ class ToolInterpreter:
                 usage=result.usage,
                 truncated=truncated,
                 control=control_json(result.control),
+                diagnostics=result.diagnostics,
+            )
+        )
+
+    async def reconcile(self, effect: RunReconcile) -> None:
+        """Ask the tool's ``reconcile``; answers ``ToolReconciled``."""
+        now = self.loop.clock
+        tool = self.registry.tool(effect.name)
+        if tool is None or tool.reconcile is None:
+            note = f"Tool {effect.name} no longer has a reconcile"
+            self.loop.send(ToolReconciled(now=now(), task_id=effect.task_id, verdict=Verdict.UNKNOWN, note=note))
+            return
+        ctx = ToolCallContext(
+            env=self.env,
+            task_id=effect.task_id,
+            conversation_id=effect.conversation_id,
+            call_id=effect.call_id,
+            harness=self.harness,
+            idempotency_key=f"{self.store_id}:tool:{effect.task_id}",
+            cwd=effect.cwd,
+        )
+        try:
+            found = await tool.reconcile(ctx, dict(effect.arguments))
+            if not isinstance(found, Reconciled) or found.verdict not in ("done", "not_done", "unknown"):
+                raise TypeError(f"reconcile returned {found!r}, not Reconciled.done/not_done/unknown")
+            result = tool_result(effect.name, found.result) if found.verdict == "done" else None
+        except Exception as e:  # a raising reconcile cannot tell: unknown, with the error as its note
+            note = str(e) or type(e).__name__
+            log.warning("reconcile of tool %s (task %s) raised: %s", effect.name, effect.task_id, note)
+            b = bound(note, tool.output_limits)
+            self.loop.send(ToolReconciled(now=now(), task_id=effect.task_id, verdict=Verdict.UNKNOWN, note=b.text))
+            return
+        if result is None:
+            b = bound(clean_text(str(found.note)), tool.output_limits)
+            verdict = Verdict.NOT_DONE if found.verdict == "not_done" else Verdict.UNKNOWN
+            self.loop.send(ToolReconciled(now=now(), task_id=effect.task_id, verdict=verdict, note=b.text))
+            return
+        text, truncated = await self._bound(effect.task_id, result.text, tool.output_limits)
+        self.loop.send(
+            ToolReconciled(
+                now=now(),
+                task_id=effect.task_id,
+                verdict=Verdict.DONE,
+                text=text,
+                is_error=result.is_error,
+                usage=result.usage,
+                truncated=truncated,
                 diagnostics=result.diagnostics,
             )
         )

@@ -40,7 +40,7 @@ from cattrs.strategies import configure_tagged_union
 from pidurable.core.effects import WRITE_TYPES, DocumentRevision, Effect, Write
 from pidurable.core.events import ModelResponded, TaskCommitRequested, ToolAbortHooked, ToolFailed, ToolFinished
 from pidurable.core.events import EVENT_TYPES, Event, Opened, RegistryChanged
-from pidurable.core.model import AgentConfig, Conversation, Entry, EntryKind, ExtensionInfo, Settings
+from pidurable.core.model import AgentConfig, Conversation, Entry, EntryKind, ExtensionInfo, Settings, ToolInfo
 from pidurable.core.state import ContextDoc, ConvState
 from pidurable.core.events import ModelStreamed
 from pidurable.core.state import ToolSlot
@@ -122,6 +122,12 @@ def _configure(converter: cattrs.Converter) -> None:
     # Compaction settings (issue 9) likewise: default ones keep the schema-1 bytes.
     converter.register_unstructure_hook(
         Settings, make_dict_unstructure_fn(Settings, converter, _cattrs_omit_if_default=converter.omit_if_default, compaction=override(omit_if_default=True))
+    )
+
+    # Whether a tool has a reconcile (issue 15) likewise: a catalog without
+    # one keeps its old bytes.
+    converter.register_unstructure_hook(
+        ToolInfo, make_dict_unstructure_fn(ToolInfo, converter, _cattrs_omit_if_default=converter.omit_if_default, reconcile=override(omit_if_default=True))
     )
 
     # Which core-asked hooks an extension has (issue 9) likewise.

@@ -57,6 +57,9 @@ class World:
     and flags a host script and tools use to meet (polled, across lives)."""
 
     runs: Counter[tuple[str, int]] = attrs.field(factory=Counter)
+    #: External effects (a charge, a booking) by (tool, task id): what the
+    #: fake services of tests/crash/reconciling.py did, across lives.
+    effects: Counter[tuple[str, int]] = attrs.field(factory=Counter)
     files: dict[str, str] = attrs.field(factory=dict)
     flags: dict[str, Any] = attrs.field(factory=dict)
 
@@ -98,6 +101,13 @@ class Scenario:
     baseline_check: Callable[[Any], None] | None = None
     #: Assertions every run must meet, crashed or not.
     final_check: Callable[[Any], None] | None = None
+    #: Also crash the recovering life before each of ITS effects (for the
+    #: crash positions whose recovery asks a ``reconcile``): a crash during
+    #: reconcile, then a third life.
+    sweep_recovery: bool = False
+    #: ``data["reconciled"]`` verdicts the sweep must have produced (each at
+    #: least once over all crash positions).
+    verdicts: tuple[str, ...] = ()
 
 
 @attrs.define
@@ -217,6 +227,7 @@ def check_all(storage: Any, scenario: Scenario, world: World, lives: Sequence[Li
     invariants.context_pairs_calls_with_results(storage)
     invariants.stored_text_is_valid_utf8(storage)
     invariants.bounded_tool_output(storage)
+    invariants.reconciled_effect_happens_once(entries, world.effects)
     if scenario.final_check is not None:
         scenario.final_check(storage)
     if expected is not None and scenario.same_outcome:

@@ -1203,3 +1203,10 @@ FORK_OF_FORK = Scenario(
 )
 
 ALL = ALL + (FORK_MID_RUN, FORK_OF_FORK)
+
+
+# --- issue 15: unsafe tools that can find out (reconcile) ------------------------
+
+from reconciling import SCENARIOS as RECONCILE  # noqa: E402
+
+ALL = ALL + RECONCILE

@@ -3,6 +3,8 @@ check every invariant of tests/invariants.py."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,9 @@ import pytest
 
 from pidurable.shell import MemoryStorage, open_jsonl_storage, open_sqlite_storage
 
-from harness import CRASH_REPORT, Scenario, World, check_all, run_life
+from pidurable.core.effects import RunReconcile
+
+from harness import CRASH_REPORT, Life, Scenario, World, check_all, run_life
 from scenarios import ALL
 
 
@@ -20,9 +24,40 @@ def _world(s: Scenario) -> World:
     return w
 
 
+#: The PostgreSQL server of the ``postgres`` backend (set by ``_postgres``).
+_PG: dict[str, str] = {}
+
+#: The scenarios the ``postgres`` backend runs by default: one of each kind
+#: of storage traffic (unsafe tools, abort, steer, sub-agent conversations,
+#: custom tasks, deferred calls, streaming, compaction, host documents,
+#: forks). Every commit is a round trip, so all scenarios take several
+#: minutes; ``PIDURABLE_PG_CRASH=all`` runs them all.
+PG_SCENARIOS = frozenset(
+    {"unsafe", "abort_tool", "steer", "subagent", "custom_task", "deferred", "streaming",
+     "threshold_background", "document_tool", "fork_of_fork"}
+)
+
+
+@pytest.fixture(autouse=True)
+def _postgres(request: pytest.FixtureRequest) -> None:
+    """Start (once per session) the throwaway PostgreSQL, for the
+    ``postgres`` backend only (tests/pg_server.py)."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is None or callspec.params.get("backend") != "postgres":
+        return
+    if os.environ.get("PIDURABLE_PG_CRASH") != "all" and callspec.params["scenario"].name not in PG_SCENARIOS:
+        pytest.skip("postgres runs PG_SCENARIOS by default; PIDURABLE_PG_CRASH=all runs every scenario")
+    _PG["dsn"] = request.getfixturevalue("postgres_server").dsn
+
+
 def _storage(backend: str, tmp_path: Path, n: int) -> Any:
     if backend == "memory":
         return MemoryStorage()
+    if backend == "postgres":  # a store per schema; tmp_path is unique per test
+        from pidurable.shell import open_postgres_storage
+
+        tag = hashlib.blake2b(str(tmp_path).encode(), digest_size=6).hexdigest()
+        return open_postgres_storage(_PG["dsn"], schema=f"k{tag}_{n}")
     if backend == "jsonl":
         return open_jsonl_storage(tmp_path / f"store-{n}")
     return open_sqlite_storage(tmp_path / f"store-{n}.sqlite")
@@ -33,10 +68,14 @@ def _reopen(storage: Any, backend: str) -> Any:
         return storage
     if backend == "jsonl":
         return open_jsonl_storage(storage.path)
+    if backend == "postgres":
+        from pidurable.shell import open_postgres_storage
+
+        return open_postgres_storage(storage.dsn, schema=storage.schema)
     return open_sqlite_storage(storage.path)
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite", "jsonl"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "jsonl", "postgres"])
 @pytest.mark.parametrize("scenario", ALL, ids=lambda s: s.name)
 def test_kill_at_every_effect_boundary(scenario: Scenario, backend: str, tmp_path: Path) -> None:
     """For every k, a crash before effect k followed by a reopen ends in the
@@ -56,21 +95,49 @@ def test_kill_at_every_effect_boundary(scenario: Scenario, backend: str, tmp_pat
         storage.close()
 
     crashed = 0
+    verdicts: set[str] = set()
+    n = 0
     for k in range(n_effects + 1):
-        storage = _storage(backend, tmp_path, k + 1)
-        world = _world(scenario)
-        first = run_life(storage, scenario, world, crash_at=k, seed=k)
-        lives = [first]
-        if first.crashed:
-            crashed += 1
-            lives.append(run_life(_reopen(storage, backend), scenario, world, crash_at=None, seed=k))
-        check = _reopen(storage, backend)
-        try:
-            check_all(check, scenario, world, lives, expected)
-        except AssertionError as e:
-            raise AssertionError(f"scenario {scenario.name}, crash before effect {k}: {e}") from None
-        finally:
-            if backend != "memory":
-                check.close()
+        n += 1
+        lives, world, check = _lives(scenario, backend, tmp_path, n, (k,))
+        crashed += lives[0].crashed
+        _check(check, scenario, world, lives, expected, backend, verdicts, f"crash before effect {k}")
+        if not (scenario.sweep_recovery and len(lives) > 1 and any(isinstance(e, RunReconcile) for e in lives[1].effects)):
+            continue
+        # the recovery asked reconcile: crash it too, before each of its effects
+        for j in range(len(lives[1].effects) + 1):
+            n += 1
+            again, world, check = _lives(scenario, backend, tmp_path, n, (k, j))
+            crashed += again[0].crashed and len(again) > 2
+            where = f"crash before effect {k}, then before effect {j} of the recovery"
+            _check(check, scenario, world, again, expected, backend, verdicts, where)
     assert crashed >= n_effects - 2, f"only {crashed} of {n_effects} boundaries crashed"
+    missing = set(scenario.verdicts) - verdicts
+    assert not missing, f"scenario {scenario.name}: no crash position led to reconcile verdicts {sorted(missing)}"
     CRASH_REPORT[(scenario.name, backend)] = (n_effects, crashed)
+
+
+def _lives(scenario: Scenario, backend: str, tmp_path: Path, n: int, crashes: tuple[int, ...]) -> tuple[list[Life], World, Any]:
+    """Lives on a fresh store: the i-th crashing before effect ``crashes[i]``
+    (while the previous one crashed), then one to the end."""
+    storage = _storage(backend, tmp_path, n)
+    world = _world(scenario)
+    lives = [run_life(storage, scenario, world, crash_at=crashes[0], seed=crashes[0])]
+    for crash_at in (*crashes[1:], None):
+        if not lives[-1].crashed:
+            break
+        lives.append(run_life(_reopen(storage, backend), scenario, world, crash_at=crash_at, seed=crashes[0]))
+    return lives, world, _reopen(storage, backend)
+
+
+def _check(
+    check: Any, scenario: Scenario, world: World, lives: list[Life], expected: Any, backend: str, verdicts: set[str], where: str
+) -> None:
+    try:
+        check_all(check, scenario, world, lives, expected)
+        verdicts.update(str((e.data or {}).get("reconciled")) for e in check.entries(1) if (e.data or {}).get("reconciled"))
+    except AssertionError as e:
+        raise AssertionError(f"scenario {scenario.name}, {where}: {e}") from None
+    finally:
+        if backend != "memory":
+            check.close()
