@@ -13,11 +13,7 @@ guarantees, per effect kind:
   commit, exactly as stepped (enriched, cleaned), so the journal replays.
   Batching keeps the order: every act of the batch starts after every commit
   of the batch; an event that reads storage (``enrich.py``) first flushes the
-  batch so far, so its read sees every earlier decision. A store whose
-  commit is a network round trip (``OffThreadCommits``: PostgreSQL) is
-  awaited in a worker thread: other tasks run meanwhile (they only queue
-  events), and a second activation of the reducer (``handle(Opened)`` racing
-  ``run``) waits for the first to finish. Inline stores add no checkpoint.
+  batch so far, so its read sees every earlier decision.
 - ``Respond``: answers the host call holding its ticket. It is an act, so it
   never runs before the commit it answers is durable.
 - ``CallModel``, ``PollModel``, ``PrepareTool`` with hooks, ``RunTool``,
@@ -97,7 +93,7 @@ from .interpreters import Interpreters
 from .interpreters.ports import MakeEvent
 from .interpreters.tasks import sleep
 from .observe import Observer
-from .storage.base import OffThreadCommits, Storage
+from .storage.base import Storage
 from .waits import Waits
 from .watch import Watches
 
@@ -124,10 +120,6 @@ class Loop:
         self, *, storage: Storage, store_id: str, hooks: Hooks | None = None, clock: Callable[[], int] | None = None
     ) -> None:
         self.storage = storage
-        #: commit_many_async of a store that commits off the Trio thread
-        self._offload = storage.commit_many_async if isinstance(storage, OffThreadCommits) else None
-        #: set while a batch is handled, when its commits may suspend the reducer
-        self._handling: trio.Event | None = None
         self.store_id = store_id
         self.hooks = hooks or Hooks()
         self.clock: Callable[[], int] = clock or trio_anchored_clock()
@@ -200,30 +192,16 @@ class Loop:
                     batch.append(self._recv.receive_nowait())
                 except trio.WouldBlock:
                     break
-            await self.handle_batch(batch)
+            self.handle_batch(batch)
 
-    async def handle(self, event: Event) -> None:
+    def handle(self, event: Event) -> None:
         """Step one event and run its effects (``Harness.open`` steps ``Opened`` so)."""
-        await self.handle_batch([event])
+        self.handle_batch([event])
 
-    async def handle_batch(self, events: list[Event]) -> None:
-        """Step ``events`` and run their effects. It suspends only to await a
-        commit off the Trio thread; then a second call waits its turn."""
-        while self._handling is not None:
-            await self._handling.wait()
-        if self._offload is not None:
-            self._handling = trio.Event()
-        try:
-            await self._handle_batch(events)
-        finally:
-            handling, self._handling = self._handling, None
-            if handling is not None:
-                handling.set()
-
-    async def _handle_batch(self, events: list[Event]) -> None:
+    def handle_batch(self, events: list[Event]) -> None:
         for event in events:
             if needs_lookup(event):
-                await self._flush()  # the read must see every earlier decision
+                self._flush()  # the read must see every earlier decision
                 event = enrich(event, self.state, self.storage)
             if self.documents.waiting(event):
                 # staged update functions run on the value the core holds now
@@ -244,29 +222,25 @@ class Loop:
                     self._journal = []
                 else:
                     self._acts.append(effect)
-        await self._flush()
+        self._flush()
 
-    async def _flush(self) -> None:
+    def _flush(self) -> None:
         commits, acts = self._commits, self._acts
         self._commits, self._acts = [], []
         if self.PERSIST_BEFORE_ACTING:
-            await self._persist(commits)
+            self._persist(commits)
             self._act_all(acts)
         else:  # the known-bad variant: never in production
             self._act_all(acts)
-            await self._persist(commits)
+            self._persist(commits)
 
-    async def _persist(self, commits: list[tuple[Commit, list[Event], State]]) -> None:
+    def _persist(self, commits: list[tuple[Commit, list[Event], State]]) -> None:
         if not commits:
             return
         for effect, _, _ in commits:
             self._before(effect)
-        batch = [(c.seq, c.writes, evs) for c, evs, _ in commits]
         try:
-            if self._offload is not None:
-                await self._offload(batch)  # not cancellable: the outcome is always known
-            else:
-                self.storage.commit_many(batch)
+            self.storage.commit_many([(c.seq, c.writes, evs) for c, evs, _ in commits])
         except BaseException:
             # State is now ahead of the store: no watcher may build a view from it
             self.watches.close()
