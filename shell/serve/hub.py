@@ -30,6 +30,7 @@ tree (re-sent only when it changed).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -39,9 +40,12 @@ import trio
 from pidurable.core.model import ConversationId
 
 from ..conversation import Conversation
+from ..errors import HarnessClosed
 from ..harness import Harness
 from ..watch import ConversationView, TaskGraphView
 from .wire import dumps, entry_text, task_row, tree_tasks, view_head
+
+log = logging.getLogger("pidurable.serve")
 
 #: A comment line is sent after this long without a frame (proxies and
 #: clients see the connection alive; a gone client is noticed).
@@ -125,6 +129,10 @@ class Hub:
                         async for view in views:
                             self.publish_view(view)
                     nursery.cancel_scope.cancel()  # the harness closed
+        except* HarnessClosed:
+            pass  # closed before the watch opened: the clients' streams end
+        except* Exception as group:  # noqa: BLE001 - one conversation's stream fails, not the server
+            log.error("the event stream of conversation %s failed", self.conv.id, exc_info=group)
         finally:
             self.closed = True
             self._wake()

@@ -179,3 +179,28 @@ async def test_a_slow_client_skips_ahead_and_memory_stays_flat() -> None:
         assert slow[-1]["seq"] >= stop["seq"] and slow[-1]["idle"]
         seqs = [v["seq"] for v in slow]
         assert seqs == sorted(set(seqs))
+
+
+async def test_streams_end_when_the_harness_closes() -> None:
+    """A follower's stream ends when the harness closes, and one that starts
+    after the close ends at once (the server keeps serving)."""
+    from pidurable.shell import Harness, MemoryStorage, Registry
+    from pidurable.shell.serve.hub import Hubs
+
+    async with trio.open_nursery() as nursery:
+        async with Harness.open(MemoryStorage(), models=None, registry=Registry()) as harness:
+            conv = await harness.root()
+            hubs = Hubs(harness)
+            await nursery.start(hubs.run)
+            following = hubs.follow(conv)  # stays open across the close
+            hub = await following.__aenter__()
+            frames = hub.frames()
+            assert (await frames.__anext__()).startswith(b"retry:")
+            assert (await frames.__anext__()).startswith(b"event: view")
+        with trio.fail_after(5):
+            assert [f async for f in frames] == []  # ended by the close, not by leaving
+            assert hub.closed
+            await following.__aexit__(None, None, None)
+            async with hubs.follow(conv) as late:
+                assert [f async for f in late.frames()] == [b"retry: 2000\n\n"]
+        nursery.cancel_scope.cancel()
