@@ -59,7 +59,7 @@ def describe_task(t: Task) -> str:
         parts[-1] += f" ({detail})"
     if t.phase is not None:
         parts.append(f"phase={t.phase}")
-    if t.kind == "pi.tool" and t.phase == "execute" and "replay" in t.checkpoint:
+    if t.kind == "pi.tool" and t.phase in ("execute", "reconcile") and "replay" in t.checkpoint:
         parts.append(f"replay={t.checkpoint['replay']}")
     if t.on:
         parts.append("on=[" + ", ".join(f"#{i}" for i in t.on) + "]")

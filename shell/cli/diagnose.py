@@ -196,6 +196,8 @@ class Diagnosis:
             if t.outcome is None
             else {"status": t.outcome.status.value, "error": _error_message(t)},
         }
+        if t.kind == "pi.tool" and t.outcome is not None:
+            out["reconciled"] = self._reconciled(t)
         if t.live:
             out.update(self._why(t, live))
         return out
@@ -247,6 +249,14 @@ class Diagnosis:
                 "result": self._result_text(c),
             }
         return None
+
+    def _reconciled(self, t: Task) -> str | None:
+        """How a settled tool call's ``reconcile`` decided it (its result
+        entry's ``data["reconciled"]``: done / not_done / unknown), if it did."""
+        entry_id = (t.outcome.result or {}).get("entry_id") if t.outcome is not None else None
+        entry = self.store.entry(entry_id) if isinstance(entry_id, int) else None
+        verdict = (entry.data or {}).get("reconciled") if entry is not None else None
+        return str(verdict) if verdict is not None else None
 
     def _result_text(self, t: Task) -> str | None:
         """The text of the error result entry a failed tool left (what the

@@ -141,9 +141,11 @@ def usage_text(usage: dict[str, Any]) -> str:
 
 
 def why_lines(task: dict[str, Any]) -> list[str]:
-    """Why a live task is where it is, as lines under its tree line."""
+    """Why a live task is where it is, as lines under its tree line (for a
+    tool call settled by its ``reconcile``: the verdict)."""
     if task["status"] == "terminal":
-        return []
+        verdict = task.get("reconciled")
+        return [f"settled by reconcile: {verdict}"] if verdict else []
     out: list[str] = []
     state = task.get("state")
     if task.get("blocked"):

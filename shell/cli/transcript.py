@@ -119,7 +119,9 @@ def entry_lines(e: Entry, cid: int, *, full: bool) -> list[str]:
             body.append(f"{BODY}-> {call.name}({_args(call.arguments, full)})  [{call.id}]")
         return [head + where, *body]
     if kind == EntryKind.TOOL_RESULT:
-        head = f"#{e.id} tool {e.tool_name or '?'} [{'error' if e.is_error else 'ok'}] for {e.tool_call_id}"
+        verdict = (e.data or {}).get("reconciled")  # how reconcile settled it (issue 15)
+        mark = ("error" if e.is_error else "ok") + (f", reconciled: {verdict}" if verdict else "")
+        head = f"#{e.id} tool {e.tool_name or '?'} [{mark}] for {e.tool_call_id}"
         return [head + where, *_cut(e.text, full)]
     if kind == EntryKind.SYSTEM:
         return [f"#{e.id} system: {_system_summary(e.data)}" + where, *_system_body(e.data, full)]

@@ -50,3 +50,16 @@ def test_act_before_commit_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Loop, "PERSIST_BEFORE_ACTING", False)
     with pytest.raises(AssertionError, match="UnsafeToolRunsAtMostOnce|SameOutcome|OneResultPerCall|IntentBeforeRequest|IntentBeforeEffect"):
         _sweep(CONFIG_FIX)
+
+
+def test_ignoring_a_done_verdict_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A core that treats reconcile's ``done`` as ``not_done`` (runs the body
+    again although the card was charged) breaks ReconciledEffectHappensOnce."""
+    from pidurable.core import reconcile as core_reconcile
+    from reconciling import RECONCILE_PAY
+
+    row = core_tools.PHASES[(core_tools.ToolPhase.RECONCILE, core_tools.ToolInput.RECONCILED_DONE)]
+    broken = type(row)(handler=core_reconcile.not_done, next=core_tools.ToolPhase.EXECUTE)
+    monkeypatch.setitem(core_tools.PHASES, (core_tools.ToolPhase.RECONCILE, core_tools.ToolInput.RECONCILED_DONE), broken)  # type: ignore[call-overload]
+    with pytest.raises(AssertionError, match="ReconciledEffectHappensOnce"):
+        _sweep(RECONCILE_PAY)

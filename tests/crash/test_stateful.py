@@ -70,8 +70,11 @@ from pidurable.shell.storage.base import StoreFenced
 
 import invariants
 from harness import Life, Recorder, Scenario, SimulatedCrash, World, _seed_trio, check_all, until
+from reconciling import notify_tool, pay_tool, ship_tool
 
-UNSAFE = ("launch",)
+#: Unsafe tools whose body never runs twice (``pay`` runs again after a
+#: ``not_done`` verdict: ReconciledEffectHappensOnce covers it).
+UNSAFE = ("launch", "notify", "ship")
 SETTINGS = Settings(retry=RetryPolicy(base_delay_ms=1), partial_interval_ms=1)
 QUEUE_MODES = ("one_at_a_time", "all")
 #: A life that has not finished after this much virtual time is a liveness bug.
@@ -99,13 +102,15 @@ STATS: Counter[str] = Counter()
 
 
 def _pool_call(rng: random.Random) -> Any:
-    kind = rng.choice(("safe", "safe", "unsafe", "unsafe", "raises", "unknown", "invalid", "poison"))
+    kind = rng.choice(("safe", "safe", "unsafe", "reconciled", "raises", "unknown", "invalid", "poison"))
     if kind == "safe":
         return tool_call("tally", n=rng.randint(1, 9))
     if kind == "poison":  # a value the edge must refuse (the reply settles model_error)
         return tool_call("tally", n=rng.choice((math.nan, math.inf, -math.inf)))
     if kind == "unsafe":
         return tool_call("launch", target=rng.choice(("api", "web")))
+    if kind == "reconciled":  # issue 15: reconcile answers done / not_done (pay), unknown (notify), raises (ship)
+        return rng.choice((tool_call("pay", amount=rng.randint(1, 99)), tool_call("pay", amount=5), tool_call("notify"), tool_call("ship")))
     if kind == "raises":
         return tool_call("boom")
     if kind == "unknown":
@@ -202,6 +207,9 @@ def _tools(world: World) -> list[Any]:
             replay="unsafe",
         ),
         define_tool("boom", "always raises", obj, boom, replay="safe"),
+        pay_tool(world, pause=0.003),
+        notify_tool(world),
+        ship_tool(world),
     ]
 
 
@@ -486,6 +494,8 @@ class RecoveryMachine(RuleBasedStateMachine):
             _settled_at_most_once(storage)
             if not life.crashed and storage.conversation(1) is not None:
                 invariants.one_result_per_call(storage.entries(1))  # idle: every call answered
+            if storage.conversation(1) is not None:
+                invariants.reconciled_effect_happens_once(storage.entries(1), self.world.effects)
             invariants.queued_input_placed_at_most_once(storage)
             invariants.withdrawn_input_never_placed(storage)
             invariants.one_child_per_owner(storage)

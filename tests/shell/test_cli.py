@@ -39,15 +39,15 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess
 
 
 @pytest.mark.slow
-def test_demo_is_killed_twice_and_resumes(demo_run: tuple[Path, subprocess.CompletedProcess[str], float]) -> None:
+def test_demo_is_killed_three_times_and_resumes(demo_run: tuple[Path, subprocess.CompletedProcess[str], float]) -> None:
     cwd, proc, elapsed = demo_run
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     assert "Traceback" not in out + proc.stderr
     assert elapsed < 30, f"the demo took {elapsed:.1f} s"
-    # two real processes died by SIGKILL, and two fresh ones resumed
-    assert len(re.findall(r"killed by signal 9 \(SIGKILL\)", out)) == 2
-    assert len(re.findall(r"reopens the store and resumes", out)) == 2
+    # three real processes died by SIGKILL, and three fresh ones resumed
+    assert len(re.findall(r"killed by signal 9 \(SIGKILL\)", out)) == 3
+    assert len(re.findall(r"reopens the store and resumes", out)) == 3
     # part 1: at the crash the edit had no stored result; recovery reported it interrupted
     assert re.search(r"edit\(path=config/dev\.json, old=8080, new=8081\) -> NO result stored \(task #\d+ running, phase execute\)", out)
     assert re.search(r"edit: reported interrupted, NOT run again \(stored replay=unsafe", out)
@@ -62,11 +62,19 @@ def test_demo_is_killed_twice_and_resumes(demo_run: tuple[Path, subprocess.Compl
     assert re.search(r"trains: re-run in the new process \(stored replay=safe, installed tool replay=safe\)", out)
     assert "Vienna weekend itinerary:" in out
     assert "Railjet RJ 61" in out
-    # both submissions end done; body-run counts across processes
-    assert len(re.findall(r"submission #\d+: done", out)) == 2
+    # part 3 (issue 15): the booking was made, the process died before its
+    # result was committed; reconcile found it: the model gets the real
+    # booking, not "may have partially run", and the seat is booked once
+    assert re.search(r"book_train\(train=RJ 61, date=Saturday\) -> NO result stored \(task #\d+ running, phase execute\)", out)
+    assert "book_train: settled by its reconcile, NOT run again" in out
+    assert re.search(r'result the model sees: "Booked RJ 61 on Saturday: coach 27, seat 45, booking reference PNR-\d+"', out)
+    assert "Done - your seat is booked." in out
+    assert "may have partially run" not in out.split("== Part 3")[1]
+    # every submission ends done; body-run counts across processes
+    assert len(re.findall(r"submission #\d+: done", out)) == 3
     counts = dict(re.findall(r"^  (\w+)\s+(\d+)  \(life", out, flags=re.M))
-    assert counts == {"read": "2", "edit": "1", "weather": "1", "museums": "1", "trains": "2"}
-    assert "Both submissions are done" in out
+    assert counts == {"read": "2", "edit": "1", "weather": "1", "museums": "1", "trains": "2", "book_train": "1"}
+    assert "All 3 submissions are done" in out
 
 
 @pytest.mark.slow
@@ -100,6 +108,11 @@ def test_inspect_after_demo(demo_run: tuple[Path, subprocess.CompletedProcess[st
     assert res.returncode == 0, res.stderr
     assert re.search(r"pi\.tool edit  terminal \(failed: Tool edit was interrupted", res.stdout)
     assert re.search(r"└─ #\d+  pi\.tool trains  terminal \(completed\)", res.stdout)
+    # the booking settled by its reconcile (issue 15)
+    assert re.search(r"pi\.tool book_train  terminal \(completed\)[^\n]*\n\s+settled by reconcile: done", res.stdout)
+    res = run_cli("transcript", "--db", "tmp/x.sqlite", cwd=cwd)
+    assert res.returncode == 0, res.stderr
+    assert re.search(r"#\d+ tool book_train \[ok, reconciled: done\] for ", res.stdout)
 
 
 @pytest.mark.slow

@@ -286,7 +286,7 @@ def test_replay_check_on_a_locked_store_works_read_only(store: Path, tmp_path: P
 
 @pytest.mark.slow
 def test_the_demos_stores_replay_exactly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """issue 11: `pidurable replay --check` reproduces the demo's store (both parts, each killed with SIGKILL and resumed) exactly."""
+    """issue 11: `pidurable replay --check` reproduces the demo's store (its three parts, each killed with SIGKILL and resumed) exactly."""
     db = tmp_path / "demo.sqlite"
     assert main(["demo", "--db", str(db)]) == 0
     assert f"pidurable replay --check --db {db}" in capsys.readouterr().out  # the demo says how
@@ -294,7 +294,7 @@ def test_the_demos_stores_replay_exactly(tmp_path: Path, capsys: pytest.CaptureF
     out = capsys.readouterr().out
     rows = journal_of(db)
     assert f"replay --check: {len(rows)} commits" in out
-    assert "4 process lives" in out  # two parts, each a killed life and a resumed one
+    assert "6 process lives" in out  # three parts, each a killed life and a resumed one
     assert check(rows).ok and not [d for d in check(rows).divergences if d.kind is Kind.WRITES]
 
 

@@ -1,6 +1,6 @@
 """``pidurable demo``: durable runs that survive a real SIGKILL.
 
-Two parts run one after the other in the root conversation of one embedded
+Three parts run one after the other in the root conversation of one embedded
 SQLite store, each in real child processes with a scripted model (no
 network); ``scenarios.toml`` says what they are:
 
@@ -16,6 +16,13 @@ network); ``scenarios.toml`` says what they are:
    next process keeps the two stored results, re-runs only ``trains``
    (stored replay ``safe`` and installed tool ``safe``), and the model writes the
    itinerary.
+3. *Booking the train*: ``book_train`` is replay-unsafe and has a
+   ``reconcile``. The first child books the seat at the booking service (a
+   JSON file keyed by the call's idempotency key) and kills itself before the
+   result is committed. The next process asks the tool's reconcile, which
+   finds the booking under the same idempotency key: the call settles with the
+   real booking (``data.reconciled = "done"``), not "may have partially run",
+   and the seat is booked once.
 
 The demo is an application of the library: :mod:`.child` is one process life,
 :mod:`.parent` spawns and kills the children, :mod:`.report` reads the store
@@ -103,8 +110,8 @@ def run_demo(db: str | None = None, keep: bool = False) -> int:
             counts.setdefault(name, []).append(life)
         for name, lives in counts.items():
             per = ", ".join(f"life {lf}" for lf in lives)
-            print(f"  {name:8} {len(lives)}  ({per})")
-        print(f"\nBoth submissions are done ({time.monotonic() - started:.1f} s).")
+            print(f"  {name:10} {len(lives)}  ({per})")
+        print(f"\nAll {len(SCENARIOS.parts)} submissions are done ({time.monotonic() - started:.1f} s).")
         if db is not None or keep:
             print(f"  Look at the store: pidurable inspect --db {store} --all")
             print(f"  Read the conversation: pidurable transcript --db {store}")

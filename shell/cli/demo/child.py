@@ -30,11 +30,21 @@ from pidurable.core.model import AgentConfig, ModelRef, Submission, SubmissionSt
 from ...env import LocalEnv
 from ...harness import Harness, Input
 from ...providers.scripted import ScriptedModels
-from ...registry import Execute, Extension, Registry, ToolCallContext, ToolResult, define_extension, define_tool
+from ...registry import (
+    Execute,
+    Extension,
+    Reconciled,
+    Registry,
+    ToolCallContext,
+    ToolDefinition,
+    ToolResult,
+    define_extension,
+    define_tool,
+)
 from ...storage.sqlite import open_sqlite_storage
 from ...tools.coding import coding_tools
 from .model import demo_model
-from .scenarios import SCENARIOS, Query
+from .scenarios import SCENARIOS, Booking, Query
 
 def record_run(work: Path, life: int, name: str, call_id: str) -> None:
     """Append one body run to the runs file before the body does anything."""
@@ -52,10 +62,36 @@ def _kill_self() -> None:
     time.sleep(60)  # pragma: no cover - SIGKILL is not delivered late
 
 
+def booking_tool(work: Path, booking: Booking, recorded: Any) -> ToolDefinition:
+    """``book_train``: books at the booking service (a JSON file in ``work``,
+    keyed by the call's idempotency key); its ``reconcile`` looks the key up
+    there: a stored booking is ``done`` with its confirmation, none is
+    ``not_done`` (book now)."""
+    service = work / booking.service_file
+
+    def bookings() -> dict[str, str]:
+        return dict(json.loads(service.read_text())) if service.exists() else {}
+
+    async def book(ctx: ToolCallContext, args: dict[str, Any]) -> str:
+        reference = "PNR-" + ctx.idempotency_key.rsplit(":", 1)[1].rjust(6, "0")
+        confirmation = booking.confirmation.format(reference=reference, **args)
+        service.write_text(json.dumps({**bookings(), ctx.idempotency_key: confirmation}))
+        return confirmation
+
+    async def look_up(ctx: ToolCallContext, args: dict[str, Any]) -> Reconciled:
+        found = bookings().get(ctx.idempotency_key)
+        return Reconciled.done(found) if found is not None else Reconciled.not_done()
+
+    execute = recorded(booking.name, book)
+    return define_tool(
+        booking.name, booking.description, dict(booking.parameters), execute, replay="unsafe", reconcile=look_up
+    )
+
+
 def demo_tools(work: Path, life: int) -> Extension:
     """The demo's tools for process life ``life`` (1 = the life that dies):
-    the coding tools ``read`` and ``edit`` (real files in ``work``) and the
-    queries of scenarios.toml."""
+    the coding tools ``read`` and ``edit`` (real files in ``work``), the
+    queries of scenarios.toml and its booking tool."""
     coding = {t.name: t for t in coding_tools().tools}
     killers = {p.self_kill_after for p in SCENARIOS.parts if p.self_kill_after} if life == 1 else set()
 
@@ -84,6 +120,7 @@ def demo_tools(work: Path, life: int) -> Extension:
                 define_tool(q.name, q.description, dict(q.parameters), recorded(q.name, query(q)), replay="safe")
                 for q in SCENARIOS.queries
             ),
+            booking_tool(work, SCENARIOS.booking, recorded),
         ],
     )
 

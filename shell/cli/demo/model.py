@@ -74,9 +74,20 @@ def itinerary(part: Part, results: Sequence[Message]) -> str:
     )
 
 
+def booking_answer(part: Part, results: Sequence[Message]) -> str:
+    """Part 3: what the booking call came back with."""
+    booked = next((m for m in results if m.tool_name == "book_train"), None)
+    if booked is None:
+        return "I did not get an answer from the booking service."
+    if booked.is_error:
+        return "The booking may or may not have gone through; please check your bookings before I try again."
+    return f"Done - your seat is booked. {booked.text}."
+
+
 #: ``final_answer`` in scenarios.toml names one of these.
 FINAL_ANSWERS: dict[str, Callable[[Part, Sequence[Message]], str]] = {
     "config": config_answer,
     "itinerary": itinerary,
+    "booking": booking_answer,
 }
 assert {p.final_answer for p in SCENARIOS.parts} <= set(FINAL_ANSWERS)

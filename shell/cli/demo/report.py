@@ -130,6 +130,7 @@ class Recovery:
     kept: tuple[str, ...]
     rerun: tuple[str, ...]
     interrupted: tuple[str, ...]
+    reconciled: tuple[str, ...] = ()
 
 
 def print_recovery(work: Path, crash: Snapshot, final: Snapshot) -> Recovery:
@@ -137,6 +138,7 @@ def print_recovery(work: Path, crash: Snapshot, final: Snapshot) -> Recovery:
     kept: list[str] = []
     rerun: list[str] = []
     interrupted: list[str] = []
+    reconciled: list[str] = []
     print("  What recovery did (from the store and the tool-run log):")
     crash_ids = set()
     for call in crash.calls():
@@ -157,7 +159,15 @@ def print_recovery(work: Path, crash: Snapshot, final: Snapshot) -> Recovery:
             continue
         stored_replay = (crash.tool_task(call.id) or task or _NO_TASK).checkpoint.get("replay", "?")
         installed = installed_replay(work, call.name)
-        if n_after:
+        verdict = (res.data or {}).get("reconciled") if res is not None else None
+        if res is not None and verdict == "done" and not n_after:
+            reconciled.append(call.name)
+            print(
+                f"    {call.name}: settled by its reconcile, NOT run again (stored replay={stored_replay}; the "
+                f"installed tool's reconcile looked its idempotency key up: done); {ran}, 0 times in life 2"
+            )
+            print(f"      result the model sees: {json.dumps(res.text, ensure_ascii=False)}")
+        elif n_after:
             rerun.append(call.name)
             print(
                 f"    {call.name}: re-run in the new process (stored replay={stored_replay}, installed tool "
@@ -184,7 +194,7 @@ def print_recovery(work: Path, crash: Snapshot, final: Snapshot) -> Recovery:
         n_after = sum(1 for life, _, c in runs if c == call.id and life == 2)
         shown = short(res.text, 50) if res is not None else "no result"
         print(f"    new call by the model: {call.name}({_args_text(call)}) -> ran {_lives(n_after)} in life 2: {shown}")
-    return Recovery(kept=tuple(kept), rerun=tuple(rerun), interrupted=tuple(interrupted))
+    return Recovery(kept=tuple(kept), rerun=tuple(rerun), interrupted=tuple(interrupted), reconciled=tuple(reconciled))
 
 
 def problems(part: Part, work: Path, crash: Snapshot, final: Snapshot, recovery: Recovery) -> list[str]:
@@ -201,6 +211,7 @@ def problems(part: Part, work: Path, crash: Snapshot, final: Snapshot, recovery:
         ("kept", recovery.kept, expect.kept),
         ("re-run", recovery.rerun, expect.rerun),
         ("reported interrupted", recovery.interrupted, expect.interrupted),
+        ("settled by reconcile", recovery.reconciled, expect.reconciled),
     ):
         if sorted(got) != sorted(want):
             out.append(f"expected {list(want) or 'no call'} to be {what}, got {list(got)}")

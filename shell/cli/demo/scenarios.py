@@ -27,6 +27,18 @@ class Query:
 
 
 @attrs.frozen(kw_only=True)
+class Booking:
+    """Part 3's replay-unsafe tool with a ``reconcile``: a booking service
+    (a JSON file keyed by the call's idempotency key)."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    service_file: str
+    confirmation: str
+
+
+@attrs.frozen(kw_only=True)
 class Call:
     name: str
     arguments: Mapping[str, Any]
@@ -49,6 +61,8 @@ class Expect:
     kept: tuple[str, ...]
     rerun: tuple[str, ...]
     interrupted: tuple[str, ...]
+    #: calls settled by their tool's ``reconcile`` (not run again)
+    reconciled: tuple[str, ...] = ()
     body_runs: Mapping[str, int] = attrs.field(factory=dict)
     file_contains: Mapping[str, str] = attrs.field(factory=dict)
 
@@ -76,6 +90,7 @@ class Part:
 class Scenarios:
     runs_file: str
     queries: tuple[Query, ...]
+    booking: Booking
     parts: tuple[Part, ...]
 
     def part(self, key: str) -> Part:
@@ -90,6 +105,7 @@ def _expect(d: dict[str, Any]) -> Expect:
         kept=tuple(d["kept"]),
         rerun=tuple(d["rerun"]),
         interrupted=tuple(d["interrupted"]),
+        reconciled=tuple(d.get("reconciled", ())),
         body_runs=d.get("body_runs", {}),
         file_contains=d.get("file_contains", {}),
     )
@@ -121,6 +137,7 @@ def load() -> Scenarios:
     return Scenarios(
         runs_file=data["runs_file"],
         queries=tuple(Query(**q) for q in data["queries"]),
+        booking=Booking(**data["booking"]),
         parts=tuple(_part(k, v) for k, v in data["parts"].items()),
     )
 
