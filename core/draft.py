@@ -100,6 +100,9 @@ class Tx:
         self._writes: dict[tuple[str, int], Write] = {}
         self._acts: list[Effect] = []
         self._replies: list[Effect] = []
+        #: The rules that fired (see ``Step.rules``): set by ``step`` and
+        #: ``Machine.run``; read by nothing in the core.
+        self.rules: list[str] = []
         self.state = state
 
     # The draft keeps the state's parts as plain fields, copied on first
@@ -287,4 +290,4 @@ class Tx:
             state = attrs.evolve(state, next_seq=state.next_seq + 1)
         effects.extend(self._acts)
         effects.extend(self._replies)
-        return Step(state=state, effects=tuple(effects))
+        return Step(state=state, effects=tuple(effects), rules=tuple(self.rules))

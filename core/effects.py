@@ -510,3 +510,8 @@ class Step:
 
     state: State
     effects: tuple[Effect, ...] = ()
+    #: The rules that fired, in order, for readers (``replay --explain``):
+    #: the event's handler (``admission.on_input_submitted``) and each phase
+    #: row run (``pi.tool:execute,reserve_interrupted #11``, the task after
+    #: ``#``). Pure data: never persisted, no part of any commit.
+    rules: tuple[str, ...] = ()

@@ -23,6 +23,9 @@ on, or was interrupted). Callers ask :meth:`Machine.running` for the task and
 :meth:`Machine.accepts` for the row; an event whose row is absent at the
 task's current phase is stale and ignored, never guessed at.
 
+Each row run is named in ``tx.rules`` as ``<kind>:<phase>,<input> #<task>``
+(``Step.rules``: what ``replay --explain`` shows; no decision reads it).
+
 Must not touch: status tables (lifecycle.py), settlement rules.
 """
 
@@ -117,6 +120,7 @@ class Machine:
         """Apply the row (checkpoint.PHASE, move) to ``task``, then check the
         task ended up where the row says."""
         row = self.row(checkpoint.PHASE, move)
+        tx.rules.append(f"{self.kind}:{checkpoint.PHASE},{move} #{task.id}")
         row.handler(Turn(tx, task, checkpoint, row.next), event)
         after = tx.tasks.get(task.id)
         if row.next is END:

@@ -66,6 +66,8 @@ def is_runnable(tx: Tx, task: Task) -> bool:
 
 
 def _dispatch(tx: Tx, task: Task) -> None:
+    if task.kind not in RESERVE:  # a built-in kind names its row (phases.py)
+        tx.rules.append(f"custom.{'on_abort' if task.abort_requested else 'on_reserve'} #{task.id}")
     if task.abort_requested:
         ABORT.get(task.kind, custom.on_abort)(tx, task)
     else:
@@ -150,6 +152,7 @@ def on_opened(tx: Tx, ev: Opened) -> None:
     )
     for task in sorted(ev.tasks, key=lambda t: t.id):
         if task.status is TaskStatus.RUNNING:
+            tx.rules.append(f"task:running,recover #{task.id}")  # the lifecycle row (Step.rules)
             tx.put_task(task_to(task, TaskMove.RECOVER))
     tx.rescan = True
 

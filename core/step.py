@@ -4,7 +4,8 @@ Every event goes to exactly one handler (``HANDLERS``); then the scheduling
 pass runs; then the draft becomes a frozen ``Step`` whose effects are
 ``[Commit(writes)?, acts..., replies...]``. Same state + same event gives the
 same Step, always: nothing here reads a clock, draws a random number or does
-I/O.
+I/O. The handler that ran is named in ``Step.rules`` (``<module>.<function>``;
+for an event routed by task kind, the handler it was routed to).
 """
 
 from __future__ import annotations
@@ -103,10 +104,24 @@ HANDLERS: Mapping[type, Callable[[Tx, Any], None]] = {
 assert set(HANDLERS) == set(EVENT_TYPES), "every event type needs exactly one handler"
 
 
+def rule_name(handler: Callable[..., None]) -> str:
+    """``admission.on_input_submitted``: how ``Step.rules`` names a handler."""
+    return f"{handler.__module__.rsplit('.', 1)[-1]}.{handler.__name__}"
+
+
+def _route(tx: Tx, handler: Callable[[Tx, Any], None], ev: Any) -> None:
+    tx.rules.append(rule_name(handler))
+    handler(tx, ev)
+
+
+#: Events whose handler routes them on (the routed-to handler is the rule).
+_ROUTED = frozenset({ModelResponded, ModelFailed, TimerFired})
+
+
 def _by_kind(tx: Tx, ev: TimerFired, to_compaction: Callable[[Tx, Any], None], to_generation: Callable[[Tx, Any], None]) -> None:
     """A timer goes to the kind of task that slept."""
     task = tx.tasks.get(ev.task_id)
-    (to_compaction if task is not None and task.kind == COMPACTION else to_generation)(tx, ev)
+    _route(tx, to_compaction if task is not None and task.kind == COMPACTION else to_generation, ev)
 
 
 def _model_reply(tx: Tx, ev: ModelResponded | ModelFailed, to_generation: Callable[[Tx, Any], None]) -> None:
@@ -114,9 +129,9 @@ def _model_reply(tx: Tx, ev: ModelResponded | ModelFailed, to_generation: Callab
     the compaction task, anything else to the generation."""
     task = tx.tasks.get(ev.task_id)
     if task is not None and task.kind == COMPACTION:
-        compaction_task.on_summary(tx, ev)
+        _route(tx, compaction_task.on_summary, ev)
     else:
-        to_generation(tx, ev)
+        _route(tx, to_generation, ev)
 
 
 def step(state: State, event: Event) -> Step:
@@ -126,6 +141,9 @@ def step(state: State, event: Event) -> Step:
     if not state.opened and not isinstance(event, Opened):
         raise CoreInvariantError(f"{type(event).__name__} before Opened")
     tx = Tx(state, event.now)
-    handler(tx, event)
+    if type(event) in _ROUTED:
+        handler(tx, event)
+    else:
+        _route(tx, handler, event)
     scheduling.run_pass(tx)
     return tx.finish()

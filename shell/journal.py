@@ -148,6 +148,11 @@ class Transition:
     #: The writes (JSON text) the current core produced for it, when it
     #: reproduced the recorded commit (what a format-2 row does not store).
     produced: str = ""
+    #: Per event of the row, the rules that fired (``Step.rules``), when replayed.
+    rules: tuple[tuple[str, ...], ...] = ()
+    #: The state the row's events were stepped on (``replay --explain``
+    #: compares records with it), when replayed.
+    before: State | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def matches(self) -> bool:
@@ -265,14 +270,16 @@ def replay(rows: Iterable[JournalRow]) -> Iterator[Transition]:
             life.diverged = True
             yield attrs.evolve(base, divergence=attrs.evolve(bad, life_start=life.start))
             continue
-        acts, divergence, produced = _replay_row(life, row, events, datas)
+        before = life.state
+        rules: list[tuple[str, ...]] = []
+        acts, divergence, produced = _replay_row(life, row, events, datas, rules)
         if divergence is not None:
             life.diverged = True
             divergence = attrs.evolve(divergence, life_start=life.start)
             produced = ""
         elif codec.is_digest(row.writes):
             base = attrs.evolve(base, writes=_describe_writes(produced))
-        yield attrs.evolve(base, acts=acts, divergence=divergence, produced=produced)
+        yield attrs.evolve(base, acts=acts, divergence=divergence, produced=produced, rules=tuple(rules), before=before)
 
 
 def _event_datas(row: JournalRow) -> list[Any]:
@@ -291,11 +298,11 @@ def _first_line(e: BaseException) -> str:
 
 
 def _replay_row(
-    life: _Life, row: JournalRow, events: list[Event], datas: list[Any]
+    life: _Life, row: JournalRow, events: list[Event], datas: list[Any], rules: list[tuple[str, ...]] | None = None
 ) -> tuple[tuple[str, ...], Divergence | None, str]:
     """Step ``row``'s events on ``life``; the acts that followed the commit,
     the divergence if the produced commit differs from the recorded one, and
-    the produced writes' JSON."""
+    the produced writes' JSON. ``rules`` gets the rules each event fired."""
     acts: list[str] = []
     produced: list[Commit] = []
 
@@ -334,6 +341,8 @@ def _replay_row(
         except Exception as e:  # noqa: BLE001 - the core raising on a recorded event is a divergence
             return (), at(i, Kind.RAISED, f"step raised {type(e).__name__} on this event: {_first_line(e)}"), ""
         life.state = result.state
+        if rules is not None:
+            rules.append(result.rules)
         commits = [e for e in result.effects if isinstance(e, Commit)]
         acts.extend(type(e).TAG for e in result.effects if not isinstance(e, Commit))
         if commits and i < last:

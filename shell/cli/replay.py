@@ -5,7 +5,8 @@ each produced commit with the recorded one, byte for byte.
 store works too), a positional ``JOURNAL.jsonl`` reads an exported journal
 (``--export`` writes one; see :mod:`..journal_file`). Without ``--check``
 every commit is listed; ``--check`` prints only what went wrong, and how
-much was checked. Exit status 1 if any commit differs.
+much was checked; ``--explain`` tells each commit as a story
+(:mod:`..explain`). Exit status 1 if any commit differs.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..explain import explain
 from ..journal import READABLE_FORMATS, CheckResult, Divergence, check, check_format, journal_writes, replay
 from ..journal_file import read_journal, write_journal
 from ..storage import codec
@@ -37,6 +39,15 @@ def add_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action="store_true", help="print only the first divergence (and how much was checked)")
     p.add_argument("-v", "--verbose", action="store_true", help="show every commit's writes and whole texts")
     p.add_argument("--export", metavar="OUT", help="write the journal as JSONL to OUT ('-': stdout) instead")
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="tell each commit as a story: the event, the rules that fired (linked to specs/), what was written, "
+        "the effects that followed, and what reopening did after a crash",
+    )
+    p.add_argument("--conversation", type=int, metavar="ID", help="with --explain: only commits writing conversation ID")
+    p.add_argument("--from", dest="first", type=int, metavar="SEQ", help="with --explain: start at commit SEQ")
+    p.add_argument("--to", dest="last", type=int, metavar="SEQ", help="with --explain: stop after commit SEQ")
     p.set_defaults(func=cmd_replay)
 
 
@@ -68,6 +79,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return _export(rows, args.export)
     if args.check:
         return _check(rows, source, verbose=args.verbose)
+    if args.explain:
+        check_format(rows, source)
+        for line in explain(rows, conversation=args.conversation, first=args.first, last=args.last):
+            print(line)
+        return 0
+    if args.conversation is not None or args.first is not None or args.last is not None:
+        raise CliError("--conversation, --from and --to go with --explain", EXIT_USAGE)
     check_format(rows, source)
     bad = skipped = 0
     for t in replay(rows):
