@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from ..explain import explain
+from ..explain_html import write_explain_html
 from ..journal import READABLE_FORMATS, CheckResult, Divergence, check, check_format, journal_writes, replay
 from ..journal_file import read_journal, write_journal
 from ..storage import codec
@@ -44,6 +45,9 @@ def add_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="tell each commit as a story: the event, the rules that fired (linked to specs/), what was written, "
         "the effects that followed, and what reopening did after a crash",
+    )
+    p.add_argument(
+        "--html", metavar="FILE", help="with --explain: write the story as one self-contained page (task tree at each step)"
     )
     p.add_argument("--conversation", type=int, metavar="ID", help="with --explain: only commits writing conversation ID")
     p.add_argument("--from", dest="first", type=int, metavar="SEQ", help="with --explain: start at commit SEQ")
@@ -81,11 +85,23 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return _check(rows, source, verbose=args.verbose)
     if args.explain:
         check_format(rows, source)
+        if args.html is not None:
+            target = Path(args.html)
+            if not target.parent.is_dir():
+                raise CliError(f"cannot write {target}: directory {target.parent} does not exist", EXIT_USAGE)
+            try:
+                size = write_explain_html(
+                    rows, str(target), source=source, conversation=args.conversation, first=args.first, last=args.last
+                )
+            except OSError as e:
+                raise CliError(f"cannot write {target}: {e.strerror or e}") from e
+            print(f"wrote {target} ({size} bytes)", file=sys.stderr)
+            return 0
         for line in explain(rows, conversation=args.conversation, first=args.first, last=args.last):
             print(line)
         return 0
-    if args.conversation is not None or args.first is not None or args.last is not None:
-        raise CliError("--conversation, --from and --to go with --explain", EXIT_USAGE)
+    if args.conversation is not None or args.first is not None or args.last is not None or args.html is not None:
+        raise CliError("--conversation, --from, --to and --html go with --explain", EXIT_USAGE)
     check_format(rows, source)
     bad = skipped = 0
     for t in replay(rows):

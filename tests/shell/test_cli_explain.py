@@ -90,3 +90,24 @@ def test_readme_tour_runs_on_the_demos_store(demo_db: Path, capsys: pytest.Captu
         capsys.readouterr()
         assert main(args) == 0, args
     assert "NOT re-run (replay=unsafe)" in capsys.readouterr().out
+
+
+def test_explain_html_is_one_self_contained_page_with_the_task_tree(
+    demo_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--explain --html FILE writes the story as one page (no scripts, no external
+    links to load) with a section per commit, the process lives marked, and the
+    live task tree after each commit (the interrupted edit's task is there while
+    it runs)."""
+    out = tmp_path / "story.html"
+    assert main(["replay", "--explain", "--html", str(out), "--db", str(demo_db)]) == 0
+    page = out.read_text(encoding="utf-8")
+    assert page.startswith("<!doctype html>") and "</html>" in page
+    assert "<script" not in page and 'src="http' not in page and "<link " not in page
+    assert page.count("<section") >= 10
+    assert "process life 2 opens" in page
+    assert re.search(r"#\d+ pi\.tool running at execute", page)
+    assert "interrupted, NOT re-run" in page
+    capsys.readouterr()
+    assert main(["replay", "--html", str(out), "--db", str(demo_db)]) == 2  # --html goes with --explain
+    assert main(["replay", "--explain", "--html", str(tmp_path / "missing" / "x.html"), "--db", str(demo_db)]) == 2
