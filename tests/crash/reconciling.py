@@ -69,13 +69,14 @@ def payments(world: World) -> Payments:
 _AMOUNT = {"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"]}
 
 
-def pay_tool(world: World, *, pause: float = 0.002) -> ToolDefinition:
+def pay_tool(world: World, *, pause: float = 0.002, before: float | None = None) -> ToolDefinition:
     """``pay(amount)``: unsafe; a crash may land before or after the charge
-    (``pause`` on both sides); reconcile looks the key up."""
+    (``pause`` after it, ``before`` - default ``pause`` - before it);
+    reconcile looks the key up."""
 
     async def execute(ctx: Any, args: dict[str, Any]) -> ToolResult:
         world.runs[("pay", ctx.task_id)] += 1
-        await trio.sleep(pause)  # a crash here: not charged
+        await trio.sleep(pause if before is None else before)  # a crash here: not charged
         text = payments(world).charge(ctx.idempotency_key, int(args["amount"]))
         await trio.sleep(pause)  # a crash here: charged, result not committed
         return ToolResult(text=text)

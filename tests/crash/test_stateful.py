@@ -207,7 +207,7 @@ def _tools(world: World) -> list[Any]:
             replay="unsafe",
         ),
         define_tool("boom", "always raises", obj, boom, replay="safe"),
-        pay_tool(world, pause=0.003),
+        pay_tool(world, pause=0.05, before=0),
         notify_tool(world),
         ship_tool(world),
     ]
@@ -488,6 +488,10 @@ class RecoveryMachine(RuleBasedStateMachine):
                 )
             if settled and not life.crashed:
                 check_all(storage, SCENARIO, self.world, self.lives, expected=None)
+                if must_settle:  # how reconcile settled calls (reported by the test)
+                    for e in storage.entries(1) if storage.conversation(1) is not None else ():
+                        if (e.data or {}).get("reconciled"):
+                            STATS[f"reconciled {e.data['reconciled']}"] += 1
                 return
             invariants.terminal_never_runs([(x.terminal_at_start, x.effects) for x in self.lives])
             invariants.unsafe_tool_runs_at_most_once(self.world.runs, UNSAFE)
@@ -582,7 +586,9 @@ def test_recovery_state_machine(backend: str) -> None:
     )
     done = STATS - before
     runs = max(done["machines"], 1)
+    verdicts = ", ".join(f"{k} {v}" for k, v in sorted(done.items()) if k.startswith("reconciled"))
     print(
         f"\n[{backend}/{PROFILE}] {done['machines']} machines, {done['lives'] / runs:.1f} lives, "
-        f"{done['crashes'] / runs:.1f} crashes, {done['effects'] / runs:.0f} effects per machine"
+        f"{done['crashes'] / runs:.1f} crashes, {done['effects'] / runs:.0f} effects per machine; "
+        f"calls settled by reconcile: {verdicts or 'none'}"
     )
