@@ -62,10 +62,10 @@ async def run_once(
         inner = loop.handle_batch
         reducer = [0.0]
 
-        def timed(events):  # type: ignore[no-untyped-def]
+        async def timed(events):  # type: ignore[no-untyped-def]
             t = time.thread_time()
             try:
-                inner(events)
+                await inner(events)
             finally:
                 reducer[0] += time.thread_time() - t
 

@@ -39,6 +39,7 @@ from .limits import OutputLimits
 from .interpreters.hooks import HookReport
 from .tasks import HookContext, TaskCommitError, TaskRuntime
 from .storage import JsonlStorage, MemoryStorage, SqliteStorage, open_jsonl_storage, open_sqlite_storage
+from .storage import open_postgres_storage
 from .subagents import define_subagent_tool
 from .tools.coding import coding_tools
 from .watch import ConversationView, TaskGraphView
@@ -97,5 +98,6 @@ __all__ = [
     "define_subagent_tool",
     "define_tool",
     "open_jsonl_storage",
+    "open_postgres_storage",
     "open_sqlite_storage",
 ]

@@ -176,7 +176,7 @@ class Harness:
                 await nursery.start(rt.run)
                 # Step Opened inline: when open() returns, the state is loaded
                 # and recovery is committed (reads like inspect() see it).
-                rt.handle(
+                await rt.handle(
                     Opened(
                         now=rt.clock(),
                         next_id=loaded.next_id,

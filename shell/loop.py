@@ -13,7 +13,11 @@ guarantees, per effect kind:
   commit, exactly as stepped (enriched, cleaned), so the journal replays.
   Batching keeps the order: every act of the batch starts after every commit
   of the batch; an event that reads storage (``enrich.py``) first flushes the
-  batch so far, so its read sees every earlier decision.
+  batch so far, so its read sees every earlier decision. A store whose
+  commit is a network round trip (``OffThreadCommits``: PostgreSQL) is
+  awaited in a worker thread: other tasks run meanwhile (they only queue
+  events), and a second activation of the reducer (``handle(Opened)`` racing
+  ``run``) waits for the first to finish. Inline stores add no checkpoint.
 - ``Respond``: answers the host call holding its ticket. It is an act, so it
   never runs before the commit it answers is durable.
 - ``CallModel``, ``PollModel``, ``PrepareTool`` with hooks, ``RunTool``,
@@ -93,7 +97,7 @@ from .interpreters import Interpreters
 from .interpreters.ports import MakeEvent
 from .interpreters.tasks import sleep
 from .observe import Observer
-from .storage.base import Storage
+from .storage.base import OffThreadCommits, Storage
 from .waits import Waits
 from .watch import Watches
 
@@ -120,6 +124,10 @@ class Loop:
         self, *, storage: Storage, store_id: str, hooks: Hooks | None = None, clock: Callable[[], int] | None = None
     ) -> None:
         self.storage = storage
+        #: commit_many_async of a store that commits off the Trio thread
+        self._offload = storage.commit_many_async if isinstance(storage, OffThreadCommits) else None
+        #: set while a batch is handled, when its commits may suspend the reducer
+        self._handling: trio.Event | None = None
         self.store_id = store_id
         self.hooks = hooks or Hooks()
         self.clock: Callable[[], int] = clock or trio_anchored_clock()
@@ -192,16 +200,30 @@ class Loop:
                     batch.append(self._recv.receive_nowait())
                 except trio.WouldBlock:
                     break
-            self.handle_batch(batch)
+            await self.handle_batch(batch)
 
-    def handle(self, event: Event) -> None:
+    async def handle(self, event: Event) -> None:
         """Step one event and run its effects (``Harness.open`` steps ``Opened`` so)."""
-        self.handle_batch([event])
+        await self.handle_batch([event])
 
-    def handle_batch(self, events: list[Event]) -> None:
+    async def handle_batch(self, events: list[Event]) -> None:
+        """Step ``events`` and run their effects. It suspends only to await a
+        commit off the Trio thread; then a second call waits its turn."""
+        while self._handling is not None:
+            await self._handling.wait()
+        if self._offload is not None:
+            self._handling = trio.Event()
+        try:
+            await self._handle_batch(events)
+        finally:
+            handling, self._handling = self._handling, None
+            if handling is not None:
+                handling.set()
+
+    async def _handle_batch(self, events: list[Event]) -> None:
         for event in events:
             if needs_lookup(event):
-                self._flush()  # the read must see every earlier decision
+                await self._flush()  # the read must see every earlier decision
                 event = enrich(event, self.state, self.storage)
             if self.documents.waiting(event):
                 # staged update functions run on the value the core holds now
@@ -222,25 +244,29 @@ class Loop:
                     self._journal = []
                 else:
                     self._acts.append(effect)
-        self._flush()
+        await self._flush()
 
-    def _flush(self) -> None:
+    async def _flush(self) -> None:
         commits, acts = self._commits, self._acts
         self._commits, self._acts = [], []
         if self.PERSIST_BEFORE_ACTING:
-            self._persist(commits)
+            await self._persist(commits)
             self._act_all(acts)
         else:  # the known-bad variant: never in production
             self._act_all(acts)
-            self._persist(commits)
+            await self._persist(commits)
 
-    def _persist(self, commits: list[tuple[Commit, list[Event], State]]) -> None:
+    async def _persist(self, commits: list[tuple[Commit, list[Event], State]]) -> None:
         if not commits:
             return
         for effect, _, _ in commits:
             self._before(effect)
+        batch = [(c.seq, c.writes, evs) for c, evs, _ in commits]
         try:
-            self.storage.commit_many([(c.seq, c.writes, evs) for c, evs, _ in commits])
+            if self._offload is not None:
+                await self._offload(batch)  # not cancellable: the outcome is always known
+            else:
+                self.storage.commit_many(batch)
         except BaseException:
             # State is now ahead of the store: no watcher may build a view from it
             self.watches.close()

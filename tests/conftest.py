@@ -30,6 +30,9 @@ from pidurable.core import scheduling  # noqa: E402
 
 scheduling.CHECK_TOUCHED = True
 
+# A throwaway PostgreSQL for the suites that run on it too (session-scoped).
+from pg_server import postgres_server  # noqa: E402, F401
+
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
     """Print how many effect boundaries the crash tests killed the shell at."""

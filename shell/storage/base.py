@@ -11,6 +11,8 @@ per-conversation documents, and the journal (the events behind each commit).
 
 Methods are synchronous: a commit is short and bounded, and the runtime runs it
 inline on the Trio thread (a thread hop per commit would triple step cost).
+A store whose commit is a network round trip (PostgreSQL) also offers
+``OffThreadCommits.commit_many_async``, which the reducer awaits instead.
 
 Every adapter serializes records with the one codec and stores JSON text, so
 the memory adapter behaves exactly like SQLite (a non-JSON value fails the
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar, assert_never
+from typing import Any, Protocol, TypeVar, assert_never, runtime_checkable
 
 import attrs
 import cattrs
@@ -179,6 +181,16 @@ class Storage(Protocol):
     def fence(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class OffThreadCommits(Protocol):
+    """A store whose commit is a network round trip (PostgreSQL): the
+    reducer awaits ``commit_many_async`` - the same transaction, run in a
+    worker thread - so the Trio thread is free meanwhile. Stores without it
+    commit inline (``commit_many``), as the module comment says."""
+
+    async def commit_many_async(self, batch: Sequence[tuple[int, Sequence[Write], Sequence[Event]]]) -> None: ...
 
 
 # --- forks: whose entries a conversation reads -----------------------------------

@@ -3,6 +3,8 @@ check every invariant of tests/invariants.py."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +24,40 @@ def _world(s: Scenario) -> World:
     return w
 
 
+#: The PostgreSQL server of the ``postgres`` backend (set by ``_postgres``).
+_PG: dict[str, str] = {}
+
+#: The scenarios the ``postgres`` backend runs by default: one of each kind
+#: of storage traffic (unsafe tools, abort, steer, sub-agent conversations,
+#: custom tasks, deferred calls, streaming, compaction, host documents,
+#: forks). Every commit is a round trip, so all scenarios take several
+#: minutes; ``PIDURABLE_PG_CRASH=all`` runs them all.
+PG_SCENARIOS = frozenset(
+    {"unsafe", "abort_tool", "steer", "subagent", "custom_task", "deferred", "streaming",
+     "threshold_background", "document_tool", "fork_of_fork"}
+)
+
+
+@pytest.fixture(autouse=True)
+def _postgres(request: pytest.FixtureRequest) -> None:
+    """Start (once per session) the throwaway PostgreSQL, for the
+    ``postgres`` backend only (tests/pg_server.py)."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is None or callspec.params.get("backend") != "postgres":
+        return
+    if os.environ.get("PIDURABLE_PG_CRASH") != "all" and callspec.params["scenario"].name not in PG_SCENARIOS:
+        pytest.skip("postgres runs PG_SCENARIOS by default; PIDURABLE_PG_CRASH=all runs every scenario")
+    _PG["dsn"] = request.getfixturevalue("postgres_server").dsn
+
+
 def _storage(backend: str, tmp_path: Path, n: int) -> Any:
     if backend == "memory":
         return MemoryStorage()
+    if backend == "postgres":  # a store per schema; tmp_path is unique per test
+        from pidurable.shell import open_postgres_storage
+
+        tag = hashlib.blake2b(str(tmp_path).encode(), digest_size=6).hexdigest()
+        return open_postgres_storage(_PG["dsn"], schema=f"k{tag}_{n}")
     if backend == "jsonl":
         return open_jsonl_storage(tmp_path / f"store-{n}")
     return open_sqlite_storage(tmp_path / f"store-{n}.sqlite")
@@ -35,10 +68,14 @@ def _reopen(storage: Any, backend: str) -> Any:
         return storage
     if backend == "jsonl":
         return open_jsonl_storage(storage.path)
+    if backend == "postgres":
+        from pidurable.shell import open_postgres_storage
+
+        return open_postgres_storage(storage.dsn, schema=storage.schema)
     return open_sqlite_storage(storage.path)
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite", "jsonl"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "jsonl", "postgres"])
 @pytest.mark.parametrize("scenario", ALL, ids=lambda s: s.name)
 def test_kill_at_every_effect_boundary(scenario: Scenario, backend: str, tmp_path: Path) -> None:
     """For every k, a crash before effect k followed by a reopen ends in the

@@ -1,11 +1,14 @@
-"""One conformance suite for every storage adapter (memory, SQLite, JSONL).
+"""One conformance suite for every storage adapter (memory, SQLite, JSONL,
+PostgreSQL).
 
 Each test builds commits directly from core records, writes and events (no
 runtime involved), so a failure points at the adapter, not at the core. The
 ``adapter`` fixture yields a small handle that can open the store, "reopen" it
 as a new process would (memory: the same object after ``close``; SQLite: a new
 ``SqliteStorage`` on the same file; JSONL: a new ``JsonlStorage`` on the same
-directory) and try a second concurrent open.
+directory; PostgreSQL: a new ``PostgresStorage`` on the same schema of the
+session's throwaway server, tests/pg_server.py) and try a second concurrent
+open.
 """
 
 from __future__ import annotations
@@ -261,8 +264,10 @@ MAX_ID = 15
 class Adapter:
     """Opens one kind of store and can reopen it as a new process would."""
 
-    def __init__(self, kind: str, tmp_path: Path) -> None:
+    def __init__(self, kind: str, tmp_path: Path, pg: Any = None) -> None:
         self.kind = kind
+        #: PostgreSQL: the server's DSN and this test's own schema
+        self.pg = (pg.dsn, pg.fresh_schema()) if pg is not None else None
         self.path = tmp_path / ("store" if kind == "jsonl" else "store.sqlite")
         self.store: Any = None
         self._opened: list[Any] = []
@@ -276,6 +281,10 @@ class Adapter:
         return self.store
 
     def _new(self) -> Any:
+        if self.pg is not None:
+            from pidurable.shell.storage.postgres import PostgresStorage
+
+            return PostgresStorage(self.pg[0], schema=self.pg[1])
         return JsonlStorage(self.path) if self.kind == "jsonl" else SqliteStorage(self.path)
 
     def reopen(self) -> Any:
@@ -299,9 +308,10 @@ class Adapter:
             s.close()
 
 
-@pytest.fixture(params=["memory", "sqlite", "jsonl"])
+@pytest.fixture(params=["memory", "sqlite", "jsonl", "postgres"])
 def adapter(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Adapter]:
-    a = Adapter(request.param, tmp_path)
+    pg = request.getfixturevalue("postgres_server") if request.param == "postgres" else None
+    a = Adapter(request.param, tmp_path, pg)
     yield a
     a.close_all()
 

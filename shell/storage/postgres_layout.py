@@ -1,0 +1,176 @@
+"""The PostgreSQL layout: tables, migrations, upserts and the open checks.
+
+A store is one PostgreSQL *schema* (``pidurable`` unless the host names
+another), so a store shares a database with the host's own tables and tests
+share a server. Layout (PostgreSQL schema version 1, the rows of SQLite's
+layout version 3 - ``base.SCHEMA_VERSION`` - column for column)::
+
+    meta(key PK, value)                  store_id, schema_version
+    conversations(id PK, owner_task_id, parent_id, fork_at, record)
+    entries(id PK, conversation_id, seq, record)       idx (conversation_id, id)
+    tasks(id PK, conversation_id, kind, status, owner, record)
+    submissions(id PK, conversation_id, request_id, status, record)
+    documents(conversation_id, kind, seq, value)       PK (conversation_id, kind)
+    document_records(id PK, scope, owner, kind, version, history, fork,
+                     created_seq, retired_seq)
+    document_revisions(document_id, seq, action, content)  PK (document_id, seq)
+    journal(seq PK, format, events, writes)
+
+Records are ``text``, never ``jsonb``: ``jsonb`` reorders keys and drops
+duplicate whitespace, and a record must stay the codec's bytes (the same
+bytes SQLite and JSONL hold; replay digests them).
+
+Versions: ``meta.schema_version`` counts this layout's own migrations
+(``MIGRATIONS[v]`` takes the store from v-1 to v, each in one transaction,
+under the store's lock). Version 0 is the bootstrap: the schema and ``meta``
+with a store id, created under a transaction-scoped advisory lock on the
+schema's name so two first openers cannot both create it. A store written by
+a newer pidurable is refused, as SQLite's is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from .base import SCHEMA_VERSION
+
+#: This layout's version (``meta.schema_version``).
+PG_SCHEMA_VERSION = 1
+
+# Layout version 1 holds SQLite's version-3 rows; a new SQLite layout version
+# needs a PostgreSQL migration too (this fails loudly until it has one).
+assert SCHEMA_VERSION == 3, "add a PostgreSQL migration for the new layout (postgres_layout.py)"
+
+_V1 = """
+CREATE TABLE conversations (
+    id bigint PRIMARY KEY, owner_task_id bigint, parent_id bigint, fork_at bigint, record text NOT NULL);
+CREATE INDEX conversations_by_parent ON conversations (parent_id) WHERE parent_id IS NOT NULL;
+CREATE TABLE entries (
+    id bigint PRIMARY KEY, conversation_id bigint NOT NULL, seq bigint NOT NULL, record text NOT NULL);
+CREATE INDEX entries_by_conversation ON entries (conversation_id, id);
+CREATE TABLE tasks (
+    id bigint PRIMARY KEY, conversation_id bigint NOT NULL, kind text NOT NULL,
+    status text NOT NULL CHECK (status IN ('pending','running','waiting','completing','terminal')),
+    owner bigint, record text NOT NULL);
+CREATE INDEX tasks_live ON tasks (status, id) WHERE status <> 'terminal';
+CREATE INDEX tasks_by_conversation ON tasks (conversation_id, id);
+CREATE TABLE submissions (
+    id bigint PRIMARY KEY, conversation_id bigint NOT NULL, request_id text,
+    status text NOT NULL CHECK (status IN ('queued','placed','done','unanswered')),
+    record text NOT NULL);
+CREATE INDEX submissions_by_request ON submissions (conversation_id, request_id);
+CREATE INDEX submissions_unsettled ON submissions (status, id) WHERE status IN ('queued','placed');
+CREATE TABLE documents (
+    conversation_id bigint NOT NULL, kind text NOT NULL, seq bigint NOT NULL, value text NOT NULL,
+    PRIMARY KEY (conversation_id, kind));
+CREATE TABLE document_records (
+    id bigint PRIMARY KEY,
+    scope text NOT NULL CHECK (scope IN ('conversation','task')),
+    owner bigint NOT NULL, kind text NOT NULL, version bigint NOT NULL,
+    history text NOT NULL CHECK (history IN ('latest','rewindable')),
+    fork text NOT NULL, created_seq bigint NOT NULL, retired_seq bigint);
+CREATE INDEX document_records_by_address ON document_records (scope, owner, kind, id);
+CREATE TABLE document_revisions (
+    document_id bigint NOT NULL, seq bigint NOT NULL,
+    action text NOT NULL CHECK (action IN ('base','delta','retire')),
+    content text NOT NULL, PRIMARY KEY (document_id, seq));
+CREATE TABLE journal (
+    seq bigint PRIMARY KEY, format integer NOT NULL, events text NOT NULL, writes text NOT NULL);
+"""
+
+#: version -> the statements that reach it from the version before.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: tuple(s.strip() for s in _V1.split(";") if s.strip()),
+}
+assert sorted(MIGRATIONS) == list(range(1, PG_SCHEMA_VERSION + 1))
+
+#: The tables of the layout at PG_SCHEMA_VERSION.
+TABLES = frozenset(
+    {
+        "meta",
+        "conversations",
+        "entries",
+        "tasks",
+        "submissions",
+        "documents",
+        "document_records",
+        "document_revisions",
+        "journal",
+    }
+)
+
+BOOTSTRAP = (
+    "CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL)",
+    "INSERT INTO meta (key, value) VALUES ('store_id', %s), ('schema_version', '0')",
+)
+
+UPSERT = {
+    "conversations": "INSERT INTO conversations (id, owner_task_id, parent_id, fork_at, record) "
+    "VALUES (%(id)s, %(owner_task_id)s, %(parent_id)s, %(fork_at)s, %(record)s) "
+    "ON CONFLICT (id) DO UPDATE SET owner_task_id = EXCLUDED.owner_task_id, "
+    "parent_id = EXCLUDED.parent_id, fork_at = EXCLUDED.fork_at, record = EXCLUDED.record",
+    # an entry is written once: a second put of its id is refused (the commit rolls back)
+    "entries": "INSERT INTO entries (id, conversation_id, seq, record) "
+    "VALUES (%(id)s, %(conversation_id)s, %(seq)s, %(record)s)",
+    "tasks": "INSERT INTO tasks (id, conversation_id, kind, status, owner, record) "
+    "VALUES (%(id)s, %(conversation_id)s, %(kind)s, %(status)s, %(owner)s, %(record)s) "
+    "ON CONFLICT (id) DO UPDATE SET conversation_id = EXCLUDED.conversation_id, kind = EXCLUDED.kind, "
+    "status = EXCLUDED.status, owner = EXCLUDED.owner, record = EXCLUDED.record",
+    "submissions": "INSERT INTO submissions (id, conversation_id, request_id, status, record) "
+    "VALUES (%(id)s, %(conversation_id)s, %(request_id)s, %(status)s, %(record)s) "
+    "ON CONFLICT (id) DO UPDATE SET conversation_id = EXCLUDED.conversation_id, "
+    "request_id = EXCLUDED.request_id, status = EXCLUDED.status, record = EXCLUDED.record",
+    "documents": "INSERT INTO documents (conversation_id, kind, seq, value) "
+    "VALUES (%(conversation_id)s, %(kind)s, %(seq)s, %(value)s) "
+    "ON CONFLICT (conversation_id, kind) DO UPDATE SET seq = EXCLUDED.seq, value = EXCLUDED.value",
+}
+
+#: One ``PutDocument`` row (as ``sqlite_documents.write``): a retirement marks
+#: the record, a base upserts it; every revision but a retirement is inserted;
+#: a base or retirement that reclaims deletes the revisions before it.
+DOC_RETIRE = "UPDATE document_records SET retired_seq = %(seq)s WHERE id = %(document_id)s"
+DOC_RETIRE_RECLAIM = "DELETE FROM document_revisions WHERE document_id = %(document_id)s"
+DOC_BASE = (
+    "INSERT INTO document_records (id, scope, owner, kind, version, history, fork, created_seq) "
+    "VALUES (%(document_id)s, %(scope)s, %(owner)s, %(kind)s, %(version)s, %(history)s, %(fork)s, %(seq)s) "
+    "ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, history = EXCLUDED.history, fork = EXCLUDED.fork"
+)
+DOC_REVISION = (
+    "INSERT INTO document_revisions (document_id, seq, action, content) "
+    "VALUES (%(document_id)s, %(seq)s, %(action)s, %(content)s)"
+)
+DOC_RECLAIM = "DELETE FROM document_revisions WHERE document_id = %(document_id)s AND seq < %(seq)s"
+
+JOURNAL = "INSERT INTO journal (seq, format, events, writes) VALUES (%s, %s, %s, %s)"
+
+#: A store's schema name: a plain lower-case identifier (it is spliced into
+#: ``search_path`` and DDL, so nothing needs quoting).
+SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+#: pg_advisory_lock key space: the first 32 bits say "pidurable".
+_NAMESPACE = 0x70_69_64_75  # "pidu"
+
+
+def _key(kind: str, text: str) -> int:
+    """A signed 64-bit advisory-lock key: our namespace, then a hash of ``text``."""
+    low = int.from_bytes(hashlib.blake2b(f"{kind}:{text}".encode(), digest_size=4).digest(), "big")
+    key = (_NAMESPACE << 32) | low
+    return key - (1 << 64) if key >= 1 << 63 else key
+
+
+def store_key(store_id: str) -> int:
+    """The session lock one owner holds on store ``store_id``."""
+    return _key("store", store_id)
+
+
+def bootstrap_key(schema: str) -> int:
+    """The transaction lock that serializes creating a store in ``schema``
+    (advisory locks are per database already)."""
+    return _key("bootstrap", schema)
+
+
+def lock_parts(key: int) -> tuple[int, int]:
+    """How ``pg_locks`` shows a bigint advisory key: (classid, objid)."""
+    unsigned = key & ((1 << 64) - 1)
+    return unsigned >> 32, unsigned & 0xFFFFFFFF
