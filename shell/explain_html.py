@@ -12,7 +12,7 @@ journal says (the next life reopens from the store).
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from pidurable.core.model import Task
 from pidurable.core.state import State
@@ -107,4 +107,4 @@ def write_explain_html(rows: Sequence[JournalRow], out: str, **kw: object) -> in
     return len(text.encode("utf-8"))
 
 
-__all__: Iterable[str] = ("explain_html", "write_explain_html")
+__all__ = ["explain_html", "write_explain_html"]
