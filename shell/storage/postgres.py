@@ -64,15 +64,12 @@ from pidurable.core.model import (
     Conversation,
     ConversationId,
     Submission,
-    SubmissionId,
     Task,
-    TaskId,
 )
 
-from . import codec, postgres_layout as layout, sqlite_documents, sqlite_entries
+from . import codec, sql_reads, postgres_layout as layout, sqlite_documents, sqlite_entries
 from .base import (
     DamagedRecord,
-    JournalRow,
     Loaded,
     NotAStore,
     Row,
@@ -81,7 +78,6 @@ from .base import (
     StoreLocked,
     StoreMissing,
     conv_state,
-    decode_doc,
     decode_record,
     encode_commit,
 )
@@ -103,7 +99,7 @@ def _describe(dsn: str, schema: str) -> str:
     return f"postgresql://{host}:{port}/{db} schema {schema}"
 
 
-class PostgresStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads):
+class PostgresStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads, sql_reads.RecordReads):
     """A store in one PostgreSQL schema (see the module comment)."""
 
     def __init__(
@@ -397,58 +393,6 @@ class PostgresStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads)
         conn.execute(layout.JOURNAL.encode(), (seq, codec.FORMAT_VERSION, ev_text, wr_text))
 
     # reads -------------------------------------------------------------------
-    def _records(self, table: str, cl: type[Any], where: str = "", params: Sequence[Any] = ()) -> list[Any]:
-        """Decoded records of ``table`` (``where`` filters), by id."""
-        sql = f"SELECT id, record FROM {table}" + (f" WHERE {where}" if where else "") + " ORDER BY id"
-        return [decode_record(self.name, table, i, rec, cl) for i, rec in self._rows(f"reading {table}", sql, params)]
-
-    def _one(self, table: str, cl: type[Any], where: str, params: Sequence[Any]) -> Any:
-        found = self._records(table, cl, where, params)
-        return found[0] if found else None
-
-    def submission(self, submission_id: SubmissionId) -> Submission | None:
-        return self._one("submissions", Submission, "id = ?", [submission_id])  # type: ignore[no-any-return]
-
-    def submission_by_request(self, conversation_id: ConversationId, request_id: str) -> Submission | None:
-        return self._one(  # type: ignore[no-any-return]
-            "submissions", Submission, "conversation_id = ? AND request_id = ?", [conversation_id, request_id]
-        )
-
-    def submissions(self, conversation_id: ConversationId | None = None) -> list[Submission]:
-        if conversation_id is None:
-            return self._records("submissions", Submission)
-        return self._records("submissions", Submission, "conversation_id = ?", [conversation_id])
-
-    def task(self, task_id: TaskId) -> Task | None:
-        return self._one("tasks", Task, "id = ?", [task_id])  # type: ignore[no-any-return]
-
-    def tasks(self, conversation_id: ConversationId | None = None, live_only: bool = False) -> list[Task]:
-        where, params = [], []
-        if conversation_id is not None:
-            where.append("conversation_id = ?")
-            params.append(conversation_id)
-        if live_only:
-            where.append("status <> 'terminal'")
-        return self._records("tasks", Task, " AND ".join(where), params)
-
-    def conversations(self) -> list[Conversation]:
-        return self._records("conversations", Conversation)
-
-    def document(self, conversation_id: ConversationId, kind: str) -> Any:
-        rows = self._rows(
-            "reading documents",
-            "SELECT value FROM documents WHERE conversation_id = ? AND kind = ?",
-            [conversation_id, kind],
-        )
-        return None if not rows else decode_doc(kind, rows[0][0], self.name, conversation_id)
-
-    def journal(self) -> list[JournalRow]:
-        return [
-            JournalRow(seq=seq, events=ev, writes=wr, format=fmt)
-            for seq, fmt, ev, wr in self._rows(
-                "reading the journal", "SELECT seq, format, events, writes FROM journal ORDER BY seq"
-            )
-        ]
 
 
 def _write_document(conn: psycopg.Connection[Any], c: dict[str, Any]) -> None:

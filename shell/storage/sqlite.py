@@ -65,16 +65,13 @@ from pidurable.core.model import (
     Conversation,
     ConversationId,
     Submission,
-    SubmissionId,
     Task,
-    TaskId,
 )
 
-from . import codec, owner, sqlite_documents, sqlite_entries
+from . import codec, sql_reads, owner, sqlite_documents, sqlite_entries
 from .base import (
     SCHEMA_VERSION,
     DamagedRecord,
-    JournalRow,
     Loaded,
     NotAStore,
     StorageError,
@@ -82,7 +79,6 @@ from .base import (
     StoreLocked,
     StoreMissing,
     conv_state,
-    decode_doc,
     decode_record,
     encode_commit,
 )
@@ -101,7 +97,7 @@ def _wal_has_content(file: Path) -> bool:
         return True
 
 
-class SqliteStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads):
+class SqliteStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads, sql_reads.RecordReads):
     """A store in one SQLite file (see the module comment for how it opens)."""
 
     def __init__(
@@ -516,58 +512,6 @@ class SqliteStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads):
         )
 
     # reads -------------------------------------------------------------------
-    def _records(self, table: str, cl: type[Any], where: str = "", params: Sequence[Any] = ()) -> list[Any]:
-        """Decoded records of ``table`` (``where`` filters), by id."""
-        sql = f"SELECT id, record FROM {table}" + (f" WHERE {where}" if where else "") + " ORDER BY id"
-        return [decode_record(self.name, table, i, rec, cl) for i, rec in self._rows(f"reading {table}", sql, params)]
-
-    def _one(self, table: str, cl: type[Any], where: str, params: Sequence[Any]) -> Any:
-        found = self._records(table, cl, where, params)
-        return found[0] if found else None
-
-    def submission(self, submission_id: SubmissionId) -> Submission | None:
-        return self._one("submissions", Submission, "id = ?", [submission_id])  # type: ignore[no-any-return]
-
-    def submission_by_request(self, conversation_id: ConversationId, request_id: str) -> Submission | None:
-        return self._one(  # type: ignore[no-any-return]
-            "submissions", Submission, "conversation_id = ? AND request_id = ?", [conversation_id, request_id]
-        )
-
-    def submissions(self, conversation_id: ConversationId | None = None) -> list[Submission]:
-        if conversation_id is None:
-            return self._records("submissions", Submission)
-        return self._records("submissions", Submission, "conversation_id = ?", [conversation_id])
-
-    def task(self, task_id: TaskId) -> Task | None:
-        return self._one("tasks", Task, "id = ?", [task_id])  # type: ignore[no-any-return]
-
-    def tasks(self, conversation_id: ConversationId | None = None, live_only: bool = False) -> list[Task]:
-        where, params = [], []
-        if conversation_id is not None:
-            where.append("conversation_id = ?")
-            params.append(conversation_id)
-        if live_only:
-            where.append("status != 'terminal'")
-        return self._records("tasks", Task, " AND ".join(where), params)
-
-    def conversations(self) -> list[Conversation]:
-        return self._records("conversations", Conversation)
-
-    def document(self, conversation_id: ConversationId, kind: str) -> Any:
-        rows = self._rows(
-            "reading documents",
-            "SELECT value FROM documents WHERE conversation_id = ? AND kind = ?",
-            [conversation_id, kind],
-        )
-        return None if not rows else decode_doc(kind, rows[0][0], self.name, conversation_id)
-
-    def journal(self) -> list[JournalRow]:
-        return [
-            JournalRow(seq=seq, events=ev, writes=wr, format=fmt)
-            for seq, fmt, ev, wr in self._rows(
-                "reading the journal", "SELECT seq, format, events, writes FROM journal ORDER BY seq"
-            )
-        ]
 
 
 def open_sqlite_storage(

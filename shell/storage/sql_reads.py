@@ -1,0 +1,73 @@
+"""Record reads shared by the SQL stores (SQLite and PostgreSQL): the same
+tables, the same ``id, record`` rows, the same decoding (a mixin: it needs
+the store's ``name`` and ``_rows(op, sql, params)``, whose ``?`` placeholders
+each store maps to its driver)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pidurable.core.model import Conversation, ConversationId, Submission, SubmissionId, Task, TaskId
+
+from .base import JournalRow, decode_doc, decode_record
+
+
+class RecordReads:
+    """Submissions, tasks, conversations, documents and the journal."""
+
+    name: str
+    _rows: Callable[..., list[Any]]
+
+    def _records(self, table: str, cl: type[Any], where: str = "", params: Sequence[Any] = ()) -> list[Any]:
+        """Decoded records of ``table`` (``where`` filters), by id."""
+        sql = f"SELECT id, record FROM {table}" + (f" WHERE {where}" if where else "") + " ORDER BY id"
+        return [decode_record(self.name, table, i, rec, cl) for i, rec in self._rows(f"reading {table}", sql, params)]
+
+    def _one(self, table: str, cl: type[Any], where: str, params: Sequence[Any]) -> Any:
+        found = self._records(table, cl, where, params)
+        return found[0] if found else None
+
+    def submission(self, submission_id: SubmissionId) -> Submission | None:
+        return self._one("submissions", Submission, "id = ?", [submission_id])  # type: ignore[no-any-return]
+
+    def submission_by_request(self, conversation_id: ConversationId, request_id: str) -> Submission | None:
+        return self._one(  # type: ignore[no-any-return]
+            "submissions", Submission, "conversation_id = ? AND request_id = ?", [conversation_id, request_id]
+        )
+
+    def submissions(self, conversation_id: ConversationId | None = None) -> list[Submission]:
+        if conversation_id is None:
+            return self._records("submissions", Submission)
+        return self._records("submissions", Submission, "conversation_id = ?", [conversation_id])
+
+    def task(self, task_id: TaskId) -> Task | None:
+        return self._one("tasks", Task, "id = ?", [task_id])  # type: ignore[no-any-return]
+
+    def tasks(self, conversation_id: ConversationId | None = None, live_only: bool = False) -> list[Task]:
+        where, params = [], []
+        if conversation_id is not None:
+            where.append("conversation_id = ?")
+            params.append(conversation_id)
+        if live_only:
+            where.append("status <> 'terminal'")
+        return self._records("tasks", Task, " AND ".join(where), params)
+
+    def conversations(self) -> list[Conversation]:
+        return self._records("conversations", Conversation)
+
+    def document(self, conversation_id: ConversationId, kind: str) -> Any:
+        rows = self._rows(
+            "reading documents",
+            "SELECT value FROM documents WHERE conversation_id = ? AND kind = ?",
+            [conversation_id, kind],
+        )
+        return None if not rows else decode_doc(kind, rows[0][0], self.name, conversation_id)
+
+    def journal(self) -> list[JournalRow]:
+        return [
+            JournalRow(seq=seq, events=ev, writes=wr, format=fmt)
+            for seq, fmt, ev, wr in self._rows(
+                "reading the journal", "SELECT seq, format, events, writes FROM journal ORDER BY seq"
+            )
+        ]
