@@ -72,7 +72,7 @@ from .model import (
     TaskId,
 )
 from .phases import END, Machine, Row, Turn
-from .settlement import fault, finish_task
+from .settlement import finish_task
 
 #: ``input.reason`` of a compaction task.
 MANUAL, THRESHOLD, OVERFLOW = "manual", "threshold", "overflow"
@@ -324,9 +324,8 @@ MACHINE = Machine(kind=COMPACTION, phases=CompactionPhase, inputs=CompactionInpu
 
 
 def on_reserve(tx: Tx, task: Task) -> None:
-    cp = parse_compaction(task.checkpoint)
+    cp = MACHINE.parsed(tx, task)
     if cp is None:
-        fault(tx, task, f"Task {task.id} has unknown phase {task.phase!r}")
         return
     move = _I.RESERVE
     if isinstance(cp, SelectCheckpoint) and tx.conv(task.conversation_id).agent.model is None:
@@ -335,9 +334,8 @@ def on_reserve(tx: Tx, task: Task) -> None:
 
 
 def on_abort(tx: Tx, task: Task) -> None:
-    cp = parse_compaction(task.checkpoint)
+    cp = MACHINE.parsed(tx, task)
     if cp is None:
-        fault(tx, task, f"Task {task.id} has unknown phase {task.phase!r}")
         return
     MACHINE.run(tx, task, cp, _I.ABORT)
 

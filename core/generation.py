@@ -94,7 +94,7 @@ from .model import (
 )
 from .phases import END, Machine, Row, Turn
 from .runs import end_run
-from .settlement import fault, finish_task
+from .settlement import finish_task
 
 
 # isinstance() targets for rows shared by two phases (tuples: cheaper than unions).
@@ -442,9 +442,8 @@ MACHINE = Machine(
 
 def on_reserve(tx: Tx, task: Task) -> None:
     """The scheduler picked this generation task."""
-    cp = parse_generation(task.checkpoint)
+    cp = MACHINE.parsed(tx, task)
     if cp is None:
-        fault(tx, task, f"Task {task.id} has unknown phase {task.phase!r}")
         return
     move = _I.RESERVE
     if isinstance(cp, PrepareCheckpoint) and tx.conv(task.conversation_id).agent.model is None:
@@ -464,9 +463,8 @@ def on_reserve(tx: Tx, task: Task) -> None:
 
 def on_abort(tx: Tx, task: Task) -> None:
     """The abort handler of a generation task (see ``_abort``)."""
-    cp = parse_generation(task.checkpoint)
+    cp = MACHINE.parsed(tx, task)
     if cp is None:
-        fault(tx, task, f"Task {task.id} has unknown phase {task.phase!r}")
         return
     MACHINE.run(tx, task, cp, _I.ABORT)
 

@@ -41,6 +41,7 @@ from .checkpoints import Checkpoint, to_dict
 from .draft import Tx
 from .lifecycle import TaskMove, task_to
 from .model import CoreInvariantError, Task, TaskId, TaskStatus
+from .settlement import fault
 
 #: The ``next`` of a row that ends the task (it settles, or is held).
 END = None
@@ -115,6 +116,14 @@ class Machine:
             return None
         checkpoint = self.parse(task.checkpoint)
         return None if checkpoint is None else (task, checkpoint)
+
+    def parsed(self, tx: Tx, task: Task) -> Checkpoint | None:
+        """The task's checkpoint as this kind's typed record; a phase the kind
+        does not know faults the task (and gives None)."""
+        checkpoint = self.parse(task.checkpoint)
+        if checkpoint is None:
+            fault(tx, task, f"Task {task.id} has unknown phase {task.phase!r}")
+        return checkpoint
 
     def run(self, tx: Tx, task: Task, checkpoint: Checkpoint, move: enum.StrEnum, event: Any = None) -> None:
         """Apply the row (checkpoint.PHASE, move) to ``task``, then check the

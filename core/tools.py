@@ -358,9 +358,8 @@ def replay_allows_rerun(tx: Tx, task: Task, cp: ExecuteCheckpoint) -> bool:
 
 
 def on_reserve(tx: Tx, task: Task) -> None:
-    cp = parse_tool(task.checkpoint)
+    cp = MACHINE.parsed(tx, task)
     if cp is None:
-        fault(tx, task, f"Task {task.id} has unknown phase {task.phase!r}")
         return
     move = _I.RESERVE
     if isinstance(cp, ExecuteCheckpoint) and replay_allows_rerun(tx, task, cp):
@@ -371,9 +370,8 @@ def on_reserve(tx: Tx, task: Task) -> None:
 
 
 def on_abort(tx: Tx, task: Task) -> None:
-    cp = parse_tool(task.checkpoint)
+    cp = MACHINE.parsed(tx, task)
     if cp is None:
-        fault(tx, task, f"Task {task.id} has unknown phase {task.phase!r}")
         return
     hooked = system.hooked(tx.extensions, tx.conv(task.conversation_id).agent, "on_abort")
     MACHINE.run(tx, task, cp, _I.ABORT_HOOKS if hooked else _I.ABORT)
