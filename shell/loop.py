@@ -89,6 +89,7 @@ from pidurable.core.model import AgentConfig, ConversationId, TaskId
 from pidurable.core.state import State
 
 from .clock import trio_anchored_clock
+from . import loading
 from .context_cache import ContextCache
 from .documents import DocumentUpdates
 from .edge import clean_event

@@ -214,38 +214,49 @@ class ModelInterpreter:
         loop = self.loop
         latest: list[str | None] = [None]
         interval = max(interval_ms, 1) / 1000
+        # the pump starts with the first partial (a reply that does not stream
+        # costs no task), beside the call, and stops with it
+        pumping = trio.CancelScope()
+        started = done = False
 
         def on_partial(text: str) -> None:
+            nonlocal started
             if text:
                 latest[0] = text
+                if not started:
+                    started = True
+                    loop.background(pump)
 
         async def pump() -> None:
             # trailing-edge throttle: at most one partial per interval, and
             # each one goes through the reducer (one commit in flight)
             sent: str | None = None
-            while True:
-                await trio.sleep(interval)
-                text = latest[0]
-                if text is not None and text != sent:
-                    # only what was appended since the last partial (O(delta)
-                    # per event and journal row); anything else: the whole text
-                    offset = len(sent) if sent is not None and text.startswith(sent) else 0
-                    sent = text
-                    loop.send(
-                        ModelStreamed(
-                            now=loop.clock(), task_id=effect.task_id, attempt=effect.attempt, text=text[offset:], offset=offset
+            with pumping:
+                while True:
+                    await trio.sleep(interval)
+                    text = latest[0]
+                    if done:  # woken just as the call ended: the reply supersedes it
+                        return
+                    if text is not None and text != sent:
+                        # only what was appended since the last partial (O(delta)
+                        # per event and journal row); anything else: the whole text
+                        offset = len(sent) if sent is not None and text.startswith(sent) else 0
+                        sent = text
+                        loop.send(
+                            ModelStreamed(
+                                now=loop.clock(), task_id=effect.task_id, attempt=effect.attempt, text=text[offset:], offset=offset
+                            )
                         )
-                    )
 
         failure: Exception | None = None
         reply: object = None
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(pump)
-            try:
-                reply = await call(on_partial)
-            except Exception as e:  # reported below, outside the nursery
-                failure = e
-            nursery.cancel_scope.cancel()
+        try:
+            reply = await call(on_partial)
+        except Exception as e:  # reported below
+            failure = e
+        finally:
+            done = True
+            pumping.cancel()
         task_id, attempt = effect.task_id, effect.attempt
         if isinstance(failure, ModelError):
             reason = "context_overflow" if failure.overflow else "model_error"

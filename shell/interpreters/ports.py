@@ -10,7 +10,7 @@ for the core's ``Respond``, which comes after the commit it answers).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
@@ -35,6 +35,11 @@ class Reporter(Protocol):
     def send(self, event: Event) -> None: ...
 
     def clock(self) -> int: ...
+
+    def background(self, job: Callable[[], Awaitable[None]]) -> None:
+        """Run ``job`` beside the invocation (a throttled progress flush): it
+        must end by itself; the harness cancels it at close."""
+        ...
 
 
 class Requester(Reporter, Protocol):

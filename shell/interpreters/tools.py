@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -228,28 +229,27 @@ class ToolInterpreter:
 
         staging = Staging(self.documents, task_id=effect.task_id, conversation_id=effect.conversation_id)
 
-        async with trio.open_nursery() as nursery:
-            progress = _Progress(self.loop, effect.task_id, nursery, max(interval_ms, 1) / 1000)
-            ctx = ToolCallContext(
-                env=self.env,
-                task_id=effect.task_id,
-                conversation_id=effect.conversation_id,
-                call_id=effect.call_id,
-                harness=self.harness,
-                idempotency_key=f"{self.store_id}:tool:{effect.task_id}",
-                cwd=effect.cwd,
-                record=record,
-                report=progress.report,
-                update_document=staging.update,
-            )
-            failure: str | None = None
-            try:
-                result = tool_result(effect.name, await tool.execute(ctx, dict(effect.arguments)))
-                result = await self.hooks.after_tool(effect, result)
-            except Exception as e:  # a raising tool (or a result that is not one) is an error result
-                failure = str(e) or type(e).__name__
-            progress.close()  # the result supersedes any pending running output
-            nursery.cancel_scope.cancel()
+        progress = _Progress(self.loop, effect.task_id, max(interval_ms, 1) / 1000)
+        ctx = ToolCallContext(
+            env=self.env,
+            task_id=effect.task_id,
+            conversation_id=effect.conversation_id,
+            call_id=effect.call_id,
+            harness=self.harness,
+            idempotency_key=f"{self.store_id}:tool:{effect.task_id}",
+            cwd=effect.cwd,
+            record=record,
+            report=progress.report,
+            update_document=staging.update,
+        )
+        failure: str | None = None
+        try:
+            result = tool_result(effect.name, await tool.execute(ctx, dict(effect.arguments)))
+            result = await self.hooks.after_tool(effect, result)
+        except Exception as e:  # a raising tool (or a result that is not one) is an error result
+            failure = str(e) or type(e).__name__
+        finally:
+            progress.close()  # the result (or a cancellation) supersedes any pending running output
         if failure is not None:
             b = bound(failure, tool.output_limits)
             cut = b.record(None) if b.truncated else None
@@ -358,8 +358,8 @@ class _Progress:
     at most once per ``interval`` seconds (leading edge after a quiet
     interval, then trailing edge)."""
 
-    def __init__(self, loop: Requester, task_id: TaskId, nursery: trio.Nursery, interval: float) -> None:
-        self.loop, self.task_id, self.nursery, self.interval = loop, task_id, nursery, interval
+    def __init__(self, loop: Requester, task_id: TaskId, interval: float) -> None:
+        self.loop, self.task_id, self.interval = loop, task_id, interval
         self.output = RunningOutput()
         self.sent_version = 0
         self.last_sent = -interval
@@ -377,7 +377,7 @@ class _Progress:
             self._send()
         else:
             self.pending = True
-            self.nursery.start_soon(self._later, wait)
+            self.loop.background(partial(self._later, wait))  # sends nothing once closed
 
     async def _later(self, wait: float) -> None:
         await trio.sleep(wait)
