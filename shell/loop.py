@@ -89,7 +89,6 @@ from pidurable.core.model import AgentConfig, ConversationId, TaskId
 from pidurable.core.state import State
 
 from .clock import trio_anchored_clock
-from . import loading
 from .context_cache import ContextCache
 from .documents import DocumentUpdates
 from .edge import clean_event
@@ -180,6 +179,12 @@ class Loop:
         effects are made strict JSON / valid UTF-8 here (``edge.py``)."""
         if not self.closed:
             self._send.send_nowait(clean_event(event))
+
+    def background(self, job: Callable[[], Awaitable[None]]) -> None:
+        """Start a short helper task (a progress flush) in the harness nursery,
+        without a cancel scope of its own: cheaper than a nursery per call."""
+        assert self.nursery is not None, "Loop.start() first"
+        self.nursery.start_soon(job)
 
     async def request(self, make: MakeEvent) -> Respond:
         """Send a host event carrying a fresh ticket; wait for its Respond."""
