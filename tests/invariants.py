@@ -92,6 +92,17 @@ Checked on the transcript:
   valid UTF-8 (nothing from outside poisoned the store).
 - ``BoundedToolOutput``: a truncated tool result holds at most its kept bytes
   plus its diagnostics, and a live slot's running output at most 4 KiB.
+
+Checked on the commits many workers landed on one PostgreSQL store (scale-out,
+``LeaseCommit`` records in commit order; tla/Leases.tla under the same names):
+
+- ``CommitsAreFenced``: within a conversation tree, no commit of an older lease
+  epoch lands after one of a newer epoch (a fenced-out worker never commits).
+- ``OneWriterPerEpoch``: every commit of one epoch of a tree is by one worker.
+- ``TreeIdsIncrease``: the ids a tree's commits allocate are unique and
+  increase in commit order, across takeovers (an id block per claim).
+- ``UnsafeBodyRunsAtMostOnceAcrossWorkers``: an unsafe tool body runs at most
+  once per tool task, counted over every worker process and life.
 """
 
 from __future__ import annotations
@@ -100,6 +111,8 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from pidurable.core.chord import apply as apply_ops
 from pidurable.core.context import context_messages
@@ -753,3 +766,71 @@ def life_invariants(storage: Any, lives: Sequence[tuple[int, Sequence[Any]]]) ->
 
 def terminal_ids(storage: Any) -> frozenset[int]:
     return frozenset(t.id for t in storage.tasks() if t.status == TaskStatus.TERMINAL)
+
+
+# --- scale-out: the commits many workers landed (tla/Leases.tla) ---------------
+
+
+@attrs.frozen
+class LeaseCommit:
+    """One commit as the database holds it: the tree (its root conversation),
+    the lease epoch and worker that landed it, its seq, the ids it allocated."""
+
+    root: int
+    epoch: int
+    worker: str
+    seq: int
+    ids: tuple[int, ...] = ()
+
+
+def _by_tree(landed: Iterable[LeaseCommit]) -> dict[int, list[LeaseCommit]]:
+    trees: dict[int, list[LeaseCommit]] = {}
+    for c in sorted(landed, key=lambda c: c.seq):
+        trees.setdefault(c.root, []).append(c)
+    return trees
+
+
+def commits_are_fenced(landed: Iterable[LeaseCommit]) -> None:
+    for root, commits in _by_tree(landed).items():
+        for a, b in zip(commits, commits[1:]):
+            assert a.epoch <= b.epoch, (
+                f"tree {root}: commit {b.seq} of epoch {b.epoch} (worker {b.worker}) landed after commit "
+                f"{a.seq} of epoch {a.epoch} (worker {a.worker}): a fenced-out worker committed"
+            )
+
+
+def one_writer_per_epoch(landed: Iterable[LeaseCommit]) -> None:
+    for root, commits in _by_tree(landed).items():
+        writers: dict[int, str] = {}
+        for c in commits:
+            first = writers.setdefault(c.epoch, c.worker)
+            assert first == c.worker, (
+                f"tree {root}: epoch {c.epoch} has commits by {first} and by {c.worker} (commit {c.seq})"
+            )
+
+
+def tree_ids_increase(landed: Iterable[LeaseCommit]) -> None:
+    for root, commits in _by_tree(landed).items():
+        last, last_seq = None, None
+        for c in commits:
+            for i in c.ids:
+                assert last is None or i > last, (
+                    f"tree {root}: commit {c.seq} (epoch {c.epoch}, worker {c.worker}) allocated id {i}, "
+                    f"not above id {last} of commit {last_seq}"
+                )
+                last, last_seq = i, c.seq
+
+
+def unsafe_body_runs_at_most_once_across_workers(runs: Mapping[int, int]) -> None:
+    """``runs``: tool task id -> how many times its unsafe body started, over
+    every worker process and life."""
+    twice = {t: n for t, n in runs.items() if n > 1}
+    assert not twice, f"unsafe tool bodies ran more than once across workers: {twice}"
+
+
+def lease_invariants(landed: Sequence[LeaseCommit], unsafe_runs: Mapping[int, int]) -> None:
+    """The scale-out invariants over what the workers landed."""
+    commits_are_fenced(landed)
+    one_writer_per_epoch(landed)
+    tree_ids_increase(landed)
+    unsafe_body_runs_at_most_once_across_workers(unsafe_runs)

@@ -259,3 +259,37 @@ def test_tool_document_with_result_fails_on_an_update_without_its_result() -> No
         invariants.tool_document_with_result(Journal((finished, [w("entry", result)])))
     with pytest.raises(AssertionError, match="for a resumed event"):
         invariants.tool_document_with_result(Journal((EV, [rev("base", value={"items": []})])))
+
+
+# --- scale-out (tla/Leases.tla) ------------------------------------------------
+
+LC = invariants.LeaseCommit
+
+
+def test_lease_checkers_hold_for_a_clean_takeover() -> None:
+    """Worker a holds epoch 1, dies; b claims epoch 2 with a fresh id block."""
+    landed = [LC(1, 1, "a", 1, (10, 11)), LC(1, 1, "a", 2, (12,)), LC(1, 2, "b", 3, (20,)), LC(5, 1, "b", 4, (30,))]
+    invariants.lease_invariants(landed, {6: 1, 7: 0})
+
+
+def test_commits_are_fenced_fails_on_a_stale_epoch_after_a_newer_one() -> None:
+    with pytest.raises(AssertionError, match="epoch 1 .*landed after commit 2 of epoch 2"):
+        invariants.commits_are_fenced([LC(1, 1, "a", 1), LC(1, 2, "b", 2), LC(1, 1, "a", 3)])
+    invariants.commits_are_fenced([LC(1, 2, "b", 2), LC(3, 1, "a", 3)])  # other trees are independent
+
+
+def test_one_writer_per_epoch_fails_on_two_workers_in_one_epoch() -> None:
+    with pytest.raises(AssertionError, match="epoch 1 has commits by a and by b"):
+        invariants.one_writer_per_epoch([LC(1, 1, "a", 1), LC(1, 1, "b", 2)])
+
+
+def test_tree_ids_increase_fails_on_an_id_below_an_earlier_commit() -> None:
+    with pytest.raises(AssertionError, match="allocated id 15, not above id 20"):
+        invariants.tree_ids_increase([LC(1, 2, "b", 1, (20,)), LC(1, 3, "a", 2, (15,))])
+    with pytest.raises(AssertionError, match="allocated id 20, not above id 20"):
+        invariants.tree_ids_increase([LC(1, 1, "a", 1, (20,)), LC(1, 1, "a", 2, (20,))])
+
+
+def test_unsafe_body_runs_at_most_once_across_workers_fails_on_a_second_run() -> None:
+    with pytest.raises(AssertionError, match=r"\{6: 2\}"):
+        invariants.unsafe_body_runs_at_most_once_across_workers({6: 2, 7: 1})

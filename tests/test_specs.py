@@ -41,6 +41,7 @@ def used_checkers() -> str:
         (ROOT / "tests" / "crash" / "test_stateful.py").read_text(encoding="utf-8"),
         inspect.getsource(invariants.journal_invariants),
         inspect.getsource(invariants.life_invariants),
+        inspect.getsource(invariants.lease_invariants),
     ]
     return "\n".join(sources)
 

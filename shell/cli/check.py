@@ -60,6 +60,9 @@ class Model:
     invariant: str | None = None
     trace_length: int | None = None
     about: str = ""
+    #: The TLA+ module TLC checks (the manifest's ``module`` unless the
+    #: model names its own, as the scale-out model ``MCLeases.tla`` does).
+    module: str | None = None
 
     @property
     def name(self) -> str:
@@ -120,6 +123,7 @@ def load_manifest(directory: Path) -> Manifest:
             invariant=m.get("invariant"),
             trace_length=m.get("trace_length"),
             about=m.get("about", ""),
+            module=m.get("module"),
         )
         for m in raw["models"]
     )
@@ -201,7 +205,7 @@ def run_model(tlc: Tlc, manifest: Manifest, model: Model, *, timeout: float) -> 
             str(Path(tmp) / "states"),
             "-config",
             model.config,
-            manifest.module,
+            model.module or manifest.module,
         ]
         start = time.monotonic()
         try:
