@@ -133,6 +133,11 @@ def _seed_trio(seed: int) -> None:
     # process life's interleaving (and so a failure) reproducible.
     from trio._core import _run
 
+    # Trio sorts then shuffles a batch when Hypothesis is imported (its plugin
+    # sets this), and only maybe-reverses it otherwise: force the first, so a
+    # life interleaves the same under pytest and in a plain process
+    # (``python -m tests.golden_scenarios --regenerate``).
+    _run._ALLOW_DETERMINISTIC_SCHEDULING = True
     _run._r.seed(seed)
 
 
