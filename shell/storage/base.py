@@ -108,6 +108,12 @@ class StoreFenced(StorageError):
     """The store was fenced (simulated crash): nothing more is written."""
 
 
+class LeaseLost(StorageError):
+    """A worker's lease on a conversation tree was taken by another worker
+    (or released): its commit was refused and nothing was written. The
+    worker stops that tree (the new owner recovers it as after a restart)."""
+
+
 @attrs.frozen(kw_only=True)
 class Loaded:
     """What ``load()`` returns: the live state and the counters."""

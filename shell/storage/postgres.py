@@ -70,6 +70,7 @@ from pidurable.core.model import (
 from . import codec, sql_reads, postgres_layout as layout, sqlite_documents, sqlite_entries
 from .base import (
     DamagedRecord,
+    LeaseLost,
     Loaded,
     NotAStore,
     Row,
@@ -110,6 +111,7 @@ class PostgresStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads,
         schema: str = "pidurable",
         create: bool = True,
         pool_size: int = 4,
+        shared: bool = False,
     ) -> None:
         if not layout.SCHEMA_NAME.fullmatch(schema):
             raise ValueError(f"schema must be a lower-case identifier ([a-z_][a-z0-9_]*), not {schema!r}")
@@ -124,6 +126,10 @@ class PostgresStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads,
         self.store_id = ""
         self._fenced = False
         self._locked = False
+        #: Shared by many workers (each leasing trees: ``postgres_tree``),
+        #: holding the store lock in share mode: a single owner is refused
+        #: while any worker runs, and workers while a single owner does.
+        self.shared = shared
         self._lock_conn: psycopg.Connection[Any] | None = None
         self._pool: psycopg_pool.ConnectionPool | None = None
         #: Bounds the worker threads commits run in (no more than connections).
@@ -222,7 +228,8 @@ class PostgresStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads,
 
     def _lock(self, conn: psycopg.Connection[Any]) -> None:
         key = layout.store_key(self.store_id)
-        (taken,) = _one_row(conn.execute("SELECT pg_try_advisory_lock(%s)", [key]))
+        how = "pg_try_advisory_lock_shared" if self.shared else "pg_try_advisory_lock"
+        (taken,) = _one_row(conn.execute(f"SELECT {how}(%s)".encode(), [key]))
         if not taken:
             raise StoreLocked(f"Store {self.name} is in use by {self._holder(conn, key)}; close it there first")
         self._locked = True
@@ -347,7 +354,8 @@ class PostgresStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads,
                         # explicitly: a closed socket ends the server's session
                         # a moment later, and an opener right after us (a
                         # restart) must not find the lock still held
-                        conn.execute("SELECT pg_advisory_unlock(%s)", [layout.store_key(self.store_id)])
+                        how = "pg_advisory_unlock_shared" if self.shared else "pg_advisory_unlock"
+                        conn.execute(f"SELECT {how}(%s)".encode(), [layout.store_key(self.store_id)])
                 except psycopg.Error as e:
                     log.warning("Store %s: unlocking failed (%s); the lock ends with its session", self.name, e)
                 finally:
@@ -366,6 +374,14 @@ class PostgresStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads,
 
     def commit_many(self, batch: Batch) -> None:
         """Several commits in ONE transaction, all or nothing."""
+        self.commit_fenced(batch, None)
+
+    def commit_fenced(self, batch: Batch, lease: tuple[int, int, str] | None) -> None:
+        """``commit_many``; with ``lease`` = (tree, epoch, owner), the
+        transaction first checks (and locks) that lease row - ``fence()`` in
+        the schema raises SQLSTATE PD001 if the lease moved on, and nothing
+        is written (``postgres_tree`` turns that into ``LeaseLost``). The
+        rows are written with that tree, the journal rows with its epoch."""
         if self._fenced:
             raise StoreFenced(f"store {self.name} is fenced")
         encoded = [(seq, *encode_commit(seq, writes, events)) for seq, writes, events in batch]
@@ -373,24 +389,37 @@ class PostgresStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads,
             raise StorageError(f"Store {self.name} is closed")
         try:
             with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+                if lease is not None:
+                    conn.execute(b"SELECT fence(%s, %s, %s)", list(lease))
+                tree, epoch = (lease[0], lease[1]) if lease is not None else (None, None)
                 for seq, rows, ev_text, wr_text in encoded:
-                    self._write_one(conn, seq, rows, ev_text, wr_text)
+                    self._write_one(conn, seq, rows, ev_text, wr_text, tree, epoch)
         except psycopg.errors.IntegrityError as e:
             # rolled back: a duplicate entry id or a seq that does not increase
             raise StorageError(f"Store {self.name} refused the commit (nothing was written): {str(e).strip()}") from e
         except psycopg.Error as e:
+            if lease is not None and e.sqlstate == "PD001":  # fence() refused: rolled back
+                raise LeaseLost(f"Store {self.name}: {e.diag.message_primary}; nothing was written") from e
             # rolled back (or, if the connection died during COMMIT, unknown):
             # this harness stops, and the next open recovers from the store
             raise StorageError(f"Store {self.name}: commit failed, nothing was written ({str(e).strip()})") from e
 
     @staticmethod
-    def _write_one(conn: psycopg.Connection[Any], seq: int, rows: list[Row], ev_text: str, wr_text: str) -> None:
+    def _write_one(
+        conn: psycopg.Connection[Any],
+        seq: int,
+        rows: list[Row],
+        ev_text: str,
+        wr_text: str,
+        tree: int | None = None,
+        epoch: int | None = None,
+    ) -> None:
         for row in rows:
             if row.table == "document_revisions":
                 _write_document(conn, row.columns)
             else:
-                conn.execute(layout.UPSERT[row.table].encode(), row.columns)
-        conn.execute(layout.JOURNAL.encode(), (seq, codec.FORMAT_VERSION, ev_text, wr_text))
+                conn.execute(layout.UPSERT[row.table].encode(), {**row.columns, "tree": tree})
+        conn.execute(layout.JOURNAL.encode(), (seq, codec.FORMAT_VERSION, ev_text, wr_text, tree, epoch))
 
     # reads -------------------------------------------------------------------
 

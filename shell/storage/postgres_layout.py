@@ -14,7 +14,13 @@ layout version 3 - ``base.SCHEMA_VERSION`` - column for column)::
     document_records(id PK, scope, owner, kind, version, history, fork,
                      created_seq, retired_seq)
     document_revisions(document_id, seq, action, content)  PK (document_id, seq)
-    journal(seq PK, format, events, writes)
+    journal(seq PK, format, events, writes, tree, epoch, landed)
+    leases(root PK, owner, epoch, expires_at, work_at, pinned, claimed_at)
+    intake(id PK, tree, conversation_id, request_id, type, payload,
+           created_at, submission_id, refused)  UNIQUE (conversation_id, request_id)
+
+(conversations, tasks and submissions carry ``tree`` too: the root of the
+conversation tree a worker leases; version 2.)
 
 Records are ``text``, never ``jsonb``: ``jsonb`` reorders keys and drops
 duplicate whitespace, and a record must stay the codec's bytes (the same
@@ -36,7 +42,11 @@ import re
 from .base import SCHEMA_VERSION
 
 #: This layout's version (``meta.schema_version``).
-PG_SCHEMA_VERSION = 1
+#: 2: trees, leases and intake for many workers (issue 13 items 2-4): a
+#: ``tree`` column on conversations, tasks and submissions; ``tree``, ``epoch``
+#: and ``landed`` on the journal; ``leases``, ``intake``, the ``id_blocks``
+#: sequence and the ``fence`` function (see :mod:`.postgres_tree`).
+PG_SCHEMA_VERSION = 2
 
 # Layout version 1 holds SQLite's version-3 rows; a new SQLite layout version
 # needs a PostgreSQL migration too (this fails loudly until it has one).
@@ -79,9 +89,61 @@ CREATE TABLE journal (
     seq bigint PRIMARY KEY, format integer NOT NULL, events text NOT NULL, writes text NOT NULL);
 """
 
+#: Version 2: the tree of every conversation, task and submission (the
+#: conversation tree a worker leases: a top-level conversation, the
+#: conversations its tasks own and its forks, with their tasks and
+#: submissions), backfilled for existing rows; what a lease fences.
+_V2: tuple[str, ...] = (
+    "ALTER TABLE conversations ADD COLUMN tree bigint",
+    "ALTER TABLE tasks ADD COLUMN tree bigint",
+    "ALTER TABLE submissions ADD COLUMN tree bigint",
+    """DO $$ BEGIN
+        UPDATE conversations SET tree = id WHERE owner_task_id IS NULL AND parent_id IS NULL;
+        LOOP
+            UPDATE conversations c SET tree = p.tree FROM conversations p
+            WHERE c.tree IS NULL AND p.tree IS NOT NULL
+              AND p.id = COALESCE((SELECT k.conversation_id FROM tasks k WHERE k.id = c.owner_task_id), c.parent_id);
+            EXIT WHEN NOT FOUND;
+        END LOOP;
+        UPDATE conversations SET tree = id WHERE tree IS NULL;
+        UPDATE tasks k SET tree = c.tree FROM conversations c WHERE c.id = k.conversation_id;
+        UPDATE submissions s SET tree = c.tree FROM conversations c WHERE c.id = s.conversation_id;
+    END $$""",
+    "CREATE INDEX conversations_by_tree ON conversations (tree, id)",
+    "CREATE INDEX tasks_live_by_tree ON tasks (tree, id) WHERE status <> 'terminal'",
+    "CREATE INDEX submissions_unsettled_by_tree ON submissions (tree, id) WHERE status IN ('queued','placed')",
+    # landed: the order commits reached the store (a fenced-out commit never lands after a newer epoch's)
+    "CREATE SEQUENCE journal_landed",
+    "ALTER TABLE journal ADD COLUMN tree bigint, ADD COLUMN epoch bigint, "
+    "ADD COLUMN landed bigint NOT NULL DEFAULT nextval('journal_landed')",
+    "CREATE SEQUENCE id_blocks",
+    "CREATE TABLE leases (root bigint PRIMARY KEY, owner text, epoch bigint NOT NULL DEFAULT 0, "
+    "expires_at timestamptz, work_at timestamptz, pinned text, claimed_at timestamptz)",
+    "CREATE INDEX leases_wanted ON leases (root) WHERE work_at IS NOT NULL",
+    "CREATE TABLE intake (id bigserial PRIMARY KEY, tree bigint NOT NULL, conversation_id bigint NOT NULL, "
+    "request_id text NOT NULL, type text NOT NULL CHECK (type IN ('input','write')), payload text NOT NULL, "
+    "created_at timestamptz NOT NULL DEFAULT now(), submission_id bigint, refused text, "
+    "UNIQUE (conversation_id, request_id))",
+    "CREATE INDEX intake_pending ON intake (tree, id) WHERE submission_id IS NULL AND refused IS NULL",
+    # fence(root, epoch, owner): lock the lease row; a commit of an owner whose
+    # lease was taken (or released) fails with SQLSTATE PD001 and rolls back
+    """CREATE FUNCTION fence(r bigint, e bigint, o text) RETURNS void LANGUAGE plpgsql AS $$ BEGIN
+        PERFORM 1 FROM leases WHERE root = r AND epoch = e AND owner = o FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'lease on tree % epoch % is no longer held by %', r, e, o USING ERRCODE = 'PD001';
+        END IF;
+    END $$""",
+    # every existing tree gets a lease row; those with live work want an owner
+    "INSERT INTO leases (root, work_at) SELECT c.id, CASE WHEN EXISTS "
+    "(SELECT 1 FROM tasks k WHERE k.tree = c.id AND k.status <> 'terminal') OR EXISTS "
+    "(SELECT 1 FROM submissions s WHERE s.tree = c.id AND s.status IN ('queued','placed')) THEN now() END "
+    "FROM conversations c WHERE c.tree = c.id",
+)
+
 #: version -> the statements that reach it from the version before.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: tuple(s.strip() for s in _V1.split(";") if s.strip()),
+    2: _V2,
 }
 assert sorted(MIGRATIONS) == list(range(1, PG_SCHEMA_VERSION + 1))
 
@@ -97,6 +159,8 @@ TABLES = frozenset(
         "document_records",
         "document_revisions",
         "journal",
+        "leases",
+        "intake",
     }
 )
 
@@ -106,19 +170,25 @@ BOOTSTRAP = (
 )
 
 UPSERT = {
-    "conversations": "INSERT INTO conversations (id, owner_task_id, parent_id, fork_at, record) "
-    "VALUES (%(id)s, %(owner_task_id)s, %(parent_id)s, %(fork_at)s, %(record)s) "
+    # the tree: the writer's (a worker's view), else the owning task's, else
+    # the fork parent's, else its own; set once, when the row is inserted
+    "conversations": "INSERT INTO conversations (id, owner_task_id, parent_id, fork_at, record, tree) "
+    "VALUES (%(id)s, %(owner_task_id)s, %(parent_id)s, %(fork_at)s, %(record)s, COALESCE(%(tree)s::bigint, "
+    "(SELECT k.tree FROM tasks k WHERE k.id = %(owner_task_id)s), "
+    "(SELECT p.tree FROM conversations p WHERE p.id = %(parent_id)s), %(id)s)) "
     "ON CONFLICT (id) DO UPDATE SET owner_task_id = EXCLUDED.owner_task_id, "
     "parent_id = EXCLUDED.parent_id, fork_at = EXCLUDED.fork_at, record = EXCLUDED.record",
     # an entry is written once: a second put of its id is refused (the commit rolls back)
     "entries": "INSERT INTO entries (id, conversation_id, seq, record) "
     "VALUES (%(id)s, %(conversation_id)s, %(seq)s, %(record)s)",
-    "tasks": "INSERT INTO tasks (id, conversation_id, kind, status, owner, record) "
-    "VALUES (%(id)s, %(conversation_id)s, %(kind)s, %(status)s, %(owner)s, %(record)s) "
+    "tasks": "INSERT INTO tasks (id, conversation_id, kind, status, owner, record, tree) "
+    "VALUES (%(id)s, %(conversation_id)s, %(kind)s, %(status)s, %(owner)s, %(record)s, "
+    "COALESCE(%(tree)s::bigint, (SELECT c.tree FROM conversations c WHERE c.id = %(conversation_id)s))) "
     "ON CONFLICT (id) DO UPDATE SET conversation_id = EXCLUDED.conversation_id, kind = EXCLUDED.kind, "
     "status = EXCLUDED.status, owner = EXCLUDED.owner, record = EXCLUDED.record",
-    "submissions": "INSERT INTO submissions (id, conversation_id, request_id, status, record) "
-    "VALUES (%(id)s, %(conversation_id)s, %(request_id)s, %(status)s, %(record)s) "
+    "submissions": "INSERT INTO submissions (id, conversation_id, request_id, status, record, tree) "
+    "VALUES (%(id)s, %(conversation_id)s, %(request_id)s, %(status)s, %(record)s, "
+    "COALESCE(%(tree)s::bigint, (SELECT c.tree FROM conversations c WHERE c.id = %(conversation_id)s))) "
     "ON CONFLICT (id) DO UPDATE SET conversation_id = EXCLUDED.conversation_id, "
     "request_id = EXCLUDED.request_id, status = EXCLUDED.status, record = EXCLUDED.record",
     "documents": "INSERT INTO documents (conversation_id, kind, seq, value) "
@@ -142,7 +212,9 @@ DOC_REVISION = (
 )
 DOC_RECLAIM = "DELETE FROM document_revisions WHERE document_id = %(document_id)s AND seq < %(seq)s"
 
-JOURNAL = "INSERT INTO journal (seq, format, events, writes) VALUES (%s, %s, %s, %s)"
+#: The journal row; ``tree`` and ``epoch`` say which lease a worker's commit
+#: was fenced by (NULL for a single owner's).
+JOURNAL = "INSERT INTO journal (seq, format, events, writes, tree, epoch) VALUES (%s, %s, %s, %s, %s, %s)"
 
 #: A store's schema name: a plain lower-case identifier (it is spliced into
 #: ``search_path`` and DDL, so nothing needs quoting).
@@ -162,6 +234,11 @@ def _key(kind: str, text: str) -> int:
 def store_key(store_id: str) -> int:
     """The session lock one owner holds on store ``store_id``."""
     return _key("store", store_id)
+
+
+def channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of the store in ``schema`` (work for workers)."""
+    return f"pidurable_{schema}"
 
 
 def bootstrap_key(schema: str) -> int:
