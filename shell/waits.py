@@ -25,6 +25,7 @@ from pidurable.core.effects import PutSubmission, PutTask, Respond, Write
 from pidurable.core.model import Submission, Task
 
 from .errors import HarnessClosed
+from .storage.base import as_stored
 
 T = TypeVar("T")
 R = TypeVar("R", Submission, Task)
@@ -122,4 +123,5 @@ class Waits:
             if isinstance(w, PutSubmission) and w.submission.id in self.watched:
                 self.watched[w.submission.id] = w.submission
             elif isinstance(w, PutTask) and w.task.id in self.watched:
-                self.watched[w.task.id] = w.task
+                # as the store reads it back (a terminal task without its checkpoint)
+                self.watched[w.task.id] = as_stored(w.task)

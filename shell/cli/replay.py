@@ -12,8 +12,11 @@ much was checked; ``--explain`` tells each commit as a story
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
+
+from pidurable.core.events import Opened
 
 from ..explain import explain
 from ..explain_html import write_explain_html
@@ -79,6 +82,9 @@ def load_rows(args: argparse.Namespace) -> tuple[list[JournalRow], str]:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     rows, source = load_rows(args)
+    partial = partial_note(rows, source)
+    if partial is not None and not args.check:
+        print(f"pidurable replay: {partial[0]}", file=sys.stderr)
     if args.export is not None:
         return _export(rows, args.export)
     if args.check:
@@ -153,10 +159,45 @@ def _readable(rows: list[JournalRow]) -> list[JournalRow]:
     return [JournalRow(seq=r.seq, events=r.events, writes=w, format=r.format) for r, (_, _, w) in zip(rows, recomputed, strict=True)]
 
 
+def partial_note(rows: list[JournalRow], source: str) -> tuple[str, int | None] | None:
+    """For a journal whose first commits were dropped (journal retention,
+    ``compact-store --journal-retention``): what to say, and the index of
+    the first row that starts a process life (None: no row does). Replay
+    can check from there on: each life's ``opened`` carries what it loaded,
+    so its commits replay without the rows before it."""
+    if not rows or rows[0].seq == 1:
+        return None
+    start = next((i for i, r in enumerate(rows) if _opens(r)), None)
+    dropped = f"commits 1-{rows[0].seq - 1} are" if rows[0].seq > 2 else "commit 1 is"
+    note = (
+        f"the journal of {source} is partial: it starts at commit {rows[0].seq} ({dropped} not in it: "
+        "dropped by journal retention, or cut)"
+    )
+    if start is None:
+        return note + "; it holds no process life's start (an opened), so nothing can be replayed", None
+    skipped = f"; commits {rows[0].seq}-{rows[start].seq - 1} before it are not compared" if start else ""
+    return note + f"; replaying from commit {rows[start].seq}, the first process life it holds{skipped}", start
+
+
+def _opens(row: JournalRow) -> bool:
+    try:
+        datas = json.loads(row.events)
+    except ValueError:
+        return False
+    return bool(datas) and isinstance(datas[0], dict) and datas[0].get("type") == Opened.TAG
+
+
 def _check(rows: list[JournalRow], source: str, *, verbose: bool) -> int:
     if not rows:
         print(f"replay --check: {source} has no commits; nothing to check")
         return 0
+    partial = partial_note(rows, source)
+    if partial is not None:
+        note, start = partial
+        print(f"replay --check: {note}")
+        if start is None:
+            return 1
+        rows = rows[start:]
     result = check(rows, source)
     if result.ok:
         print(

@@ -55,6 +55,7 @@ from pidurable.core.model import (
     SubmissionId,
     Task,
     TaskId,
+    TaskStatus,
 )
 from pidurable.core.state import (
     AGENT_DOC,
@@ -78,7 +79,10 @@ from . import codec
 #: Version of the persisted layout; stored in every store, checked at open.
 #: 2: host-defined documents (``document_records``, ``document_revisions``).
 #: 3: forks (``conversations.parent_id`` / ``fork_at``).
-SCHEMA_VERSION = 3
+#: 4: lean rows (issue 11): a task or entry record leaves out what its row's
+#: columns hold (:data:`ROW_COLUMNS`), a terminal task's record its execution
+#: state (:data:`TERMINAL_DROPS`); rows written before decode as they did.
+SCHEMA_VERSION = 4
 
 
 class StorageError(Exception):
@@ -240,11 +244,58 @@ class Row:
     columns: dict[str, Any]
 
 
+#: Schema 4 (issue 11: a lean store): the fields of a task or entry that its
+#: row holds as columns, left out of the row's record text and put back when
+#: the row is read (:func:`decode_row`). The journal (and its digest) still
+#: encodes the whole record.
+ROW_COLUMNS: dict[str, tuple[str, ...]] = {
+    "tasks": ("id", "conversation_id", "kind", "status", "owner"),
+    "entries": ("id", "conversation_id"),
+}
+#: The task columns a read selects before ``record`` (SQL).
+TASK_COLUMNS = ", ".join(ROW_COLUMNS["tasks"])
+#: What a terminal task's row leaves out besides: the execution state only a
+#: live task reads (its checkpoint - a tool's arguments are in the assistant
+#: entry, its result in the result entry -, what it waited on, its memos).
+#: It keeps its kind, owner, input, outcome and times: what ``inspect``,
+#: ``transcript``, the recovery report and a host's ``harness.task`` read.
+TERMINAL_DROPS = frozenset({"checkpoint", "on", "memos", *ROW_COLUMNS["tasks"]})
+
+
+def as_stored(task: Task) -> Task:
+    """``task`` as a store reads it back (schema 4): a terminal task without
+    its execution state (:data:`TERMINAL_DROPS`), a live one whole."""
+    if task.status is not TaskStatus.TERMINAL:
+        return task
+    return attrs.evolve(task, checkpoint={}, on=(), memos=None)
+
+
 def encode_write(w: Write, seq: int) -> tuple[Row, str]:
     """The row a write upserts, and its journal text; the codec encodes the
-    record once for both (same for every adapter)."""
+    record once for both (same for every adapter), and the row keeps the
+    lean part of it (:data:`ROW_COLUMNS`)."""
     rec, journal = codec.encode_write(w)
-    return _row(w, seq, rec), journal
+    return _row(w, seq, _lean(w, rec)), journal
+
+
+def _lean(w: Write, rec: str) -> str:
+    """A record's row text: without what the row's columns hold (a prefix of
+    the text, as attrs orders the fields: cut, not encoded again) and, for a
+    terminal task, without its execution state (encoded again: a small
+    record once per task)."""
+    match w:
+        case PutEntry(entry=e):
+            return _cut(rec, f'{{"id":{e.id},"conversation_id":{e.conversation_id},')
+        case PutTask(task=t) if t.status is TaskStatus.TERMINAL:
+            data = codec.stored.unstructure(t)
+            return codec.dumps({k: v for k, v in data.items() if k not in TERMINAL_DROPS})
+        case PutTask(task=t):
+            return _cut(rec, f'{{"id":{t.id},"conversation_id":{t.conversation_id},"kind":{codec.dumps(t.kind)},')
+    return rec
+
+
+def _cut(rec: str, prefix: str) -> str:
+    return "{" + rec[len(prefix) :] if rec.startswith(prefix) else rec
 
 
 def _row(w: Write, seq: int, rec: str) -> Row:
@@ -389,6 +440,24 @@ def decode_record(store: str, table: str, key: Any, text: str | bytes, cl: type[
     if isinstance(key, int) and rid != key:
         raise DamagedRecord(f"Store {store}: damaged record in {table} {_key(key)}: it says id {rid!r}")
     return record
+
+
+def decode_row(store: str, table: str, columns: dict[str, Any], text: str | bytes, cl: type[T]) -> T:
+    """Decode a task or entry row (:data:`ROW_COLUMNS`): its record text with
+    the row's columns put back (a row written before schema 4 holds them in
+    its text too, and its own id must be the row's)."""
+    key = columns["id"]
+    try:
+        data = codec.loads(text)
+        if not isinstance(data, dict):
+            raise TypeError(f"a record is a JSON object, not {type(data).__name__}")
+        rid = data.get("id", key)
+        if rid != key:
+            raise DamagedRecord(f"Store {store}: damaged record in {table} {_key(key)}: it says id {rid!r}")
+        data.update(columns)
+        return codec.converter.structure(data, cl)
+    except _DECODE_ERRORS as e:
+        raise DamagedRecord(f"Store {store}: damaged record in {table} {_key(key)}: {_why(e)}") from e
 
 
 def decode_doc(kind: str, value: str | bytes, store: str = "", conversation_id: Any = None) -> Any:

@@ -27,6 +27,7 @@ which stays the shape hosts are handed and what older rows are compared in.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
@@ -49,6 +50,9 @@ FORMAT_VERSION = 3
 #: A format-2/3 row's ``writes``: this prefix and a 128-bit BLAKE2b of the
 #: writes' JSON text (format 1 rows start with ``[``).
 DIGEST_PREFIX = "b2:"
+#: The digest rows written since issue 11's lean journal hold: this prefix
+#: and a 96-bit BLAKE2b in base64url (:func:`writes_digest`).
+SHORT_DIGEST_PREFIX = "b3:"
 
 T = TypeVar("T")
 
@@ -63,6 +67,44 @@ def _entry_kind(value: Any, _: Any) -> str:
         return EntryKind(value)
     except ValueError:
         return str(value)
+
+
+def _lean_prepared(hook: Callable[[Any], dict[str, Any]]) -> Callable[[Any], dict[str, Any]]:
+    """ModelResponded as the store encodes it (issue 11: a lean journal): a
+    prepared call whose arguments are its tool call's, key for key, leaves
+    them out (:func:`event_from_data` puts them back); they were stored twice
+    in every tool round."""
+
+    def unstructure(e: ModelResponded) -> dict[str, Any]:
+        data = hook(e)
+        if e.prepared and len(e.prepared) == len(e.tool_calls):
+            data["prepared"] = [
+                {k: v for k, v in p.items() if k != "arguments"}
+                if p is not None and _same_json(p.get("arguments"), call.arguments)
+                else p
+                for p, call in zip(data["prepared"], e.tool_calls, strict=True)
+            ]
+        return data
+
+    return unstructure
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Equal and with the same key order (a decoded copy must encode alike)."""
+    return a == b and _encode(a) == _encode(b)
+
+
+def _fill_prepared(data: dict[str, Any]) -> dict[str, Any]:
+    """A ``model_responded`` event's prepared calls with the arguments the
+    lean encoding left out (their tool call's)."""
+    prepared, calls = data.get("prepared"), data.get("tool_calls")
+    if not prepared or not isinstance(calls, list) or len(calls) != len(prepared):
+        return data
+    filled = [
+        {"arguments": call.get("arguments", {}), **p} if isinstance(p, dict) and "arguments" not in p and isinstance(call, dict) else p
+        for p, call in zip(prepared, calls)
+    ]
+    return {**data, "prepared": filled}
 
 
 def _configure(converter: cattrs.Converter) -> None:
@@ -140,6 +182,8 @@ def _configure(converter: cattrs.Converter) -> None:
     converter.register_unstructure_hook(
         ModelResponded, make_dict_unstructure_fn(ModelResponded, converter, _cattrs_omit_if_default=converter.omit_if_default, continuation=override(omit_if_default=True))
     )
+    if converter.omit_if_default:  # the store's encoder: prepared arguments once (issue 11)
+        converter.register_unstructure_hook(ModelResponded, _lean_prepared(converter.get_unstructure_hook(ModelResponded)))
     # A streamed partial's offset (issue 11: partials carry only what was appended).
     converter.register_unstructure_hook(
         ModelStreamed, make_dict_unstructure_fn(ModelStreamed, converter, _cattrs_omit_if_default=converter.omit_if_default, offset=override(omit_if_default=True))
@@ -245,6 +289,8 @@ def event_from_data(data: dict[str, Any]) -> Event:
     tag = data.get("type")
     if tag in EVENT_TAG_ALIASES:
         data = {**data, "type": EVENT_TAG_ALIASES[tag]}
+    if tag == ModelResponded.TAG:
+        data = _fill_prepared(data)
     return converter.structure(data, Event)  # type: ignore[arg-type]
 
 
@@ -310,19 +356,31 @@ def journal_writes(pieces: Iterable[str]) -> str:
 
 
 def writes_digest(text: str) -> str:
-    """What a format-2 journal row stores for writes whose JSON is ``text``."""
+    """What a journal row (format 2 on) stores for writes whose JSON is
+    ``text``: ``b3:`` and a 96-bit BLAKE2b in unpadded base64url, 19
+    characters (issue 11: a lean journal; rows written before keep ``b2:``
+    and 128 bits in hex, 35 characters, and are checked as they are)."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=12).digest()
+    return SHORT_DIGEST_PREFIX + base64.urlsafe_b64encode(digest).decode("ascii")
+
+
+def _long_digest(text: str) -> str:
     return DIGEST_PREFIX + hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
 def is_digest(kept: str) -> bool:
-    """Does a journal row's ``writes`` hold a digest (format 2, 3), not JSON?"""
-    return kept.startswith(DIGEST_PREFIX)
+    """Does a journal row's ``writes`` hold a digest (format 2 on), not JSON?"""
+    return kept.startswith((SHORT_DIGEST_PREFIX, DIGEST_PREFIX))
 
 
 def writes_match(kept: str, text: str) -> bool:
     """Do writes whose JSON is ``text`` match a row's stored ``writes``
-    (its JSON, format 1, or its digest, formats 2 and 3)?"""
-    return writes_digest(text) == kept if is_digest(kept) else text == kept
+    (its JSON, format 1, or its digest of either length)?"""
+    if kept.startswith(SHORT_DIGEST_PREFIX):
+        return writes_digest(text) == kept
+    if kept.startswith(DIGEST_PREFIX):
+        return _long_digest(text) == kept
+    return text == kept
 
 
 def writes_json(writes: Sequence[Write], fmt: int = FORMAT_VERSION) -> str:

@@ -41,7 +41,9 @@ from .base import (
     conv_state,
     decode_doc,
     document_state,
+    ROW_COLUMNS,
     decode_record,
+    decode_row,
     encode_commit_text,
     lineage_of,
 )
@@ -172,6 +174,9 @@ class MemoryStorage:
 
     # reads -----------------------------------------------------------------
     def _decode(self, table: str, row: dict[str, Any], cl: type[T]) -> T:
+        columns = ROW_COLUMNS.get(table)
+        if columns is not None:
+            return decode_row(self.name, table, {c: row[c] for c in columns}, row["record"], cl)
         return decode_record(self.name, table, row["id"], row["record"], cl)
 
     def lineage(self, conversation_id: ConversationId) -> Lineage:

@@ -79,7 +79,10 @@ from .base import (
     StoreLocked,
     StoreMissing,
     conv_state,
+    ROW_COLUMNS,
+    TASK_COLUMNS,
     decode_record,
+    decode_row,
     encode_commit,
 )
 
@@ -307,8 +310,8 @@ class PostgresStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads,
             for cid, rec in self._rows("load", "SELECT id, record FROM conversations ORDER BY id")
         )
         tasks = tuple(
-            decode_record(name, "tasks", tid, rec, Task)
-            for tid, rec in self._rows("load", "SELECT id, record FROM tasks WHERE status <> 'terminal' ORDER BY id")
+            decode_row(name, "tasks", dict(zip(ROW_COLUMNS["tasks"], row)), row[-1], Task)
+            for row in self._rows("load", f"SELECT {TASK_COLUMNS}, record FROM tasks WHERE status <> 'terminal' ORDER BY id")
         )
         subs = tuple(
             decode_record(name, "submissions", sid, rec, Submission)

@@ -50,7 +50,11 @@ PG_SCHEMA_VERSION = 2
 
 # Layout version 1 holds SQLite's version-3 rows; a new SQLite layout version
 # needs a PostgreSQL migration too (this fails loudly until it has one).
-assert SCHEMA_VERSION == 3, "add a PostgreSQL migration for the new layout (postgres_layout.py)"
+# SQLite's version 4 (lean task and entry records, issue 11) changed no
+# column: PostgreSQL rows get the same lean records (``base.encode_write``)
+# and its reads put the columns back, so whole records of earlier rows read
+# as before and no migration is needed.
+assert SCHEMA_VERSION == 4, "add a PostgreSQL migration for the new layout (postgres_layout.py)"
 
 _V1 = """
 CREATE TABLE conversations (

@@ -10,7 +10,7 @@ from typing import Any
 
 from pidurable.core.model import Conversation, ConversationId, Submission, SubmissionId, Task, TaskId
 
-from .base import JournalRow, decode_doc, decode_record
+from .base import ROW_COLUMNS, JournalRow, decode_doc, decode_record, decode_row
 
 
 class RecordReads:
@@ -20,9 +20,15 @@ class RecordReads:
     _rows: Callable[..., list[Any]]
 
     def _records(self, table: str, cl: type[Any], where: str = "", params: Sequence[Any] = ()) -> list[Any]:
-        """Decoded records of ``table`` (``where`` filters), by id."""
-        sql = f"SELECT id, record FROM {table}" + (f" WHERE {where}" if where else "") + " ORDER BY id"
-        return [decode_record(self.name, table, i, rec, cl) for i, rec in self._rows(f"reading {table}", sql, params)]
+        """Decoded records of ``table`` (``where`` filters), by id; a task's
+        or an entry's with its row's columns put back (``ROW_COLUMNS``)."""
+        columns = ROW_COLUMNS.get(table)
+        sql = f"SELECT {', '.join(columns or ('id',))}, record FROM {table}"
+        sql += (f" WHERE {where}" if where else "") + " ORDER BY id"
+        rows = self._rows(f"reading {table}", sql, params)
+        if columns is not None:
+            return [decode_row(self.name, table, dict(zip(columns, row)), row[-1], cl) for row in rows]
+        return [decode_record(self.name, table, i, rec, cl) for i, rec in rows]
 
     def _one(self, table: str, cl: type[Any], where: str, params: Sequence[Any]) -> Any:
         found = self._records(table, cl, where, params)

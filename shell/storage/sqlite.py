@@ -59,7 +59,8 @@ from typing import Any
 
 import sqlite_utils
 
-from pidurable.core.effects import Write
+from pidurable.core.effects import PutEntry, PutTask, Write
+from pidurable.core.model import Entry
 from pidurable.core.events import Event
 from pidurable.core.model import (
     Conversation,
@@ -79,8 +80,12 @@ from .base import (
     StoreLocked,
     StoreMissing,
     conv_state,
+    ROW_COLUMNS,
+    TASK_COLUMNS,
     decode_record,
+    decode_row,
     encode_commit,
+    encode_write,
 )
 from .sqlite_layout import MIGRATIONS, SQLITE_MAGIC, UPSERT, Found, inspect_store
 
@@ -107,9 +112,14 @@ class SqliteStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads, s
         synchronous: str = "NORMAL",
         create: bool = True,
         read_only: bool = False,
+        journal_retention: int | str = "all",
     ) -> None:
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
+        #: ``"all"`` or the newest commits whose journal rows are kept (see
+        #: :meth:`prune_journal`).
+        self.journal_retention = check_retention(journal_retention)
+        self._commits_since_prune: int | None = None  # None: not pruned in this process yet
         self.path = Path(path)
         self.name = str(self.path)
         self.read_only = read_only
@@ -376,8 +386,8 @@ class SqliteStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads, s
             for cid, rec in self._rows("load", "SELECT id, record FROM conversations ORDER BY id")
         )
         tasks = tuple(
-            decode_record(name, "tasks", tid, rec, Task)
-            for tid, rec in self._rows("load", "SELECT id, record FROM tasks WHERE status != 'terminal' ORDER BY id")
+            decode_row(name, "tasks", dict(zip(ROW_COLUMNS["tasks"], row)), row[-1], Task)
+            for row in self._rows("load", f"SELECT {TASK_COLUMNS}, record FROM tasks WHERE status != 'terminal' ORDER BY id")
         )
         subs = tuple(
             decode_record(name, "submissions", sid, rec, Submission)
@@ -498,6 +508,12 @@ class SqliteStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads, s
             # the transaction was rolled back; this harness stops, and a new
             # one opened on the store recovers from the last commit.
             raise StorageError(f"Store {self.path}: commit failed, nothing was written ({e})") from e
+        if self.journal_retention != "all":
+            since = self._commits_since_prune
+            if since is None or since + len(batch) >= PRUNE_EVERY:
+                self.prune_journal()
+            else:
+                self._commits_since_prune = since + len(batch)
 
     @staticmethod
     def _write_one(conn: sqlite3.Connection, seq: int, rows: list[Any], ev_text: str, wr_text: str) -> None:
@@ -511,15 +527,109 @@ class SqliteStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads, s
             (seq, codec.FORMAT_VERSION, ev_text, wr_text),
         )
 
-    # reads -------------------------------------------------------------------
+    # journal retention and compaction (issue 11) -------------------------------
+    def prune_journal(self) -> int:
+        """Drop the journal rows that ``journal_retention`` does not keep;
+        returns how many. Kept: the newest ``journal_retention`` commits, and
+        every commit from the first one the oldest live work may come from
+        (a run not yet settled keeps its whole journal): the commit of the
+        newest entry older than the oldest live task or unsettled submission
+        (ids grow with commits, so no older commit wrote that work). The
+        records are never touched. Runs at the first commit of a process
+        life and every ``PRUNE_EVERY`` commits after; ``"all"`` never drops."""
+        self._commits_since_prune = 0
+        if self.journal_retention == "all" or self.read_only:
+            return 0
+        if self._fenced:
+            raise StoreFenced(f"store {self.path} is fenced")
+        with self._failing("pruning the journal"):
+            keep_from = self._journal_keep_from(self.journal_retention)
+            if keep_from is None:
+                return 0
+            with self.db.atomic():
+                cur = self.db.conn.execute("DELETE FROM journal WHERE seq < ?", [keep_from])
+            return int(cur.rowcount)
+
+    def _journal_keep_from(self, retention: int) -> int | None:
+        """The first journal seq to keep (None: keep every row)."""
+        db = self.db
+        ((top,),) = db.execute("SELECT max(seq) FROM journal").fetchall()
+        if top is None:
+            return None
+        keep_from = int(top) - retention + 1  # retention >= 1: the newest row stays (load reads next_seq from it)
+        ((oldest,),) = db.execute(
+            "SELECT min(m) FROM (SELECT min(id) AS m FROM tasks WHERE status != 'terminal' "
+            "UNION ALL SELECT min(id) FROM submissions WHERE status IN ('queued','placed'))"
+        ).fetchall()
+        if oldest is not None:
+            found = db.execute("SELECT seq FROM entries WHERE id < ? ORDER BY id DESC LIMIT 1", [oldest]).fetchall()
+            keep_from = min(keep_from, int(found[0][0]) if found else 1)
+        return keep_from if keep_from > 1 else None
+
+    def journal_span(self) -> tuple[int, int] | None:
+        """The first and last seq the journal holds (None: no row)."""
+        ((low, high),) = self._rows("reading the journal", "SELECT min(seq), max(seq) FROM journal")
+        return None if low is None else (int(low), int(high))
+
+    def compact(self) -> int:
+        """Rewrite the task and entry rows written before schema 4 in their
+        lean form (the same records, :data:`~.base.ROW_COLUMNS`), then
+        ``VACUUM`` (the file shrinks to what it holds) and truncate the WAL.
+        Returns the rows rewritten. The store must be open read-write (so
+        this process holds its lock: no other process has it open)."""
+        if self.read_only or self._fenced:
+            raise StorageError(f"Store {self.path} is open read-only or fenced: it cannot be compacted")
+        rewritten = 0
+        with self._failing("compacting"):
+            with self.db.atomic():
+                rewritten += self._rewrite_lean("tasks", Task, PutTask, "task")
+                rewritten += self._rewrite_lean("entries", Entry, PutEntry, "entry")
+            self.db.execute("VACUUM")
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return rewritten
+
+    def _rewrite_lean(self, table: str, cl: type[Any], put: Any, field: str) -> int:
+        columns = ROW_COLUMNS[table]
+        conn = self.db.conn
+        rows = conn.execute(f"SELECT {', '.join(columns)}, record FROM {table} WHERE record LIKE '{{\"id\":%'").fetchall()
+        for row in rows:
+            record = decode_row(self.name, table, dict(zip(columns, row)), row[-1], cl)
+            lean = encode_write(put(**{field: record}), 0)[0].columns["record"]
+            conn.execute(f"UPDATE {table} SET record = ? WHERE id = ?", [lean, row[0]])
+        return len(rows)
+
+
+#: Journal retention prunes after this many commits (and at a life's first).
+PRUNE_EVERY = 1000
+
+
+def check_retention(value: Any) -> int | str:
+    """``journal_retention``: ``"all"`` or a whole number of commits >= 1."""
+    if value == "all" and isinstance(value, str):
+        return "all"
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"journal_retention must be 'all' or a whole number of commits >= 1 (the newest commits whose "
+            f"journal rows are kept), not {value!r}"
+        )
+    return value
 
 
 def open_sqlite_storage(
-    path: str | os.PathLike[str], synchronous: str = "NORMAL", *, create: bool = True
+    path: str | os.PathLike[str],
+    synchronous: str = "NORMAL",
+    *,
+    create: bool = True,
+    journal_retention: int | str = "all",
 ) -> SqliteStorage:
     """Open a SQLite store, creating it if ``path`` does not exist or is an
     empty file (unless ``create=False``: then :class:`StoreMissing`). Raises
     ``StoreLocked`` if another live process or harness holds it, and
-    ``NotAStore`` for a file that is not a pidurable store (left untouched)."""
-    return SqliteStorage(path, synchronous=synchronous, create=create)
+    ``NotAStore`` for a file that is not a pidurable store (left untouched).
+    ``journal_retention``: ``"all"`` (the default) keeps every journal row;
+    a number N keeps the newest N commits' rows and those of runs not yet
+    settled (:meth:`SqliteStorage.prune_journal`); the records are always
+    kept, but ``pidurable replay`` can check only from the first process life
+    the journal still holds."""
+    return SqliteStorage(path, synchronous=synchronous, create=create, journal_retention=journal_retention)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from pidurable.core.model import Conversation, ConversationId, Entry
 
-from .base import Lineage, decode_record, lineage_of
+from .base import Lineage, decode_row, lineage_of
 
 #: Above every id (SQLite integers are 64-bit).
 _TOP = 1 << 62
@@ -50,8 +50,11 @@ class EntryReads:
         where = " OR ".join("(conversation_id = ? AND id <= ?)" for _ in segments)
         params: list[Any] = [p for c, cap in segments for p in (c, _TOP if cap is None else cap)]
         params += [-1 if after is None else after, _TOP if upto is None else upto]
-        sql = f"SELECT id, record FROM entries WHERE ({where}) AND id > ? AND id <= ? ORDER BY id"
-        return [decode_record(self.name, "entries", i, rec, Entry) for i, rec in self._rows("reading entries", sql, params)]
+        sql = f"SELECT id, conversation_id, record FROM entries WHERE ({where}) AND id > ? AND id <= ? ORDER BY id"
+        return [
+            decode_row(self.name, "entries", {"id": i, "conversation_id": c}, rec, Entry)
+            for i, c, rec in self._rows("reading entries", sql, params)
+        ]
 
     def entry(self, entry_id: int) -> Entry | None:
         return self._one("entries", Entry, "id = ?", [entry_id])  # type: ignore[no-any-return]

@@ -1,7 +1,7 @@
 """The SQLite layout: its tables, the migrations that build them, the upsert
 statements, and the read-only check that an existing file has the layout.
 
-Layout (schema version 3)::
+Layout (schema version 4)::
 
     schema(version)                               the layout version, one row
     meta(key PK, value)                           store_id, canonical_path
@@ -18,8 +18,11 @@ Layout (schema version 3)::
     document_revisions(document_id, seq, action, content)   PK (document_id, seq)
     journal(seq PK, format, events, writes)       the events behind each commit
 
-Every record is stored whole as JSON in ``record``; the other columns are
-indexes. A host-defined document (``define_doc``) is a ``document_records``
+Every record is stored as JSON in ``record``; the other columns are
+indexes. From version 4 a task's or an entry's ``record`` leaves out the
+fields its columns hold (``base.ROW_COLUMNS``: reads put them back), and a
+terminal task's its checkpoint, ``on`` and memos (``base.TERMINAL_DROPS``).
+A host-defined document (``define_doc``) is a ``document_records``
 row and its revisions: ``base`` (the whole value) or ``delta`` (the ops of
 one commit), each the JSON of a ``DocumentRevision``; a base (or a
 retirement) of a current-only document (history ``latest``, or task scope)
@@ -28,7 +31,8 @@ version ``v - 1`` to ``v`` inside one transaction; a store newer than this
 code is refused. Version 2 replaced version 1's ``document_revisions``
 (created, never written) by the table above and added ``document_records``.
 Version 3 added a fork's parent and fork point to ``conversations`` (NULL
-for every conversation written before: none of them is a fork).
+for every conversation written before: none of them is a fork). Version 4
+(lean rows) changed no column, only what new task and entry records hold.
 
 ``inspect_store`` only reads: it runs on a read-only connection before the
 opener writes anything, so a file that is not a pidurable store is refused
@@ -118,7 +122,21 @@ def _migrate_v3(db: sqlite_utils.Database) -> None:
     )
 
 
-MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {1: _migrate_v1, 2: _migrate_v2, 3: _migrate_v3}
+def _migrate_v4(db: sqlite_utils.Database) -> None:
+    """Lean rows (issue 11): no column changes. From version 4 on, a task's or
+    an entry's ``record`` leaves out what its columns hold, and a terminal
+    task's its execution state (``base.ROW_COLUMNS``, ``TERMINAL_DROPS``);
+    rows written before keep their whole records, which decode the same
+    (``pidurable compact-store`` rewrites them lean). The version tells older
+    code, which would read a lean row as damaged, to refuse the store."""
+
+
+MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
+    1: _migrate_v1,
+    2: _migrate_v2,
+    3: _migrate_v3,
+    4: _migrate_v4,
+}
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
 
 UPSERT = {

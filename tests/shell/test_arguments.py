@@ -18,6 +18,7 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
+import invariants
 from pidurable.core.model import TOOL, EntryKind, SubmissionStatus
 from pidurable.shell import (
     AgentConfig,
@@ -430,7 +431,14 @@ async def test_issue_17_coerced_arguments_are_the_intent_and_what_execute_receiv
 
     assert settled.status == SubmissionStatus.DONE
     assert seen == [{"path": "123", "limit": 2}]
-    assert [t.checkpoint["arguments"] for t in tools] == [{"path": "123", "limit": 2}]
+    assert [t.status for t in tools] == ["terminal"]  # a store keeps it without its checkpoint: read the journal
+    intents = [
+        w["task"]["checkpoint"]["arguments"]
+        for _, _, writes in invariants.journal_history(storage)
+        for w in writes
+        if w["type"] == "task" and w["task"]["kind"] == TOOL and w["task"]["checkpoint"].get("phase") == "execute"
+    ]
+    assert intents and all(a == {"path": "123", "limit": 2} for a in intents)
     calls = [c for e in transcript if e.kind == EntryKind.ASSISTANT for c in e.tool_calls]
     assert calls[0].arguments == {"path": 123, "limit": "2", "offset": None}  # the model's call stays as it was
 

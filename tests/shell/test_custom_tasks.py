@@ -32,6 +32,8 @@ from pidurable.shell import (
 )
 from pidurable.shell.providers import ScriptedModels, reply, tool_call
 
+import invariants
+
 AGENT = AgentConfig(model=ModelRef("scripted", "demo"))
 WAIT = 30  # seconds of virtual time
 NO_ARGS: dict[str, Any] = {"type": "object", "properties": {}}
@@ -432,7 +434,10 @@ async def test_before_tool_rewrites_the_arguments(autojump_clock: trio.testing.M
         _, settled = await _chat(h)
     assert settled.status == SubmissionStatus.DONE
     assert got == [{"text": "HI"}]
-    assert _tool_task(storage).checkpoint["arguments"] == {"text": "HI"}
+    # the tool's execute intent (the live task's checkpoint, as journaled; a
+    # store keeps a terminal task without it) holds the new arguments
+    intents = [w["task"]["checkpoint"] for _, _, ws in invariants.journal_history(storage) for w in ws if w["type"] == "task"]
+    assert {"phase": "execute", "arguments": {"text": "HI"}, "replay": "unsafe"} in intents
     assert [e.text for e in _result_entries(storage)] == ["echo HI"]
 
 

@@ -242,7 +242,7 @@ def test_a_schema_2_store_migrates_and_forks(tmp_path: Path) -> None:
     trio.run(main)
     store = open_sqlite_storage(path)
     try:
-        assert store.schema_version == SCHEMA_VERSION == 3
+        assert store.schema_version == SCHEMA_VERSION
         cols = [r[1] for r in store.db.execute("PRAGMA table_info(conversations)").fetchall()]
         assert {"parent_id", "fork_at"} <= set(cols)
         assert store.db.execute("SELECT count(*) FROM conversations WHERE parent_id IS NOT NULL").fetchone() == (1,)

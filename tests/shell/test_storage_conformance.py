@@ -89,6 +89,7 @@ from pidurable.core.state import (
 )
 from pidurable.shell.storage import JsonlStorage, MemoryStorage, SqliteStorage, StorageError, StoreFenced, StoreLocked
 from pidurable.shell.storage import codec
+from pidurable.shell.storage.base import as_stored
 
 # --- sample records ------------------------------------------------------------
 
@@ -353,7 +354,7 @@ def test_every_record_type_reads_back_equal(adapter: Adapter) -> None:
     assert store.submission(SETTLED.id) == SETTLED
     assert store.task(GEN_WAITING.id) == GEN_WAITING
     assert store.task(TOOL_RUNNING.id) == TOOL_RUNNING
-    assert store.task(TERMINAL.id) == TERMINAL
+    assert store.task(TERMINAL.id) == as_stored(TERMINAL)
     assert store.document(C1, AGENT_DOC) == AGENT
     assert store.document(C1, LIVE_DOC) == LIVE
     assert store.document(C1, INBOX_DOC) == INBOX
@@ -390,8 +391,8 @@ def test_upsert_replaces_tasks_submissions_and_documents(adapter: Adapter) -> No
         [ToolFinished(now=5, task_id=TaskId(7), text="ok")],
     )
 
-    assert store.task(TOOL_DONE.id) == TOOL_DONE
-    assert [t for t in store.tasks() if t.id == TOOL_DONE.id] == [TOOL_DONE]
+    assert store.task(TOOL_DONE.id) == as_stored(TOOL_DONE)
+    assert [t for t in store.tasks() if t.id == TOOL_DONE.id] == [as_stored(TOOL_DONE)]
     assert store.submission(done.id) == done
     assert [s for s in store.submissions() if s.id == done.id] == [done]
     assert store.submission_by_request(C1, "r2") == done
@@ -481,11 +482,11 @@ def test_submissions_and_tasks_filter_by_conversation_and_liveness(adapter: Adap
     assert store.submissions() == [PLACED, QUEUED, SETTLED]
     assert store.submissions(C1) == [PLACED, QUEUED]
     assert store.submissions(C2) == [SETTLED]
-    assert store.tasks() == [GEN_WAITING, TOOL_RUNNING, TERMINAL]
+    assert store.tasks() == [GEN_WAITING, TOOL_RUNNING, as_stored(TERMINAL)]
     assert store.tasks(live_only=True) == [GEN_WAITING, TOOL_RUNNING]
     assert store.tasks(C1) == [GEN_WAITING, TOOL_RUNNING]
     assert store.tasks(C1, live_only=True) == [GEN_WAITING, TOOL_RUNNING]
-    assert store.tasks(C2) == [TERMINAL]
+    assert store.tasks(C2) == [as_stored(TERMINAL)]
     assert store.tasks(C2, live_only=True) == []
 
 
@@ -635,7 +636,7 @@ def test_unencodable_commit_raises_and_leaves_the_store_unchanged(adapter: Adapt
     assert store.load().next_seq == LAST_SEQ + 1
     # The failed commit consumed nothing: the same seq commits fine now.
     store.commit(LAST_SEQ + 1, _GOOD_WRITES, [])
-    assert store.task(TOOL_DONE.id) == TOOL_DONE
+    assert store.task(TOOL_DONE.id) == as_stored(TOOL_DONE)
     assert store.entry(EntryId(16)) is not None
 
 
@@ -681,7 +682,7 @@ def test_fenced_store_refuses_commits_and_writes_nothing(adapter: Adapter) -> No
     assert snapshot(store) == before
     store.load()
     store.commit(LAST_SEQ + 1, _GOOD_WRITES, [])  # a new life writes again
-    assert store.task(TOOL_DONE.id) == TOOL_DONE
+    assert store.task(TOOL_DONE.id) == as_stored(TOOL_DONE)
 
 
 def test_reopen_after_close_sees_everything(adapter: Adapter) -> None:

@@ -338,7 +338,7 @@ async def test_issue7_harness_open_on_a_damaged_store_raises_storage_error(tmp_p
     with open_sqlite_storage(db) as store:
         store.commit(1, [PutConversation(conversation=Conversation(id=C1)), PutTask(task=LIVE_TASK)], [])
     raw = sqlite3.connect(db)
-    raw.execute("UPDATE tasks SET record = '{\"id\": 5, \"kind\": []}' WHERE id = 5")
+    raw.execute("UPDATE tasks SET record = '{\"id\": 5, \"on\": 7}' WHERE id = 5")
     raw.commit()
     raw.close()
     storage = open_sqlite_storage(db)

@@ -35,9 +35,14 @@ MAY_DIVERGE: dict[str, dict[int, str]] = {
         "and the entry's data its diagnostics",
         16: "issue 17 item 4 (system entries): conversation 3's agent, offered tools, gets its system entry at its first prepare",
     },
+    "schema3_lives_store.sqlite": {},
 }
 #: What each fixture holds: schema version, commits, process lives.
-SHAPE = {"schema1_store.sqlite": (1, 5, 1), "schema2_lives_store.sqlite": (2, 17, 3)}
+SHAPE = {
+    "schema1_store.sqlite": (1, 5, 1),
+    "schema2_lives_store.sqlite": (2, 17, 3),
+    "schema3_lives_store.sqlite": (3, 17, 3),
+}
 
 
 @pytest.fixture(params=sorted(SHAPE))
