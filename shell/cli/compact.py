@@ -24,7 +24,8 @@ import argparse
 import os
 from pathlib import Path
 
-from ..storage.sqlite import check_retention, open_sqlite_storage
+from ..storage.sqlite import open_sqlite_storage
+from ..storage.sqlite_retention import check_retention
 from .common import EXIT_USAGE, CliError, Subparsers, existing_store
 
 

@@ -59,8 +59,7 @@ from typing import Any
 
 import sqlite_utils
 
-from pidurable.core.effects import PutEntry, PutTask, Write
-from pidurable.core.model import Entry
+from pidurable.core.effects import Write
 from pidurable.core.events import Event
 from pidurable.core.model import (
     Conversation,
@@ -85,9 +84,9 @@ from .base import (
     decode_record,
     decode_row,
     encode_commit,
-    encode_write,
 )
 from .sqlite_layout import MIGRATIONS, SQLITE_MAGIC, UPSERT, Found, inspect_store
+from . import sqlite_retention
 
 log = logging.getLogger("pidurable")
 
@@ -118,7 +117,7 @@ class SqliteStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads, s
             raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
         #: ``"all"`` or the newest commits whose journal rows are kept (see
         #: :meth:`prune_journal`).
-        self.journal_retention = check_retention(journal_retention)
+        self.journal_retention = sqlite_retention.check_retention(journal_retention)
         self._commits_since_prune: int | None = None  # None: not pruned in this process yet
         self.path = Path(path)
         self.name = str(self.path)
@@ -510,7 +509,7 @@ class SqliteStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads, s
             raise StorageError(f"Store {self.path}: commit failed, nothing was written ({e})") from e
         if self.journal_retention != "all":
             since = self._commits_since_prune
-            if since is None or since + len(batch) >= PRUNE_EVERY:
+            if since is None or since + len(batch) >= sqlite_retention.PRUNE_EVERY:
                 self.prune_journal()
             else:
                 self._commits_since_prune = since + len(batch)
@@ -527,92 +526,19 @@ class SqliteStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads, s
             (seq, codec.FORMAT_VERSION, ev_text, wr_text),
         )
 
-    # journal retention and compaction (issue 11) -------------------------------
+    # journal retention and compaction (issue 11): sqlite_retention.py ----------
     def prune_journal(self) -> int:
-        """Drop the journal rows that ``journal_retention`` does not keep;
-        returns how many. Kept: the newest ``journal_retention`` commits, and
-        every commit from the first one the oldest live work may come from
-        (a run not yet settled keeps its whole journal): the commit of the
-        newest entry older than the oldest live task or unsettled submission
-        (ids grow with commits, so no older commit wrote that work). The
-        records are never touched. Runs at the first commit of a process
-        life and every ``PRUNE_EVERY`` commits after; ``"all"`` never drops."""
+        """Drop the journal rows ``journal_retention`` does not keep (how many)."""
         self._commits_since_prune = 0
-        if self.journal_retention == "all" or self.read_only:
-            return 0
-        if self._fenced:
-            raise StoreFenced(f"store {self.path} is fenced")
-        with self._failing("pruning the journal"):
-            keep_from = self._journal_keep_from(self.journal_retention)
-            if keep_from is None:
-                return 0
-            with self.db.atomic():
-                cur = self.db.conn.execute("DELETE FROM journal WHERE seq < ?", [keep_from])
-            return int(cur.rowcount)
-
-    def _journal_keep_from(self, retention: int) -> int | None:
-        """The first journal seq to keep (None: keep every row)."""
-        db = self.db
-        ((top,),) = db.execute("SELECT max(seq) FROM journal").fetchall()
-        if top is None:
-            return None
-        keep_from = int(top) - retention + 1  # retention >= 1: the newest row stays (load reads next_seq from it)
-        ((oldest,),) = db.execute(
-            "SELECT min(m) FROM (SELECT min(id) AS m FROM tasks WHERE status != 'terminal' "
-            "UNION ALL SELECT min(id) FROM submissions WHERE status IN ('queued','placed'))"
-        ).fetchall()
-        if oldest is not None:
-            found = db.execute("SELECT seq FROM entries WHERE id < ? ORDER BY id DESC LIMIT 1", [oldest]).fetchall()
-            keep_from = min(keep_from, int(found[0][0]) if found else 1)
-        return keep_from if keep_from > 1 else None
+        return sqlite_retention.prune(self)
 
     def journal_span(self) -> tuple[int, int] | None:
         """The first and last seq the journal holds (None: no row)."""
-        ((low, high),) = self._rows("reading the journal", "SELECT min(seq), max(seq) FROM journal")
-        return None if low is None else (int(low), int(high))
+        return sqlite_retention.span(self)
 
     def compact(self) -> int:
-        """Rewrite the task and entry rows written before schema 4 in their
-        lean form (the same records, :data:`~.base.ROW_COLUMNS`), then
-        ``VACUUM`` (the file shrinks to what it holds) and truncate the WAL.
-        Returns the rows rewritten. The store must be open read-write (so
-        this process holds its lock: no other process has it open)."""
-        if self.read_only or self._fenced:
-            raise StorageError(f"Store {self.path} is open read-only or fenced: it cannot be compacted")
-        rewritten = 0
-        with self._failing("compacting"):
-            with self.db.atomic():
-                rewritten += self._rewrite_lean("tasks", Task, PutTask, "task")
-                rewritten += self._rewrite_lean("entries", Entry, PutEntry, "entry")
-            self.db.execute("VACUUM")
-            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        return rewritten
-
-    def _rewrite_lean(self, table: str, cl: type[Any], put: Any, field: str) -> int:
-        columns = ROW_COLUMNS[table]
-        conn = self.db.conn
-        rows = conn.execute(f"SELECT {', '.join(columns)}, record FROM {table} WHERE record LIKE '{{\"id\":%'").fetchall()
-        for row in rows:
-            record = decode_row(self.name, table, dict(zip(columns, row)), row[-1], cl)
-            lean = encode_write(put(**{field: record}), 0)[0].columns["record"]
-            conn.execute(f"UPDATE {table} SET record = ? WHERE id = ?", [lean, row[0]])
-        return len(rows)
-
-
-#: Journal retention prunes after this many commits (and at a life's first).
-PRUNE_EVERY = 1000
-
-
-def check_retention(value: Any) -> int | str:
-    """``journal_retention``: ``"all"`` or a whole number of commits >= 1."""
-    if value == "all" and isinstance(value, str):
-        return "all"
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
-            f"journal_retention must be 'all' or a whole number of commits >= 1 (the newest commits whose "
-            f"journal rows are kept), not {value!r}"
-        )
-    return value
+        """Rewrite pre-schema-4 rows lean, VACUUM, truncate the WAL (rows rewritten)."""
+        return sqlite_retention.compact(self)
 
 
 def open_sqlite_storage(

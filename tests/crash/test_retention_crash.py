@@ -18,7 +18,7 @@ import trio
 import trio.testing
 
 from pidurable.shell import open_sqlite_storage
-from pidurable.shell.storage import sqlite as sqlite_storage
+from pidurable.shell.storage import sqlite_retention
 from pidurable.shell.storage.base import as_stored
 
 from harness import Life, Scenario, World, run_life
@@ -72,7 +72,7 @@ def _records(path: Path) -> tuple[Any, ...]:
 def test_pruning_after_every_commit_changes_no_record_across_crashes(
     scenario: Scenario, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_storage, "PRUNE_EVERY", 1)
+    monkeypatch.setattr(sqlite_retention, "PRUNE_EVERY", 1)
     base = _run(tmp_path / "base.sqlite", scenario, None, "all")
     n_effects = len(base[0].effects)
     crashed = 0
