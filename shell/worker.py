@@ -62,6 +62,11 @@ __all__ = ["Client", "ExternalSubmission", "LeaseLost", "LeaseSettings", "Worker
 
 log = logging.getLogger("pidurable.worker")
 
+#: Connections a worker's trees share for commits and reads (each commit is
+#: one short transaction; more trees queue for them, not for the server's
+#: max_connections). The LISTEN and the renewals have one each besides.
+POOL_SIZE = 8
+
 
 @attrs.frozen(kw_only=True)
 class WorkerStatistics:
@@ -145,7 +150,7 @@ class Worker:
         """Run until cancelled; then release every held tree (still wanted)."""
         store = await trio.to_thread.run_sync(
             lambda: PostgresStorage(
-                self.dsn, worker_id=self._worker_id, schema=self.schema, shared=True, pool_size=max(4, self.concurrency + 2)
+                self.dsn, worker_id=self._worker_id, schema=self.schema, shared=True, pool_size=POOL_SIZE
             )
         )
         self.store = store
@@ -236,6 +241,23 @@ class Worker:
                 await self._kick.wait()
 
     async def _renew_loop(self, store: PostgresStorage) -> None:
+        # a connection of its own: renewals never queue behind the trees' commits for the pool
+        while True:
+            try:
+                conn = await trio.to_thread.run_sync(
+                    lambda: psycopg.connect(self.dsn, autocommit=True, application_name=f"pidurable {store.worker_id} renew"[:63])
+                )
+                break
+            except psycopg.Error as e:  # the trees stop at their deadlines meanwhile
+                log.warning("worker %s: cannot connect for renewals (%s); retrying", store.worker_id, e)
+                await trio.sleep(self.leases.renew_interval)
+        try:
+            await self._renewing(store, conn)
+        finally:
+            conn.close()
+
+    async def _renewing(self, store: PostgresStorage, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(f"SET search_path TO {store.schema}".encode())
         while True:
             await trio.sleep(self.leases.renew_interval)
             runs = list(self._runs.values())
@@ -244,7 +266,7 @@ class Worker:
             sent = trio.current_time()
             try:
                 held: set[int] | None = await trio.to_thread.run_sync(
-                    trees.renew, store, [r.claim for r in runs], self.leases.duration
+                    lambda: trees.renew(store, [r.claim for r in runs], self.leases.duration, conn=conn)
                 )
             except StorageError as e:
                 log.warning("worker %s: renewing leases failed (%s)", store.worker_id, e)
@@ -278,9 +300,15 @@ class Worker:
                         outcome = "released"
         except LeaseLost as e:
             log.info("worker %s: %s", store.worker_id, e)
-        except Exception:  # one tree's failure never stops the worker: its lease expires, another retries
-            log.exception("worker %s: tree %s failed", store.worker_id, c.tree)
-            outcome = "failed"
+        except (Exception, BaseExceptionGroup) as e:  # a group: LeaseLost with the cancellations it caused
+            lost = _lease_lost(e)
+            if lost is not None:
+                log.info("worker %s: %s", store.worker_id, lost)
+            elif isinstance(e, Exception):  # one tree's failure never stops the worker: its lease expires, another retries
+                log.exception("worker %s: tree %s failed", store.worker_id, c.tree)
+                outcome = "failed"
+            else:
+                raise
         finally:
             if self._runs.get(c.tree) is run:
                 del self._runs[c.tree]
@@ -323,6 +351,20 @@ class Worker:
             except (ConversationBusy, InvalidInput, NotFound) as e:
                 refused = f"{type(e).__name__}: {e}"
             await trio.to_thread.run_sync(trees.settle_intake, store, run.claim, intake_id, submission_id, refused)
+
+
+def _lease_lost(e: BaseException) -> LeaseLost | None:
+    """The LeaseLost an exception group carries, if nothing but cancellations
+    came with it (a tree's nursery reports its lost lease so)."""
+    if not isinstance(e, BaseExceptionGroup):
+        return e if isinstance(e, LeaseLost) else None
+    found = None
+    for leaf in e.exceptions:
+        inner = _lease_lost(leaf)
+        if inner is None and not isinstance(leaf, trio.Cancelled):
+            return None
+        found = found or inner
+    return found
 
 
 async def _first(*waits: Callable[[], Awaitable[object]]) -> None:

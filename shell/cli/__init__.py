@@ -11,6 +11,7 @@ One module per command group, each adding its parser:
 - :mod:`.transcript`: ``pidurable transcript`` (a conversation, readably);
 - :mod:`.serve`: ``pidurable serve`` (a JSON API and a live page; the serve extra);
 - :mod:`.compact`: ``pidurable compact-store`` (old journal rows dropped, VACUUM);
+- :mod:`.worker`: ``pidurable worker`` (one of many processes on a PostgreSQL store).
 
 Errors are one readable line on stderr and a non-zero exit status (see
 :mod:`.common`); ``--debug`` shows the traceback.
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 
 from ..errors import InvalidInput
 from ..storage.base import StorageError
-from . import agent, check, compact, demo, inspect, replay, serve, transcript
+from . import agent, check, compact, demo, inspect, replay, serve, transcript, worker
 from .common import EXIT_FAILURE, EXIT_USAGE, CliError, storage_exit_status
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     transcript.add_parser(sub, common)
     serve.add_parser(sub, common)
     compact.add_parser(sub, common)
+    worker.add_parser(sub, common)
     return parser
 
 

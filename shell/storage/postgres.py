@@ -384,7 +384,8 @@ class PostgresStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads,
         transaction first checks (and locks) that lease row - ``fence()`` in
         the schema raises SQLSTATE PD001 if the lease moved on, and nothing
         is written (``postgres_tree`` turns that into ``LeaseLost``). The
-        rows are written with that tree, the journal rows with its epoch."""
+        rows are written with that tree, the journal rows with its epoch
+        and owner."""
         if self._fenced:
             raise StoreFenced(f"store {self.name} is fenced")
         encoded = [(seq, *encode_commit(seq, writes, events)) for seq, writes, events in batch]
@@ -394,9 +395,8 @@ class PostgresStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads,
             with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
                 if lease is not None:
                     conn.execute(b"SELECT fence(%s, %s, %s)", list(lease))
-                tree, epoch = (lease[0], lease[1]) if lease is not None else (None, None)
                 for seq, rows, ev_text, wr_text in encoded:
-                    self._write_one(conn, seq, rows, ev_text, wr_text, tree, epoch)
+                    self._write_one(conn, seq, rows, ev_text, wr_text, lease)
         except psycopg.errors.IntegrityError as e:
             # rolled back: a duplicate entry id or a seq that does not increase
             raise StorageError(f"Store {self.name} refused the commit (nothing was written): {str(e).strip()}") from e
@@ -414,15 +414,15 @@ class PostgresStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads,
         rows: list[Row],
         ev_text: str,
         wr_text: str,
-        tree: int | None = None,
-        epoch: int | None = None,
+        lease: tuple[int, int, str] | None = None,
     ) -> None:
+        tree, epoch, worker = lease if lease is not None else (None, None, None)
         for row in rows:
             if row.table == "document_revisions":
                 _write_document(conn, row.columns)
             else:
                 conn.execute(layout.UPSERT[row.table].encode(), {**row.columns, "tree": tree})
-        conn.execute(layout.JOURNAL.encode(), (seq, codec.FORMAT_VERSION, ev_text, wr_text, tree, epoch))
+        conn.execute(layout.JOURNAL.encode(), (seq, codec.FORMAT_VERSION, ev_text, wr_text, tree, epoch, worker))
 
     # reads -------------------------------------------------------------------
 

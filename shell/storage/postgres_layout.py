@@ -14,7 +14,7 @@ layout version 3 - ``base.SCHEMA_VERSION`` - column for column)::
     document_records(id PK, scope, owner, kind, version, history, fork,
                      created_seq, retired_seq)
     document_revisions(document_id, seq, action, content)  PK (document_id, seq)
-    journal(seq PK, format, events, writes, tree, epoch, landed)
+    journal(seq PK, format, events, writes, tree, epoch, worker, landed)
     leases(root PK, owner, epoch, expires_at, work_at, pinned, claimed_at)
     intake(id PK, tree, conversation_id, request_id, type, payload,
            created_at, submission_id, refused)  UNIQUE (conversation_id, request_id)
@@ -118,7 +118,7 @@ _V2: tuple[str, ...] = (
     "CREATE INDEX submissions_unsettled_by_tree ON submissions (tree, id) WHERE status IN ('queued','placed')",
     # landed: the order commits reached the store (a fenced-out commit never lands after a newer epoch's)
     "CREATE SEQUENCE journal_landed",
-    "ALTER TABLE journal ADD COLUMN tree bigint, ADD COLUMN epoch bigint, "
+    "ALTER TABLE journal ADD COLUMN tree bigint, ADD COLUMN epoch bigint, ADD COLUMN worker text, "
     "ADD COLUMN landed bigint NOT NULL DEFAULT nextval('journal_landed')",
     "CREATE SEQUENCE id_blocks",
     "CREATE TABLE leases (root bigint PRIMARY KEY, owner text, epoch bigint NOT NULL DEFAULT 0, "
@@ -216,9 +216,11 @@ DOC_REVISION = (
 )
 DOC_RECLAIM = "DELETE FROM document_revisions WHERE document_id = %(document_id)s AND seq < %(seq)s"
 
-#: The journal row; ``tree`` and ``epoch`` say which lease a worker's commit
-#: was fenced by (NULL for a single owner's).
-JOURNAL = "INSERT INTO journal (seq, format, events, writes, tree, epoch) VALUES (%s, %s, %s, %s, %s, %s)"
+#: The journal row; ``tree``, ``epoch`` and ``worker`` say which lease a
+#: worker's commit was fenced by (NULL for a single owner's).
+JOURNAL = (
+    "INSERT INTO journal (seq, format, events, writes, tree, epoch, worker) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+)
 
 #: A store's schema name: a plain lower-case identifier (it is spliced into
 #: ``search_path`` and DDL, so nothing needs quoting).

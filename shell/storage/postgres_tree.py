@@ -54,6 +54,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
+from contextlib import nullcontext
 from collections.abc import Sequence
 from typing import Any
 
@@ -235,12 +236,15 @@ def claim(
     return [Claim(tree=int(r), epoch=int(e), owner=me, id_base=int(b) << ID_BLOCK_BITS) for r, e, b in rows]
 
 
-def renew(store: PostgresStorage, claims: Sequence[Claim], duration: float) -> set[int]:
-    """Extend the leases still held; the trees whose lease is still ours."""
+def renew(
+    store: PostgresStorage, claims: Sequence[Claim], duration: float, *, conn: psycopg.Connection[Any] | None = None
+) -> set[int]:
+    """Extend the leases still held; the trees whose lease is still ours
+    (``conn``: a connection of the caller's, in autocommit mode)."""
     if not claims:
         return set()
     me = claims[0].owner
-    with store._failing("renewing leases"), store._connection() as conn, conn.transaction():
+    with store._failing("renewing leases"), (nullcontext(conn) if conn is not None else store._connection()) as conn:
         rows = conn.execute(
             b"UPDATE leases l SET expires_at = clock_timestamp() + %s * interval '1 second' "
             b"FROM unnest(%s::bigint[], %s::bigint[]) AS m(root, epoch) "
