@@ -448,7 +448,7 @@ def decode_row(store: str, table: str, columns: dict[str, Any], text: str | byte
     its text too, and its own id must be the row's)."""
     key = columns["id"]
     try:
-        data = codec.loads(text)
+        data = json.loads(text)
         if not isinstance(data, dict):
             raise TypeError(f"a record is a JSON object, not {type(data).__name__}")
         rid = data.get("id", key)
