@@ -93,6 +93,8 @@ class Tx:
     scheduling: bool
     settings: Settings
     documents: Mapping[DocKey, DocumentState]
+    keep_settled: int | None
+    settled: tuple[ConversationId, ...]
     task_index: TaskIndex
 
     def __init__(self, state: State, now: int) -> None:
@@ -132,6 +134,9 @@ class Tx:
         self.touched: set[TaskId] = set()
         #: Look at every live task in the next pass (open, registry change).
         self.rescan = False
+        #: Conversations this step changed, or whose work may have ended: the
+        #: ones the end-of-step pass may find settled (holding.py).
+        self.changed: set[ConversationId] = set()
 
     @property
     def index(self) -> IndexDraft:
@@ -178,11 +183,15 @@ class Tx:
                     owner = conv.conversation.owner_task_id if conv is not None else None
                 if owner is not None:
                     self.touched.add(owner)
+                self.changed.add(task.conversation_id)
+                self.changed.update(ix.owned_conversations.get(task.id, ()))
                 ix.task(old, None)
             tasks.pop(task.id, None)
             if self.documents:
                 retire_task_documents(self, task.id)
         else:
+            if old is None:
+                self.changed.add(task.conversation_id)  # it holds its conversation now (holding.py)
             ix.task(old, task)
             tasks[task.id] = task
         if durable:
@@ -206,6 +215,7 @@ class Tx:
             conv.id, old.conversation.owner_task_id if old is not None else None, conv.conversation.owner_task_id
         )
         convs[conv.id] = conv
+        self.changed.add(conv.id)
         self.write(PutConversation(conversation=conv.conversation))
         self.write(PutAgent(conversation_id=conv.id, agent=conv.agent))
         self.write(PutLive(conversation_id=conv.id, live=conv.live))
@@ -216,6 +226,7 @@ class Tx:
 
     def _replace_conv(self, conv: ConvState) -> None:
         self._owned("conversations")[conv.id] = conv
+        self.changed.add(conv.id)
 
     # documents: written only when they change ------------------------------
     def set_live(self, cid: ConversationId, live: Live) -> None:

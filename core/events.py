@@ -41,6 +41,7 @@ from .model import (
 )
 from .fork_events import ForkRequested
 from .reconcile_events import ToolReconciled
+from .loading_events import ConversationsLoaded
 from .state import ConvState, DocumentChange, DocumentState, SystemSection
 
 
@@ -62,6 +63,8 @@ class Opened:
     extensions: tuple[ExtensionInfo, ...] = ()
     #: The live host-defined documents (values rebuilt from their revisions).
     documents: tuple[DocumentState, ...] = ()
+    #: ``State.keep_settled`` (holding.py); None, as journaled before it: hold all.
+    keep_settled: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -590,6 +593,7 @@ Event: TypeAlias = (
     | CutSelected
     | ContextMeasured
     | SystemRendered
+    | ConversationsLoaded
 )
 
 #: The members of ``Event`` (derived: the union is written once).

@@ -16,6 +16,8 @@ same state.
 - ``children``: owner task -> its live child tasks;
 - ``top``: conversation -> its live conversation-owned tasks (``owner`` None);
 - ``owned_conversations``: owner task -> the conversations it owns;
+- ``in_conversation``: conversation -> every live task in it (owned or not:
+  what keeps a conversation held, holding.py);
 - ``waiters``: task -> the live ``waiting`` tasks whose ``on`` holds it;
 - ``intent``: the live tasks with cancellation intent (abort-marked, or held
   ``completing`` with an outcome other than completed) or held
@@ -60,6 +62,7 @@ class TaskIndex:
     owned_conversations: Mapping[TaskId, frozenset[ConversationId]] = attrs.field(factory=dict)
     waiters: Mapping[TaskId, frozenset[TaskId]] = attrs.field(factory=dict)
     intent: frozenset[TaskId] = frozenset()
+    in_conversation: Mapping[ConversationId, frozenset[TaskId]] = attrs.field(factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """Comparable form (tests): empty sets dropped."""
@@ -69,6 +72,7 @@ class TaskIndex:
             "owned_conversations": {k: v for k, v in self.owned_conversations.items() if v},
             "waiters": {k: v for k, v in self.waiters.items() if v},
             "intent": self.intent,
+            "in_conversation": {k: v for k, v in self.in_conversation.items() if v},
         }
 
 
@@ -108,6 +112,7 @@ class IndexDraft:
         self.owned_conversations = base.owned_conversations
         self.waiters = base.waiters
         self.intent = base.intent
+        self.in_conversation = base.in_conversation
 
     def _owned(self, name: str) -> dict[Any, Any]:
         if name not in self._own:
@@ -127,6 +132,10 @@ class IndexDraft:
                 _add(self._owned("children"), new.owner, new.id)
             else:
                 _add(self._owned("top"), new.conversation_id, new.id)
+        if old is not None and (new is None or new.conversation_id != old.conversation_id):
+            _remove(self._owned("in_conversation"), old.conversation_id, old.id)
+        if new is not None and (old is None or new.conversation_id != old.conversation_id):
+            _add(self._owned("in_conversation"), new.conversation_id, new.id)
         old_on = old.on if old is not None and old.status is TaskStatus.WAITING else ()
         new_on = new.on if new is not None and new.status is TaskStatus.WAITING else ()
         if old_on != new_on:
@@ -159,4 +168,5 @@ class IndexDraft:
             owned_conversations=self.owned_conversations,
             waiters=self.waiters,
             intent=self.intent,
+            in_conversation=self.in_conversation,
         )

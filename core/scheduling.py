@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
-from . import cancellation, compaction_task, custom, generation, tools
+from . import cancellation, compaction_task, custom, generation, holding, tools
 from .draft import Tx
 from .index import build
 from .events import Opened, RegistryChanged, Resumed
@@ -149,7 +149,9 @@ def on_opened(tx: Tx, ev: Opened) -> None:
         settings=ev.settings,
         opened=True,
         documents={d.key: d for d in ev.documents},
+        keep_settled=ev.keep_settled,
     )
+    holding.seed(tx)
     for task in sorted(ev.tasks, key=lambda t: t.id):
         if task.status is TaskStatus.RUNNING:
             tx.rules.append(f"task:running,recover #{task.id}")  # the lifecycle row (Step.rules)

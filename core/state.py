@@ -310,6 +310,13 @@ class State:
     opened: bool = False
     #: Live host-defined documents by address (documents.py).
     documents: Mapping[DocKey, DocumentState] = attrs.field(factory=dict)
+    #: How many settled conversations stay held once they settle (holding.py:
+    #: beyond it the least recently changed is evicted; storage keeps it and
+    #: ``ConversationsLoaded`` brings it back). None: every conversation is
+    #: held (what an ``Opened`` journaled before on-demand loading says).
+    keep_settled: int | None = None
+    #: The held conversations that are settled, least recently changed first.
+    settled: tuple[ConversationId, ...] = ()
     #: Derived indexes over ``tasks``/``conversations`` (index.py): kept in
     #: step by the draft, rebuilt by ``Opened``; no part of equality.
     task_index: TaskIndex = attrs.field(factory=TaskIndex, eq=False, repr=False)

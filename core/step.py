@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import admission, cancellation, compaction_task, custom, documents, fork, generation, scheduling, settlement, tools
+from . import admission, cancellation, compaction_task, custom, documents, fork, generation, holding, scheduling, settlement, tools
 from .draft import Tx
 from .effects import Step
 from .events import (
@@ -58,6 +58,7 @@ from .events import (
 )
 from .fork_events import ForkRequested
 from .reconcile_events import ToolReconciled
+from .loading_events import ConversationsLoaded
 from .model import COMPACTION, CoreInvariantError
 from .state import State
 
@@ -100,6 +101,7 @@ HANDLERS: Mapping[type, Callable[[Tx, Any], None]] = {
     InvocationFailed: settlement.on_invocation_failed,
     CompactionRequested: compaction_task.on_compaction_requested,
     CutSelected: compaction_task.on_cut_selected,
+    ConversationsLoaded: holding.on_conversations_loaded,
 }
 assert set(HANDLERS) == set(EVENT_TYPES), "every event type needs exactly one handler"
 
@@ -146,4 +148,6 @@ def step(state: State, event: Event) -> Step:
     else:
         _route(tx, handler, event)
     scheduling.run_pass(tx)
+    if type(event) is not ConversationsLoaded:  # what it loaded waits for the event that asked (holding.py)
+        holding.settle(tx)
     return tx.finish()

@@ -244,7 +244,14 @@ class Conversation:
         if isinstance(at, bool) or not isinstance(at, int) or at < 1:
             raise InvalidInput(f"fork(at=...) takes the id of an entry (a positive int), not {at!r}")
         held = {d.kind for d in self._rt.state.documents.values() if d.scope is DocScope.CONVERSATION and d.owner == self.id}
-        policy, policies = fork_policies(documents, self._rt.documents.definition, held.__contains__)
+        settled = self.id not in self._rt.state.conversations  # not held (loading.py): storage knows its documents
+
+        def has(kind: str) -> bool:
+            if settled:
+                return self._rt.storage.document_state(DocScope.CONVERSATION, self.id, kind) is not None
+            return kind in held
+
+        policy, policies = fork_policies(documents, self._rt.documents.definition, has)
         resp = await self._rt.request(
             lambda ticket, now: ForkRequested(
                 now=now, ticket=ticket, conversation_id=self.id, at=EntryId(at), policy=policy, policies=policies

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -249,6 +249,8 @@ class DocumentUpdates:
         self._pending: dict[tuple[str, int], list[Staged]] = {}
         #: Set by ``Harness.open``: where definitions are looked up.
         self.registry: Registry | None = None
+        #: Set by the loop: a stored document by (scope, owner, kind).
+        self.stored: Callable[[DocScope, int, str], DocumentState | None] | None = None
 
     def definition(self, doc_or_kind: Any) -> DocDefinition:
         if isinstance(doc_or_kind, DocDefinition):
@@ -265,8 +267,23 @@ class DocumentUpdates:
 
     def preview(self, staged: Sequence[Staged]) -> dict[DocKey, Any]:
         """Run ``staged`` now on the current values (raises where it was
-        asked for); the new host values by key."""
-        return resolve_changes(self._state().documents, staged)[1]
+        asked for); the new host values by key. A document of a conversation
+        the core does not hold (settled: core/holding.py) is read from storage."""
+        state = self._state()
+        docs: Mapping[DocKey, DocumentState] = state.documents
+        away = {
+            s.key for s in staged
+            if s.key[0] is DocScope.CONVERSATION and s.key[1] not in state.conversations and s.key not in docs
+        }
+        if away and self.stored is not None:
+            docs = {**docs, **{k: d for k in sorted(away) if (d := self.stored(*k)) is not None}}
+        return resolve_changes(docs, staged)[1]
+
+    def conversations(self, event: Event) -> list[int]:
+        """The conversations whose documents ``event``'s staged updates change."""
+        key = self._key(event)
+        pending = self._pending.get(key) if key is not None else None
+        return sorted({s.owner for s in pending or () if s.doc.scope is DocScope.CONVERSATION})
 
     def stage(self, key: tuple[str, int], staged: Sequence[Staged]) -> None:
         if staged:

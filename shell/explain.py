@@ -54,6 +54,7 @@ SPECS: Mapping[str, tuple[str, str]] = {
     "task:": ("lifecycle.md", "Transition table"),
     "scheduling.on_opened": ("scheduling.md", "Open / recovery (`Opened`)"),
     "scheduling.": ("scheduling.md", "Rules"),
+    "holding.": ("scheduling.md", "Holding conversations (`core/holding.py`)"),
     "admission.": ("admission.md", "Transition table (one commit each)"),
     "generation.": ("generation.md", "Transition table (`PHASES` in `core/generation.py`)"),
     "tools.": ("tools.md", "Transition table (`PHASES` in `core/tools.py`)"),
@@ -69,6 +70,7 @@ SPECS: Mapping[str, tuple[str, str]] = {
 GLOSS: Mapping[str, str] = {
     "scheduling.on_opened": "load the stored live records; every running task goes back to pending",
     "task:running,recover": "running -> pending, checkpoint unchanged",
+    "holding.on_conversations_loaded": "a settled conversation read back from storage for the call that names it",
     "admission.on_root_requested": "the root conversation (created on first use)",
     "admission.on_input_submitted": "store the input; an idle conversation starts a run, a busy one queues it",
     "pi.generation:prepare,reserve": "pin the request (model, context cutoff) before calling the model",
@@ -123,6 +125,9 @@ def event_words(ev: Any) -> str:
             f"the process opened the store {how}: {len(ev.conversations)} conversation(s), {live} live task(s), "
             f"{len(ev.submissions)} open submission(s) loaded"
         )
+    if tag == "conversations_loaded":
+        ids = ", ".join(str(c.id) for c in ev.conversations)
+        return f"settled conversation(s) {ids} read back from storage for the next host call (core/holding.py)"
     if tag == "root_requested":
         return "the host asked for the root conversation"
     if tag == "input_submitted":

@@ -81,6 +81,7 @@ from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound, acc
 from .interpreters import Interpreters
 from .interpreters.hooks import HookReport, log_report
 from .interpreters.ports import HostPort
+from .loading import KEEP_SETTLED
 from .loop import Hooks, Loop
 from .observe import Observer
 from .providers.base import Models
@@ -141,7 +142,7 @@ class Harness:
             observer = Observer(tracer) if tracer is not None else None
             settings = settings if settings is not None else Settings()
             check_settings_object(settings)
-            loaded = storage.load()
+            loaded = storage.load_live()  # live work only: settled conversations are read on demand (loading.py)
             kill_leftover_processes(loaded.tasks)
         except BaseException:
             storage.close()
@@ -190,6 +191,7 @@ class Harness:
                         task_catalog=registry.task_catalog(),
                         extensions=registry.extension_catalog(),
                         documents=loaded.documents,
+                        keep_settled=KEEP_SETTLED,
                     )
                 )
                 try:
@@ -237,8 +239,13 @@ class Harness:
         """Replace the host settings (queue modes); read at the next decision."""
         _live(self._rt)
         check_settings_object(settings)
-        for cid, conv in self._rt.state.conversations.items():
+        held = self._rt.state.conversations
+        for cid, conv in held.items():
             check_keep_fits(conv.agent.context_window, settings.compaction.keep_recent_tokens, f"conversation {cid} agent")
+        for c in self._rt.storage.conversations():  # the settled ones the core does not hold (loading.py)
+            agent = None if c.id in held else self._rt.storage.document(c.id, AGENT_DOC)
+            if isinstance(agent, AgentConfig):
+                check_keep_fits(agent.context_window, settings.compaction.keep_recent_tokens, f"conversation {c.id} agent")
         self._rt.send(SettingsChanged(now=self._rt.clock(), settings=settings))
 
     # --- submissions and tasks --------------------------------------------------------

@@ -89,6 +89,7 @@ from pidurable.core.model import AgentConfig, ConversationId, TaskId
 from pidurable.core.state import State
 
 from .clock import trio_anchored_clock
+from . import loading
 from .context_cache import ContextCache
 from .documents import DocumentUpdates
 from .edge import clean_event
@@ -144,6 +145,7 @@ class Loop:
         self.observer = Observer()
         #: Document updates staged for events not yet stepped (``documents.py``).
         self.documents = DocumentUpdates(lambda: self.state)
+        self.documents.stored = storage.document_state
         self.effect_index = 0
         self.steps = 0
         #: The agent as it is journaled: its model's context window recorded
@@ -228,6 +230,12 @@ class Loop:
 
     async def _handle_batch(self, events: list[Event]) -> None:
         for event in events:
+            away = loading.away(event, self.state, self.documents)
+            if away:  # a settled conversation the core does not hold (loading.py)
+                await self._flush()  # the read must see every earlier decision
+                loaded = loading.load(self.storage, away, event.now)
+                if loaded is not None:
+                    self._step(loaded)
             if needs_lookup(event):
                 await self._flush()  # the read must see every earlier decision
                 event = enrich(event, self.state, self.storage)
@@ -238,19 +246,22 @@ class Loop:
                     self.waits.answer(resolved)  # refused: nothing stepped, nothing stored
                     continue
                 event = resolved
-            self._journal.append(event)
-            before = self.state
-            result = core_step(self.state, event)
-            self.state = result.state
-            self.steps += 1
-            for effect in result.effects:
-                if isinstance(effect, Commit):
-                    # the commit journals every event stepped since the last one
-                    self._commits.append((effect, self._journal, before))
-                    self._journal = []
-                else:
-                    self._acts.append(effect)
+            self._step(event)
         await self._flush()
+
+    def _step(self, event: Event) -> None:
+        self._journal.append(event)
+        before = self.state
+        result = core_step(self.state, event)
+        self.state = result.state
+        self.steps += 1
+        for effect in result.effects:
+            if isinstance(effect, Commit):
+                # the commit journals every event stepped since the last one
+                self._commits.append((effect, self._journal, before))
+                self._journal = []
+            else:
+                self._acts.append(effect)
 
     async def _flush(self) -> None:
         commits, acts = self._commits, self._acts

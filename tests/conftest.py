@@ -26,9 +26,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # Every test run cross-checks the touched-set scheduling pass against a full
 # scan of the live tasks, and the kept task index against a fresh build
 # (core/scheduling.py, core/index.py): a missed readiness change fails loudly.
-from pidurable.core import scheduling  # noqa: E402
+from pidurable.core import holding, scheduling  # noqa: E402
 
 scheduling.CHECK_TOUCHED = True
+# ... and the list of held settled conversations against every held one (core/holding.py).
+holding.CHECK = True
 
 # A throwaway PostgreSQL for the suites that run on it too (session-scoped).
 from pg_server import postgres_server  # noqa: E402, F401

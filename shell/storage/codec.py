@@ -229,7 +229,8 @@ def _configure(converter: cattrs.Converter) -> None:
     )
     converter.register_unstructure_hook(
         Opened,
-        make_dict_unstructure_fn(Opened, converter, _cattrs_omit_if_default=converter.omit_if_default, extensions=override(omit_if_default=True), documents=override(omit_if_default=True)
+        make_dict_unstructure_fn(Opened, converter, _cattrs_omit_if_default=converter.omit_if_default, extensions=override(omit_if_default=True), documents=override(omit_if_default=True),
+            keep_settled=override(omit_if_default=True),  # issue 11: on-demand loading (core/holding.py)
         ),
     )
 

@@ -79,6 +79,7 @@ from typing import Any
 
 from pidurable.core.effects import Write
 from pidurable.core.events import Event
+from pidurable.core.model import ConversationId
 
 from . import codec, owner
 from .base import (
@@ -295,6 +296,10 @@ class JsonlStorage(MemoryStorage):
     def load(self) -> Loaded:
         self._descriptor()
         return self._loaded()
+
+    def load_live(self, roots: Sequence[ConversationId] | None = None) -> Loaded:
+        self._descriptor()
+        return self._live_loaded(roots)
 
     def close(self) -> None:
         """Release the store (the lock on every path); nothing is written."""

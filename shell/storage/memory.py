@@ -17,7 +17,7 @@ import attrs
 
 from pidurable.core.effects import Write
 from pidurable.core.events import Event
-from pidurable.core.state import DocScope, DocumentState
+from pidurable.core.state import ConvState, DocScope, DocumentState
 from pidurable.core.model import (
     Conversation,
     ConversationId,
@@ -28,8 +28,9 @@ from pidurable.core.model import (
     TaskId,
 )
 
-from . import codec
+from . import codec, live
 from .base import (
+    DOC_TYPES,
     JournalRow,
     Row,
     Lineage,
@@ -85,6 +86,61 @@ class MemoryStorage:
         self._owned = True
         self._fenced = False
         return self._loaded()
+
+    def load_live(self, roots: Sequence[ConversationId] | None = None) -> Loaded:
+        """What open needs: the live work only (live.py)."""
+        if self._owned:
+            raise StoreLocked("The memory store is already open in another harness")
+        self._owned = True
+        self._fenced = False
+        return self._live_loaded(roots)
+
+    def _live_loaded(self, roots: Sequence[ConversationId] | None) -> Loaded:
+        tasks = tuple(self._decode("tasks", r, Task) for _, r in sorted(self._tables["tasks"].items()) if r["status"] != "terminal")
+        subs = tuple(
+            self._decode("submissions", r, Submission)
+            for _, r in sorted(self._tables["submissions"].items())
+            if r["status"] in ("queued", "placed")
+        )
+        owned = [(r["id"], r["owner_task_id"]) for r in self._tables["conversations"].values() if r["owner_task_id"] is not None]
+        convs, docs = self.load_conversations(live.live_conversation_ids(tasks, subs, owned))
+        task_docs = tuple(
+            d
+            for row in self._document_rows(lambda r: r.scope == "task" and r.retired_seq is None)
+            if (d := document_state(self.name, row, self._revisions(row.id))) is not None
+        )
+        loaded = Loaded(
+            next_id=max(
+                (k[0] for t in ("conversations", "entries", "submissions", "tasks", "document_records") for k in self._tables[t]),
+                default=1,
+            ) + 1,
+            next_seq=(self._journal[-1].seq + 1) if self._journal else 1,
+            conversations=convs,
+            tasks=tasks,
+            submissions=subs,
+            store_id=self._store_id,
+            documents=tuple(sorted(docs + task_docs, key=lambda d: d.id)),
+        )
+        if roots is None:
+            return loaded
+        owner_of = lambda cid: (c.owner_task_id if (c := self.conversation(cid)) is not None else None)  # noqa: E731
+        return live.in_trees(loaded, roots, owner_of, self.task)
+
+    def load_conversations(
+        self, ids: Sequence[ConversationId]
+    ) -> tuple[tuple[ConvState, ...], tuple[DocumentState, ...]]:
+        """These conversations (the ones stored, by id) and their live host-defined documents."""
+        table, documents = self._tables["conversations"], self._tables["documents"]
+        convs = []
+        for cid in sorted(set(ids)):
+            r = table.get((cid,))
+            if r is None:
+                continue
+            docs = {kind: found["value"] for kind in DOC_TYPES if (found := documents.get((cid, kind))) is not None}
+            convs.append(conv_state(self._decode("conversations", r, Conversation), docs, self.name))
+        held = {c.id for c in convs}
+        rows = self._document_rows(lambda r: r.scope == "conversation" and r.retired_seq is None and r.owner in held)
+        return tuple(convs), tuple(d for row in rows if (d := document_state(self.name, row, self._revisions(row.id))) is not None)
 
     def _loaded(self) -> Loaded:
         """The live state and counters from the tables (shared with the

@@ -67,7 +67,7 @@ from pidurable.core.model import (
     Task,
 )
 
-from . import codec, sql_reads, postgres_layout as layout, sqlite_documents, sqlite_entries
+from . import codec, live, sql_reads, postgres_layout as layout, sqlite_documents, sqlite_entries
 from .base import (
     DamagedRecord,
     LeaseLost,
@@ -103,7 +103,9 @@ def _describe(dsn: str, schema: str) -> str:
     return f"postgresql://{host}:{port}/{db} schema {schema}"
 
 
-class PostgresStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads, sql_reads.RecordReads):
+class PostgresStorage(
+    sqlite_documents.DocumentReads, sqlite_entries.EntryReads, sql_reads.RecordReads, live.SqlLiveReads
+):
     """A store in one PostgreSQL schema (see the module comment)."""
 
     def __init__(
@@ -297,6 +299,35 @@ class PostgresStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads,
             self._tx.conn = conn
             try:
                 return self._load()
+            finally:
+                self._tx.conn = None
+
+    def load_live(self, roots: Sequence[ConversationId] | None = None) -> Loaded:
+        """What open needs: the live work only (live.py), in one REPEATABLE READ snapshot."""
+        with self._failing("load"), self._connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            self._tx.conn = conn
+            try:
+                tasks, subs, convs, docs = self._live()
+                ((max_id, seq),) = self._rows(
+                    "load",
+                    "SELECT greatest((SELECT max(id) FROM conversations), (SELECT max(id) FROM entries), "
+                    "(SELECT max(id) FROM tasks), (SELECT max(id) FROM submissions), "
+                    "(SELECT max(id) FROM document_records)), (SELECT max(seq) FROM journal)",
+                )
+                loaded = Loaded(
+                    next_id=max(1, int(max_id or 0)) + 1,
+                    next_seq=(int(seq) + 1) if seq is not None else 1,
+                    conversations=convs,
+                    tasks=tasks,
+                    submissions=subs,
+                    store_id=self.store_id,
+                    documents=docs,
+                )
+                if roots is None:
+                    return loaded
+                owner_of = lambda cid: (c.owner_task_id if (c := self.conversation(cid)) is not None else None)  # noqa: E731
+                return live.in_trees(loaded, roots, owner_of, self.task)
             finally:
                 self._tx.conn = None
 

@@ -66,9 +66,10 @@ from pidurable.core.model import (
     ConversationId,
     Submission,
     Task,
+    TaskId,
 )
 
-from . import codec, sql_reads, owner, sqlite_documents, sqlite_entries
+from . import codec, live, sql_reads, owner, sqlite_documents, sqlite_entries
 from .base import (
     SCHEMA_VERSION,
     DamagedRecord,
@@ -101,7 +102,9 @@ def _wal_has_content(file: Path) -> bool:
         return True
 
 
-class SqliteStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads, sql_reads.RecordReads):
+class SqliteStorage(
+    sqlite_documents.DocumentReads, sqlite_entries.EntryReads, sql_reads.RecordReads, live.SqlLiveReads
+):
     """A store in one SQLite file (see the module comment for how it opens)."""
 
     def __init__(
@@ -394,6 +397,37 @@ class SqliteStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads, s
                 "load", "SELECT id, record FROM submissions WHERE status IN ('queued','placed') ORDER BY id"
             )
         )
+        next_id, next_seq, store_id = self._counters()
+        return Loaded(
+            next_id=next_id,
+            next_seq=next_seq,
+            conversations=convs,
+            tasks=tasks,
+            submissions=subs,
+            store_id=store_id,
+            documents=self.live_documents(),
+        )
+
+    def load_live(self, roots: Sequence[ConversationId] | None = None) -> Loaded:
+        """What open needs: the live work only (live.py; the store is this
+        process's, so no read transaction is needed)."""
+        tasks, subs, convs, docs = self._live()
+        next_id, next_seq, store_id = self._counters()
+        loaded = Loaded(
+            next_id=next_id, next_seq=next_seq, conversations=convs, tasks=tasks, submissions=subs,
+            store_id=store_id, documents=docs,
+        )
+        if roots is None:
+            return loaded
+        return live.in_trees(loaded, roots, self._owner_of, self.task)
+
+    def _owner_of(self, cid: ConversationId) -> TaskId | None:
+        found = self.conversation(cid)
+        return None if found is None else found.owner_task_id
+
+    def _counters(self) -> tuple[int, int, str]:
+        """``next_id``, ``next_seq`` and the store id."""
+        name = self.name
         ((max_id,),) = self._rows(
             "load",
             "SELECT max(m) FROM (SELECT max(id) AS m FROM conversations UNION ALL SELECT max(id) FROM entries "
@@ -404,15 +438,7 @@ class SqliteStorage(sqlite_documents.DocumentReads, sqlite_entries.EntryReads, s
         ids = self._rows("load", "SELECT value FROM meta WHERE key = 'store_id'")
         if not ids:
             raise DamagedRecord(f"Store {name}: damaged record in meta: no store_id")
-        return Loaded(
-            next_id=max(1, int(max_id or 0)) + 1,
-            next_seq=(int(seq) + 1) if seq is not None else 1,
-            conversations=convs,
-            tasks=tasks,
-            submissions=subs,
-            store_id=str(ids[0][0]),
-            documents=self.live_documents(),
-        )
+        return max(1, int(max_id or 0)) + 1, (int(seq) + 1) if seq is not None else 1, str(ids[0][0])
 
     def fence(self) -> None:
         """Simulate a crash: no later write reaches the file."""

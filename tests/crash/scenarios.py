@@ -1210,3 +1210,91 @@ ALL = ALL + (FORK_MID_RUN, FORK_OF_FORK)
 from reconciling import SCENARIOS as RECONCILE  # noqa: E402
 
 ALL = ALL + RECONCILE
+
+
+# --- issue 11: settled conversations are read on demand (core/holding.py) ----------
+#
+# A life opens with only live work held (Storage.load_live); a crash after a
+# conversation settled leaves it unheld in the next life, where the host's
+# retried calls name it: each is preceded by ConversationsLoaded (shell/loading.py).
+
+register_script("settled_submit", _chain_script)
+register_script("settled_fork", _chain_script)
+
+
+async def _other(h: Any) -> Any:
+    """The second ownerless conversation a previous life made, if any."""
+    for c in await h.conversations():
+        if c.id != 1 and await c.forked_from() is None:
+            return c
+    return None
+
+
+async def _settled_submit_host(h: Any, conv: Any, world: World) -> list[Any]:
+    """The root answers, a second conversation answers, then each is asked
+    again: after a crash the one that settled is not held, and the retried
+    (deduplicated) submits and the new ones load it."""
+    first = await conv.submit(Input("one", request_id="ld-0"))
+    await first.wait()
+    other = await _other(h) or await h.create_conversation(agent=await conv.agent())
+    second = await other.submit(Input("two", request_id="ld-1"))
+    await second.wait()
+    third = await conv.submit(Input("three", request_id="ld-2"))
+    await third.wait()
+    fourth = await other.submit(Input("four", request_id="ld-3"))
+    return [first, second, third, fourth]
+
+
+def _answers(storage: Any, cid: int) -> list[str]:
+    return [e.text.split(" after ")[0] for e in storage.entries(cid) if e.kind == "assistant"]
+
+
+def _check_settled_submit(storage: Any) -> None:
+    (other,) = [c for c in storage.conversations() if c.id != 1]
+    assert _answers(storage, 1) == ["Answer to one", "Answer to three"]
+    assert _answers(storage, other.id) == ["Answer to two", "Answer to four"]
+
+
+SETTLED_SUBMIT = Scenario(
+    name="settled_submit",
+    script=None,
+    tools=lambda w: [],
+    host=_settled_submit_host,
+    final_check=_check_settled_submit,
+)
+
+
+async def _settled_fork_host(h: Any, conv: Any, world: World) -> list[Any]:
+    """The root notes something and answers; a second conversation answers;
+    then the root - settled, so unheld after a crash - is forked at its answer
+    (its notes copied as of that point) and the fork is asked."""
+    await conv.update_document(NOTES, _add_note_once("root note"))
+    first = await conv.submit(Input("one", request_id="lf-0"))
+    await first.wait()
+    other = await _other(h) or await h.create_conversation(agent=await conv.agent())
+    second = await other.submit(Input("two", request_id="lf-1"))
+    await second.wait()
+    fork = await _fork_of(h, conv.id)
+    if fork is None:
+        answer = next(e for e in await conv.transcript() if e.kind == "assistant")
+        fork = await conv.fork(at=answer.id)
+    third = await fork.submit(Input("three", request_id="lf-2"))
+    return [first, second, third]
+
+
+def _check_settled_fork(storage: Any) -> None:
+    (fork,) = _forks(storage, 1)
+    assert _answers(storage, fork.id) == ["Answer to one", "Answer to three"]
+    assert [e.text for e in storage.entries(fork.id) if e.kind == "user"] == ["one", "three"]
+    assert _notes_of(storage, fork.id) == ["root note"] == _notes_of(storage, 1)
+
+
+SETTLED_FORK = Scenario(
+    name="settled_fork",
+    script=None,
+    tools=lambda w: [NOTES],
+    host=_settled_fork_host,
+    final_check=_check_settled_fork,
+)
+
+ALL = ALL + (SETTLED_SUBMIT, SETTLED_FORK)

@@ -232,14 +232,15 @@ async def test_a_failed_open_releases_the_store(tmp_path: Any) -> None:
     with pytest.raises(InvalidInput):
         async with Harness.open(open_sqlite_storage(db), models=None, registry="nope"):  # type: ignore[arg-type]
             pass
-    async with Harness.open(open_sqlite_storage(db), models=ScriptedModels([]), registry=Registry()) as h:
-        await h.root(agent=AGENT)
+    async with Harness.open(open_sqlite_storage(db), models=ScriptedModels([]), registry=Registry(), resume=False) as h:
+        await (await h.root(agent=AGENT)).submit(Input("hi"))  # a pending run: live work
     conn = sqlite3.connect(db)
-    conn.execute("UPDATE conversations SET record = '{broken'")
+    # open reads only live work (a settled conversation is read when named): damage what it reads
+    conn.execute("UPDATE tasks SET record = '{broken'")
     conn.commit()
     conn.close()
     for _ in range(2):  # the second attempt sees the same damage, not a held lock
-        with pytest.raises(StorageError, match="damaged record in conversations"):
+        with pytest.raises(StorageError, match="damaged record in tasks"):
             async with Harness.open(open_sqlite_storage(db), models=ScriptedModels([]), registry=Registry()):
                 pass
 

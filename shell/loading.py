@@ -1,0 +1,96 @@
+"""Settled conversations, brought back when a host event names one.
+
+The core holds live conversations only (core/holding.py): a settled one is
+evicted once more than ``KEEP_SETTLED`` are settled, and ``Harness.open``
+reads none (``Storage.load_live``). Before the reducer steps a host event
+that names a conversation the state does not hold (``TARGETS``), it makes
+every earlier decision durable, reads the conversation from storage
+(``load_conversations``: its built-in documents and live host-defined ones)
+and steps :class:`~pidurable.core.loading_events.ConversationsLoaded` first.
+An id storage does not know is not in that event: the core then refuses the
+host event exactly as it always did ("does not exist").
+
+The event is journaled with the commit that follows, as stepped, so replay
+needs no storage (the same rule as ``enrich.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from pidurable.core.events import (
+    AgentConfigurationRequested,
+    CompactionRequested,
+    ConversationAbortRequested,
+    DocumentUpdateRequested,
+    Event,
+    InputSubmitted,
+    RootRequested,
+    SubmissionAbortRequested,
+    TaskCommitRequested,
+    TaskCreationRequested,
+    ToolFinished,
+    WriteSubmitted,
+)
+from pidurable.core.fork_events import ForkRequested
+from pidurable.core.loading_events import ConversationsLoaded
+from pidurable.core.model import ROOT_CONVERSATION_ID, ConversationId
+from pidurable.core.state import ConvState, DocScope, DocumentState, State
+
+#: How many settled conversations the core keeps held (``Opened.keep_settled``):
+#: a conversation asked again soon after its run (a chat's next message) is
+#: not read back; beyond it the least recently changed is evicted.
+KEEP_SETTLED = 32
+
+
+def _one(ev: Any) -> tuple[ConversationId, ...]:
+    return (ev.conversation_id,)
+
+
+#: The conversations each host event names (an event not listed names only
+#: live work: a task, whose conversation the core holds).
+TARGETS: Mapping[type, Callable[[Any], Iterable[ConversationId]]] = {
+    RootRequested: lambda ev: (ROOT_CONVERSATION_ID,),
+    AgentConfigurationRequested: _one,
+    InputSubmitted: _one,
+    WriteSubmitted: _one,
+    ConversationAbortRequested: _one,
+    TaskCreationRequested: _one,
+    CompactionRequested: _one,
+    ForkRequested: _one,
+    SubmissionAbortRequested: lambda ev: () if ev.conversation_id is None else (ev.conversation_id,),
+    DocumentUpdateRequested: lambda ev: (ev.change.owner,) if ev.change.scope is DocScope.CONVERSATION else (),
+}
+
+#: Events whose staged document updates may name other conversations (shell/documents.py).
+_STAGING = (DocumentUpdateRequested, TaskCommitRequested, ToolFinished)
+
+
+class Staging(Protocol):
+    def conversations(self, event: Event) -> list[int]: ...
+
+
+class ConversationReads(Protocol):
+    def load_conversations(
+        self, ids: Sequence[ConversationId]
+    ) -> tuple[tuple[ConvState, ...], tuple[DocumentState, ...]]: ...
+
+
+def away(event: Event, state: State, staging: Staging) -> list[ConversationId]:
+    """The conversations ``event`` names that ``state`` does not hold."""
+    if state.keep_settled is None:
+        return []  # this life holds every conversation
+    named = TARGETS.get(type(event))
+    ids = set(named(event)) if named is not None else set()
+    if isinstance(event, _STAGING):
+        ids.update(ConversationId(c) for c in staging.conversations(event))
+    return sorted(c for c in ids if c not in state.conversations)
+
+
+def load(storage: ConversationReads, ids: Sequence[ConversationId], now: int) -> ConversationsLoaded | None:
+    """The event that brings back the stored ones of ``ids`` (None: none is stored)."""
+    conversations, documents = storage.load_conversations(ids)
+    if not conversations:
+        return None
+    return ConversationsLoaded(now=now, conversations=conversations, documents=documents)
