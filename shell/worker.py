@@ -158,7 +158,11 @@ class Worker:
         listener: threading.Thread | None = None
         try:
             await trio.to_thread.run_sync(trees.bump_id_blocks, store)
-            swept = await trio.to_thread.run_sync(trees.sweep, store)
+            try:
+                swept = await trio.to_thread.run_sync(trees.sweep, store)
+            except StorageError as e:  # e.g. a deadlock with another worker's sweep: that one marked them
+                log.warning("worker %s: sweeping for work failed (%s)", store.worker_id, e)
+                swept = 0
             if swept:
                 log.info("worker %s: %d trees with live work were marked wanted", store.worker_id, swept)
             listener = self._listen(store, stop, trio.lowlevel.current_trio_token())

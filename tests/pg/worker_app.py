@@ -7,7 +7,8 @@ answers. ``book`` appends ``start <task id> <pid>`` to the file named by
 ``PIDURABLE_WORKER_LOG`` before its body's pause and ``end ...`` after it,
 so a checker sees every body that started (an unsafe body must start at most
 once per task). ``PIDURABLE_WORKER_DELAY`` (seconds, default 0.02): the
-model's and each tool's pause.
+model's and each tool's pause; ``PIDURABLE_WORKER_TOOL_DELAY``: the tools'
+alone.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ def _delay() -> float:
     return float(os.environ.get("PIDURABLE_WORKER_DELAY", "0.02"))
 
 
+def _tool_delay() -> float:
+    return float(os.environ.get("PIDURABLE_WORKER_TOOL_DELAY") or _delay())
+
+
 def _log(line: str) -> None:
     path = os.environ.get("PIDURABLE_WORKER_LOG")
     if path:
@@ -39,13 +44,13 @@ def _log(line: str) -> None:
 
 
 async def _lookup(call, args):  # type: ignore[no-untyped-def]
-    await trio.sleep(_delay())
+    await trio.sleep(_tool_delay())
     return f"found {args['what']}"
 
 
 async def _book(call, args):  # type: ignore[no-untyped-def]
     _log(f"start {call.task_id} {os.getpid()}")
-    await trio.sleep(_delay())
+    await trio.sleep(_tool_delay())
     _log(f"end {call.task_id} {os.getpid()}")
     return f"booked {args['what']}"
 
