@@ -138,25 +138,17 @@ class TreeStorage:
 
     def _load(self, store: PostgresStorage, tree: int) -> Loaded:
         name = store.name
-        docs: dict[int, dict[str, str]] = {}
-        for cid, kind, value in store._rows(
-            "load",
-            "SELECT d.conversation_id, d.kind, d.value FROM documents d JOIN conversations c "
-            "ON c.id = d.conversation_id WHERE c.tree = ?",
-            [tree],
-        ):
-            docs.setdefault(cid, {})[kind] = value
         # the store's own record reads (they decode every layout's rows)
-        convs = tuple(
-            conv_state(c, docs.get(c.id, {}), name) for c in store._records("conversations", Conversation, "tree = ?", [tree])
-        )
+        records = store._records("conversations", Conversation, "tree = ?", [tree])
+        docs = store.live_builtins([c.id for c in records]) if records else {}  # their built-ins (core/builtins.py)
+        convs = tuple(conv_state(c, docs.get(c.id, {}), name) for c in records)
         tasks = tuple(store._records("tasks", Task, "tree = ? AND status <> 'terminal'", [tree]))
         subs = tuple(store._records("submissions", Submission, "tree = ? AND status IN ('queued','placed')", [tree]))
         owners = {c.conversation.id for c in convs}
         live_tasks = {t.id for t in tasks}
         documents = []
         for row in store._document_rows(
-            "retired_seq IS NULL AND ((scope = 'conversation' AND owner IN (SELECT id FROM conversations WHERE tree = ?)) "
+            "retired_seq IS NULL AND id >= 0 AND ((scope = 'conversation' AND owner IN (SELECT id FROM conversations WHERE tree = ?)) "
             "OR (scope = 'task' AND owner IN (SELECT id FROM tasks WHERE tree = ? AND status <> 'terminal')))",
             [tree, tree],
         ):
@@ -176,16 +168,50 @@ class TreeStorage:
         )
 
     def load_live(self, roots: Sequence[int] | None = None) -> Loaded:
-        """The tree's live work, as the store's ``load_live`` narrows it to
-        the tree (settled conversations are read on demand), with the
-        counters at the claim's block. Only this tree is ever live here."""
+        """The tree's live work only (a store with O(live) opening: the live
+        tasks and unsettled submissions of the tree - by its ``tree`` column,
+        so forks and conversations its harness created are in it - and only
+        the conversations the core must hold, read as the store's own
+        ``load_conversations`` reads them), in one REPEATABLE READ snapshot,
+        with the counters at the claim's block. Only this tree is live here."""
         if roots is not None and list(roots) != [self.claim.tree]:
             raise StorageError(f"Store {self.name}: a tree's view loads only tree {self.claim.tree}, not {list(roots)}")
-        narrowed = getattr(self.store, "load_live", None)
-        if narrowed is None:
+        store, tree = self.store, self.claim.tree
+        if not hasattr(store, "load_conversations"):
             return self.load()
+        from . import live  # the O(live) reads (a store that has load_conversations has them)
+
+        with store._failing("load"), store._connection() as conn, conn.transaction():
+            conn.execute(b"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            store._tx.conn = conn
+            try:
+                tasks = tuple(store._records("tasks", Task, "tree = ? AND status <> 'terminal'", [tree]))
+                subs = tuple(store._records("submissions", Submission, "tree = ? AND status IN ('queued','placed')", [tree]))
+                owned = store._rows(
+                    "load", "SELECT id, owner_task_id FROM conversations WHERE tree = ? AND owner_task_id IS NOT NULL", [tree]
+                )
+                convs, docs = store.load_conversations(live.live_conversation_ids(tasks, subs, owned))
+                task_docs = live._documents(
+                    store.name,
+                    store._document_rows(
+                        "scope = 'task' AND retired_seq IS NULL AND owner IN "
+                        "(SELECT id FROM tasks WHERE tree = ? AND status <> 'terminal')",
+                        [tree],
+                    ),
+                    store._revisions,
+                )
+            finally:
+                store._tx.conn = None
         first = self.claim.id_base + 1
-        return attrs.evolve(narrowed(roots=[ConversationId(self.claim.tree)]), next_id=first, next_seq=first)
+        return Loaded(
+            next_id=first,
+            next_seq=first,
+            conversations=convs,
+            tasks=tasks,
+            submissions=subs,
+            store_id=store.store_id,
+            documents=tuple(sorted(docs + task_docs, key=lambda d: d.id)),
+        )
 
     def commit(self, seq: int, writes: Sequence[Any], events: Sequence[Any]) -> None:
         self.commit_many([(seq, writes, events)])

@@ -261,3 +261,33 @@ def test_a_version_1_store_is_migrated_with_its_trees(pg: tuple[str, str]) -> No
     assert _sql(dsn, schema, "SELECT id, tree FROM submissions") == [(7, 1)]
     assert _sql(dsn, schema, "SELECT root, work_at IS NOT NULL FROM leases ORDER BY root") == [(1, True), (5, False)]
     assert _sql(dsn, schema, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(layout.PG_SCHEMA_VERSION),)]
+
+
+async def test_what_a_trees_harness_creates_stays_in_the_tree(pg: tuple[str, str]) -> None:
+    """A conversation a tree's harness creates (even a top-level one) is
+    written with the tree's root, so the next claim of the tree loads its
+    live work (and no other tree's claim does)."""
+    dsn, schema = pg
+    s = worker_app.setup()
+    store = PostgresStorage(dsn, schema=schema, shared=True, worker_id="A")
+    try:
+        trees.bump_id_blocks(store)
+        cid = trees.create_conversation(store, worker_app.AGENT)
+        other = trees.create_conversation(store, worker_app.AGENT)
+        _sql(dsn, schema, "UPDATE leases SET work_at = now() WHERE root = %s", [cid])
+        (a,) = trees.claim(store, "A", 5, 60.0)
+        async with Harness.open(TreeStorage(store, a), models=s.models, registry=s.registry, resume=False) as h:
+            made = await h.create_conversation(agent=worker_app.AGENT)
+            queued = await made.submit(Input("later", request_id="q"))
+        assert _sql(dsn, schema, "SELECT tree FROM conversations WHERE id = %s", [made.id]) == [(cid,)]
+        assert trees.release(store, a, idle=False)
+        (b,) = trees.claim(store, "B", 5, 60.0)
+        loaded = TreeStorage(store, b).load_live()
+        assert [sub.id for sub in loaded.submissions] == [queued.id]
+        assert made.id in {c.conversation.id for c in loaded.conversations}
+        assert loaded.next_id == b.id_base + 1 > queued.id
+        _sql(dsn, schema, "UPDATE leases SET work_at = now() WHERE root = %s", [other])
+        (c,) = trees.claim(store, "C", 5, 60.0)
+        assert c.tree == other and TreeStorage(store, c).load_live().submissions == ()
+    finally:
+        store.close()
