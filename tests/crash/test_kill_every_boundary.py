@@ -38,19 +38,56 @@ PG_SCENARIOS = frozenset(
 )
 
 
+#: The scenarios the ``pgtree`` backend runs (issue 13: each life is a worker's
+#: claim of the tree, opened like a restart, with a fresh id block): unsafe
+#: tools, sub-agent conversations in the tree, forks in the tree.
+PG_TREE_SCENARIOS = frozenset({"unsafe", "subagent", "fork_of_fork"})
+
+
 @pytest.fixture(autouse=True)
 def _postgres(request: pytest.FixtureRequest) -> None:
     """Start (once per session) the throwaway PostgreSQL, for the
-    ``postgres`` backend only (tests/pg_server.py)."""
+    ``postgres`` and ``pgtree`` backends only (tests/pg_server.py)."""
     callspec = getattr(request.node, "callspec", None)
-    if callspec is None or callspec.params.get("backend") != "postgres":
+    if callspec is None or callspec.params.get("backend") not in ("postgres", "pgtree"):
         return
     _PG["dsn"] = request.getfixturevalue("postgres_server").dsn
+
+
+#: The shared stores the ``pgtree`` backend opened (each schema's one), closed
+#: when the next schema is opened.
+_TREE_STORES: list[Any] = []
+
+
+def _claimed(store: Any) -> Any:
+    """A view of tree 1 under a fresh claim: the previous claimer's lease is
+    taken from it (as if it expired), so whatever it still tries to commit
+    is fenced out; the new claim's ids start at a fresh block."""
+    from pidurable.shell.storage import postgres_tree as trees
+
+    with store._connection() as conn:
+        conn.execute(
+            b"INSERT INTO leases (root, work_at) VALUES (1, now()) "
+            b"ON CONFLICT (root) DO UPDATE SET owner = NULL, expires_at = NULL, work_at = now()"
+        )
+    (claim,) = trees.claim(store, "crash-test", 1, 3600.0, only=1)
+    return trees.TreeStorage(store, claim)
 
 
 def _storage(backend: str, tmp_path: Path, n: int) -> Any:
     if backend == "memory":
         return MemoryStorage()
+    if backend == "pgtree":  # a schema per store, the tree of conversation 1 claimed by each life
+        from pidurable.shell.storage.postgres import PostgresStorage
+        from pidurable.shell.storage import postgres_tree as trees
+
+        while _TREE_STORES:
+            _TREE_STORES.pop().close()
+        tag = hashlib.blake2b(str(tmp_path).encode(), digest_size=6).hexdigest()
+        store = PostgresStorage(_PG["dsn"], schema=f"t{tag}_{n}", shared=True, worker_id="crash-test")
+        _TREE_STORES.append(store)
+        trees.bump_id_blocks(store)
+        return _claimed(store)
     if backend == "postgres":  # a store per schema; tmp_path is unique per test
         from pidurable.shell import open_postgres_storage
 
@@ -64,6 +101,8 @@ def _storage(backend: str, tmp_path: Path, n: int) -> Any:
 def _reopen(storage: Any, backend: str) -> Any:
     if backend == "memory":
         return storage
+    if backend == "pgtree":
+        return _claimed(storage.store)
     if backend == "jsonl":
         return open_jsonl_storage(storage.path)
     if backend == "postgres":
@@ -79,8 +118,9 @@ def _reopen(storage: Any, backend: str) -> Any:
 CASES = [
     pytest.param(s, b, id=f"{s.name}-{b}")
     for s in ALL
-    for b in ("memory", "sqlite", "jsonl", "postgres")
-    if b != "postgres" or s.name in PG_SCENARIOS or os.environ.get("PIDURABLE_PG_CRASH") == "all"
+    for b in ("memory", "sqlite", "jsonl", "postgres", "pgtree")
+    if (b != "postgres" or s.name in PG_SCENARIOS or os.environ.get("PIDURABLE_PG_CRASH") == "all")
+    and (b != "pgtree" or s.name in PG_TREE_SCENARIOS or os.environ.get("PIDURABLE_PG_CRASH") == "all")
 ]
 
 
