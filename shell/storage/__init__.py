@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from .base import (
     SCHEMA_VERSION,
     DamagedRecord,
+    LeaseLost,
     Loaded,
     NotAStore,
     Storage,
@@ -42,6 +43,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "DamagedRecord",
     "JsonlStorage",
+    "LeaseLost",
     "Loaded",
     "MemoryStorage",
     "NotAStore",
