@@ -25,8 +25,10 @@ connection of its own for the store's life. A second opener, in this process
 or on another machine, gets :class:`StoreLocked` naming the holder (its
 ``application_name`` carries the worker id; PostgreSQL's backend pid and
 client address come from ``pg_stat_activity``). A killed owner's session
-ends with its TCP connection and the lock goes with it. (Issue 13 item 2
-replaces this with leases per conversation tree.)
+ends with its TCP connection and the lock goes with it. Many workers share
+a store instead with ``shared=True`` (the same lock in share mode, so they
+and a single owner exclude each other), each leasing conversation trees:
+:mod:`.postgres_tree`, docs/scale-out.md.
 
 Opening: connect; in one transaction under an advisory transaction lock on
 the schema's name, look at the schema: absent or empty is a new store
