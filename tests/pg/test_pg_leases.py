@@ -291,3 +291,40 @@ async def test_what_a_trees_harness_creates_stays_in_the_tree(pg: tuple[str, str
         assert c.tree == other and TreeStorage(store, c).load_live().submissions == ()
     finally:
         store.close()
+
+
+async def test_without_the_fence_a_paused_owners_commit_lands_and_the_checker_says_so(pg: tuple[str, str]) -> None:
+    """The known-bad variant: with fence() made a no-op, the commit of an
+    owner whose lease was taken lands after the new owner's, and
+    CommitsAreFenced (tests/invariants.py, over the journal in landing
+    order) fails - the check the chaos test runs can fail."""
+    from invariants import LeaseCommit, commits_are_fenced
+
+    dsn, schema = pg
+    s = worker_app.setup()
+    store = PostgresStorage(dsn, schema=schema, shared=True, worker_id="A")
+    try:
+        trees.bump_id_blocks(store)
+        cid = trees.create_conversation(store, worker_app.AGENT)
+        _sql(dsn, schema, "UPDATE leases SET work_at = now()")
+        _sql(dsn, schema, "CREATE OR REPLACE FUNCTION fence(r bigint, e bigint, o text) RETURNS void LANGUAGE plpgsql AS $$ BEGIN END $$")
+        (a,) = trees.claim(store, "A", 5, 60.0)
+        async with Harness.open(TreeStorage(store, a), models=s.models, registry=s.registry, resume=False) as ha:
+            conv_a = await ha.conversation(cid)
+            assert conv_a is not None
+            await conv_a.submit(Input("a", request_id="a"))
+            _sql(dsn, schema, "UPDATE leases SET expires_at = now() - interval '1 second'")
+            (b,) = trees.claim(store, "B", 5, 60.0)
+            async with Harness.open(TreeStorage(store, b), models=s.models, registry=s.registry, resume=False) as hb:
+                conv_b = await hb.conversation(cid)
+                assert conv_b is not None
+                await conv_b.submit(Input("b", request_id="b"))
+            await conv_a.submit(Input("late", request_id="late"))  # lands: nothing fences it
+        landed = [
+            LeaseCommit(root=int(t), epoch=int(e), worker=str(w), seq=int(n))
+            for t, e, w, n in _sql(dsn, schema, "SELECT tree, epoch, worker, landed FROM journal ORDER BY landed")
+        ]
+        with pytest.raises(AssertionError, match="a fenced-out worker committed"):
+            commits_are_fenced(landed)
+    finally:
+        store.close()
