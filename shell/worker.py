@@ -36,6 +36,7 @@ import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import attrs
@@ -176,7 +177,7 @@ class Worker:
                 held = [r.claim for r in self._runs.values()]
                 for c in held:
                     try:
-                        await trio.to_thread.run_sync(lambda c=c: trees.release(store, c, idle=False))
+                        await trio.to_thread.run_sync(partial(trees.release, store, c, idle=False))
                     except StorageError as e:
                         log.info("worker %s: releasing tree %s: %s", store.worker_id, c.tree, e)
                 if listener is not None:
@@ -405,7 +406,10 @@ class ExternalSubmission:
             if sid is not None:
                 return sid
             if refused is not None:
-                raise (ConversationBusy if refused.startswith("ConversationBusy") else InvalidInput)(refused.split(": ", 1)[-1])
+                why = refused.split(": ", 1)[-1]
+                if refused.startswith("ConversationBusy"):
+                    raise ConversationBusy(self.conversation_id, why)
+                raise InvalidInput(why)
             await trio.sleep(poll)
 
     async def wait(self, *, poll: float = 0.05) -> Submission:

@@ -392,13 +392,14 @@ def create_conversation(store: PostgresStorage, agent: Any = None) -> int:
     """A new top-level conversation (a tree of its own), written directly:
     its records from the codec as the core would write them, ids from a
     fresh block. No worker owns it until work arrives."""
-    from pidurable.core.effects import PutAgent, PutConversation
+    from pidurable.core.effects import PutAgent, PutConversation, Write
     from pidurable.core.model import AgentConfig, ConversationId
 
     with store._failing("creating a conversation"), store._connection() as conn, conn.transaction():
-        (block,) = conn.execute(b"SELECT nextval('id_blocks')").fetchone() or (None,)
-        cid = ConversationId((int(block) << ID_BLOCK_BITS) + 1)
-        writes = [PutConversation(conversation=Conversation(id=cid)), PutAgent(conversation_id=cid, agent=agent or AgentConfig())]
+        found = conn.execute(b"SELECT nextval('id_blocks')").fetchone()
+        assert found is not None
+        cid = ConversationId((int(found[0]) << ID_BLOCK_BITS) + 1)
+        writes: list[Write] = [PutConversation(conversation=Conversation(id=cid)), PutAgent(conversation_id=cid, agent=agent or AgentConfig())]
         rows, _, _ = encode_commit(0, writes, ())
         for row in rows:  # as PostgresStorage._write_one writes them
             if row.table == "document_revisions":
