@@ -328,3 +328,28 @@ async def test_without_the_fence_a_paused_owners_commit_lands_and_the_checker_sa
             commits_are_fenced(landed)
     finally:
         store.close()
+
+
+async def test_a_rejected_external_submission_raises_conversation_busy(pg: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """when_busy='reject' on a busy conversation, submitted through the
+    database: the owner refuses it (nothing stored) and the client's handle
+    raises ConversationBusy naming the conversation."""
+    monkeypatch.setenv("PIDURABLE_WORKER_TOOL_DELAY", "1.0")
+    dsn, schema = pg
+    async with trio.open_nursery() as nursery:
+        worker = _worker(dsn, schema, "w")
+        await nursery.start(worker.run)
+        with Client(dsn, schema=schema) as client:
+            cid = await client.create_conversation(worker_app.AGENT)
+            first = await client.submit(cid, Input("go"))
+            await first.submission_id()
+            with trio.fail_after(10):
+                while not _sql(dsn, schema, "SELECT 1 FROM tasks WHERE kind = 'pi.tool' AND status = 'running'"):
+                    await trio.sleep(0.02)
+            busy = await client.submit(cid, Input("now!", when_busy="reject", request_id="rej"))
+            with pytest.raises(ConversationBusy) as e:
+                await busy.submission_id()
+            assert e.value.conversation_id == cid
+            assert (await first.wait()).status == "done"
+            assert _sql(dsn, schema, "SELECT count(*) FROM submissions WHERE request_id = 'rej'") == [(0,)]
+        nursery.cancel_scope.cancel()
