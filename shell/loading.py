@@ -10,6 +10,11 @@ and steps :class:`~pidurable.core.loading_events.ConversationsLoaded` first.
 An id storage does not know is not in that event: the core then refuses the
 host event exactly as it always did ("does not exist").
 
+The loop reads what a whole batch of events names at once, before the
+batch's first step (``away_all``: one read, one event, the batch not broken
+up); an event naming a conversation evicted again within the batch (more
+than ``KEEP_SETTLED`` settled) flushes and reads it on its own.
+
 The event is journaled with the commit that follows, as stepped, so replay
 needs no storage (the same rule as ``enrich.py``).
 """
@@ -40,8 +45,10 @@ from pidurable.core.state import ConvState, DocScope, DocumentState, State
 
 #: How many settled conversations the core keeps held (``Opened.keep_settled``):
 #: a conversation asked again soon after its run (a chat's next message) is
-#: not read back; beyond it the least recently changed is evicted.
-KEEP_SETTLED = 32
+#: not read back; beyond it the least recently changed is evicted. At least
+#: the loop's ``MAX_BATCH``: what a batch loads up front (``away_all``) stays
+#: held until the batch's events that name it are stepped.
+KEEP_SETTLED = 64
 
 
 def _one(ev: Any) -> tuple[ConversationId, ...]:
@@ -86,6 +93,17 @@ def away(event: Event, state: State, staging: Staging) -> list[ConversationId]:
     if isinstance(event, _STAGING):
         ids.update(ConversationId(c) for c in staging.conversations(event))
     return sorted(c for c in ids if c not in state.conversations)
+
+
+def away_all(events: Sequence[Event], state: State, staging: Staging) -> list[ConversationId]:
+    """The conversations any of ``events`` names that ``state`` does not hold
+    (the loop reads them at once, before the batch's first step)."""
+    if state.keep_settled is None:
+        return []
+    ids: set[ConversationId] = set()
+    for event in events:
+        ids.update(away(event, state, staging))
+    return sorted(ids)
 
 
 def load(storage: ConversationReads, ids: Sequence[ConversationId], now: int) -> ConversationsLoaded | None:

@@ -229,7 +229,15 @@ class Loop:
                 handling.set()
 
     async def _handle_batch(self, events: list[Event]) -> None:
+        # the settled conversations the whole batch names, in one read before
+        # its first step (nothing of it is stepped yet: storage is current)
+        away = loading.away_all(events, self.state, self.documents)
+        if away:
+            loaded = loading.load(self.storage, away, events[0].now)
+            if loaded is not None:
+                self._step(loaded)
         for event in events:
+            # one evicted again within the batch (more than KEEP_SETTLED settled)
             away = loading.away(event, self.state, self.documents)
             if away:  # a settled conversation the core does not hold (loading.py)
                 await self._flush()  # the read must see every earlier decision
@@ -358,8 +366,10 @@ class Loop:
             case RunReconcile():
                 self._spawn(effect, partial(do.tools.reconcile, effect))
             case RenderSystem():
-                agent = self.state.conversations[effect.conversation_id].agent  # a read-only snapshot
-                self._spawn(effect, partial(do.hooks.render_system, effect, agent))
+                conv = self.state.conversations.get(effect.conversation_id)
+                if conv is None:
+                    return  # its task ended later in this batch and the settled conversation left (holding.py)
+                self._spawn(effect, partial(do.hooks.render_system, effect, conv.agent))  # a read-only agent snapshot
             case Cancel():
                 scope = self.inflight.get(effect.task_id)
                 if scope is not None:

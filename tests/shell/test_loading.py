@@ -189,3 +189,29 @@ def test_every_host_event_naming_a_conversation_is_in_the_table() -> None:
 
     named = {cl for cl in EVENT_TYPES if "conversation_id" in {f.name for f in attrs.fields(cl)}}
     assert named <= set(loading.TARGETS)
+
+
+def test_kept_settled_conversations_cover_a_batch() -> None:
+    """What a batch loads before its first step stays held until its events
+    are stepped: KEEP_SETTLED is at least the loop's batch."""
+    from pidurable.shell.loop import MAX_BATCH
+
+    assert loading.KEEP_SETTLED >= MAX_BATCH
+
+
+async def test_a_burst_naming_many_settled_conversations_reads_them_together() -> None:
+    """Many submits at once to conversations the core does not hold: the loop
+    reads each batch's conversations in one ``ConversationsLoaded``."""
+    import trio
+
+    storage = MemoryStorage()
+    async with Harness.open(storage, models=ScriptedModels(echo), registry=registry()) as h:
+        convs = [await h.create_conversation(agent=AGENT) for _ in range(20)]
+    async with Harness.open(storage, models=ScriptedModels(echo), registry=registry()) as h:
+        assert h.runtime.state.conversations == {}
+        async with trio.open_nursery() as nursery:
+            for c in convs:
+                nursery.start_soon(ask, Conversation(c.id, h.runtime), "hi")
+    loads = [e for row in storage.journal() for e in json.loads(row.events) if e["type"] == "conversations_loaded"]
+    assert sum(len(e["conversations"]) for e in loads) == 20 and len(loads) < 20
+    assert check(storage.journal()).ok
