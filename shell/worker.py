@@ -186,8 +186,17 @@ class Worker:
 
     # --- discovery ---------------------------------------------------------------
     def _listen(self, store: PostgresStorage, stop: threading.Event, token: trio.lowlevel.TrioToken) -> threading.Thread:
-        conn = psycopg.connect(self.dsn, autocommit=True, application_name=f"pidurable {store.worker_id} listen"[:63])
-        conn.execute(f"LISTEN {layout.channel(self.schema)}".encode())
+        """The LISTEN thread; a lost connection (a database restart or
+        failover) is reopened (every second until it succeeds), and the claim
+        loop looks at once (notifications were missed meanwhile)."""
+        name = f"pidurable {store.worker_id} listen"[:63]
+
+        def connect() -> psycopg.Connection[Any]:
+            conn = psycopg.connect(self.dsn, autocommit=True, application_name=name)
+            conn.execute(f"LISTEN {layout.channel(self.schema)}".encode())
+            return conn
+
+        first = connect()  # at start, a failure is the caller's
 
         def notified(payload: str) -> None:
             try:
@@ -202,18 +211,25 @@ class Worker:
                 self._kick.set()
 
         def listen() -> None:
-            try:
-                while not stop.is_set():
+            conn: psycopg.Connection[Any] | None = first
+            while not stop.is_set():
+                try:
+                    if conn is None:
+                        conn = connect()
+                        trio.from_thread.run_sync(self._kick.set, trio_token=token)  # look: notifications were missed
                     for n in conn.notifies(timeout=0.5):
-                        try:
-                            trio.from_thread.run_sync(notified, n.payload, trio_token=token)
-                        except trio.RunFinishedError:
-                            return
+                        trio.from_thread.run_sync(notified, n.payload, trio_token=token)
                         if stop.is_set():
-                            return
-            except psycopg.Error as e:  # the claim loop's polling still finds work
-                log.warning("worker %s: LISTEN connection failed (%s); polling only", store.worker_id, e)
-            finally:
+                            break
+                except trio.RunFinishedError:
+                    break
+                except psycopg.Error as e:  # the claim loop's polling still finds work meanwhile
+                    log.warning("worker %s: LISTEN connection failed (%s); reconnecting", store.worker_id, e)
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                    stop.wait(min(self.leases.poll_interval, 1.0))
+            if conn is not None:
                 conn.close()
 
         thread = threading.Thread(target=listen, name="pidurable-listen", daemon=True)

@@ -353,3 +353,27 @@ async def test_a_rejected_external_submission_raises_conversation_busy(pg: tuple
             assert (await first.wait()).status == "done"
             assert _sql(dsn, schema, "SELECT count(*) FROM submissions WHERE request_id = 'rej'") == [(0,)]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_worker_reconnects_its_listen_connection(pg: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server ends the worker's LISTEN session (a restart, a failover):
+    the worker opens a new one, and a later submission is found through its
+    notification (polling is set to 30 s, so nothing else would find it)."""
+    monkeypatch.setenv("PIDURABLE_WORKER_LOG", str(tmp_path / "log"))
+    dsn, schema = pg
+    listening = "SELECT pid FROM pg_stat_activity WHERE application_name = 'pidurable lis listen'"
+    async with trio.open_nursery() as nursery:
+        worker = _worker(dsn, schema, "lis", leases=LeaseSettings(duration=2.0, renew_interval=0.5, poll_interval=30.0))
+        await nursery.start(worker.run)
+        ((old,),) = _sql(dsn, schema, listening)
+        _sql(dsn, schema, "SELECT pg_terminate_backend(%s)", [old])
+        with trio.fail_after(10):
+            while [p for (p,) in _sql(dsn, schema, listening) if p != old] == []:
+                await trio.sleep(0.05)
+        await trio.sleep(0.5)  # the kick after reconnecting has come and gone
+        with Client(dsn, schema=schema) as client:
+            cid = await client.create_conversation(worker_app.AGENT)
+            sub = await client.submit(cid, Input("go"))
+            with trio.fail_after(10):
+                assert (await sub.wait()).status == "done"
+        nursery.cancel_scope.cancel()
