@@ -14,7 +14,8 @@ decision reads it until a host event names it again. So:
   index entries leave the state (nothing is written: storage has it all);
 - a host event naming a conversation the state does not hold is preceded by
   ``ConversationsLoaded`` (the shell reads it right before; shell/loading.py),
-  which puts it back as the newest settled one. An id storage does not know is
+  which puts it back as the newest settled one (with the held ones the same
+  batch names, ``refreshed``, so that loading does not evict those). An id storage does not know is
   not in the event, and the core refuses the host event exactly as before.
 
 ``settle`` runs at the end of every step except ``ConversationsLoaded`` (what it
@@ -93,8 +94,10 @@ def on_conversations_loaded(tx: Tx, ev: ConversationsLoaded) -> None:
         for d in docs:
             owned[d.key] = d
     if tx.keep_settled is not None:
-        tx.settled = tuple(c for c in tx.settled if c not in new) + tuple(
-            c for c in added if is_settled(tx, tx.conversations[c])
+        named = [*added, *(c for c in ev.refreshed if c in tx.conversations and c not in new)]
+        moved = set(named)
+        tx.settled = tuple(c for c in tx.settled if c not in moved) + tuple(
+            c for c in named if is_settled(tx, tx.conversations[c])
         )
 
 

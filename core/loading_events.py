@@ -11,6 +11,7 @@ from typing import ClassVar
 
 import attrs
 
+from .model import ConversationId
 from .state import ConvState, DocumentState
 
 
@@ -27,3 +28,7 @@ class ConversationsLoaded:
     now: int
     conversations: tuple[ConvState, ...] = ()
     documents: tuple[DocumentState, ...] = ()
+    #: Held settled conversations the same batch of host events names: they
+    #: become the newest settled ones too, so loading the others does not
+    #: evict them before their events are stepped.
+    refreshed: tuple[ConversationId, ...] = ()

@@ -88,27 +88,36 @@ def away(event: Event, state: State, staging: Staging) -> list[ConversationId]:
     """The conversations ``event`` names that ``state`` does not hold."""
     if state.keep_settled is None:
         return []  # this life holds every conversation
-    named = TARGETS.get(type(event))
-    ids = set(named(event)) if named is not None else set()
+    return sorted(c for c in named(event, staging) if c not in state.conversations)
+
+
+def named(event: Event, staging: Staging) -> set[ConversationId]:
+    """Every conversation ``event`` names (held or not)."""
+    of = TARGETS.get(type(event))
+    ids = set(of(event)) if of is not None else set()
     if isinstance(event, _STAGING):
         ids.update(ConversationId(c) for c in staging.conversations(event))
-    return sorted(c for c in ids if c not in state.conversations)
+    return ids
 
 
-def away_all(events: Sequence[Event], state: State, staging: Staging) -> list[ConversationId]:
-    """The conversations any of ``events`` names that ``state`` does not hold
-    (the loop reads them at once, before the batch's first step)."""
+def away_all(events: Sequence[Event], state: State, staging: Staging) -> tuple[list[ConversationId], list[ConversationId]]:
+    """What a batch names: the conversations ``state`` does not hold (the
+    loop reads them at once, before the batch's first step) and the held
+    settled ones (refreshed with them, so the loading evicts none of those)."""
     if state.keep_settled is None:
-        return []
+        return [], []
     ids: set[ConversationId] = set()
     for event in events:
-        ids.update(away(event, state, staging))
-    return sorted(ids)
+        ids |= named(event, staging)
+    held = set(state.settled)
+    return sorted(c for c in ids if c not in state.conversations), sorted(c for c in ids if c in held)
 
 
-def load(storage: ConversationReads, ids: Sequence[ConversationId], now: int) -> ConversationsLoaded | None:
+def load(
+    storage: ConversationReads, ids: Sequence[ConversationId], now: int, refreshed: Sequence[ConversationId] = ()
+) -> ConversationsLoaded | None:
     """The event that brings back the stored ones of ``ids`` (None: none is stored)."""
     conversations, documents = storage.load_conversations(ids)
     if not conversations:
         return None
-    return ConversationsLoaded(now=now, conversations=conversations, documents=documents)
+    return ConversationsLoaded(now=now, conversations=conversations, documents=documents, refreshed=tuple(refreshed))

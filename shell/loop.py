@@ -231,7 +231,7 @@ class Loop:
     async def _handle_batch(self, events: list[Event]) -> None:
         # the settled conversations the whole batch names, in one read before
         # its first step (nothing of it is stepped yet: storage is current)
-        away = loading.away_all(events, self.state, self.documents)
+        away, held = loading.away_all(events, self.state, self.documents)
         if away:
             loaded = loading.load(self.storage, away, events[0].now)
             if loaded is not None:

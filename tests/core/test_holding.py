@@ -151,3 +151,14 @@ def test_without_keep_settled_every_conversation_stays_held() -> None:
     for n in range(3):
         st = step(st, ConversationCreationRequested(now=n, ticket=n, agent=AGENT)).state
     assert len(st.conversations) == 5 and st.settled == () and st.keep_settled is None
+
+
+def test_a_load_refreshes_the_held_conversations_its_batch_names() -> None:
+    """The batch that loads 3 also names held 1: 1 and 3 become the newest
+    settled ones, so when a new one settles the oldest, 2, is evicted, not 1."""
+    st = opened(3, conv(1), conv(2))
+    assert st.settled == (1, 2)
+    st = step(st, ConversationsLoaded(now=1, conversations=(conv(3),), refreshed=(ConversationId(1),))).state
+    assert st.settled == (2, 3, 1)
+    st = step(st, ConversationCreationRequested(now=2, ticket=1, agent=AGENT)).state
+    assert st.settled == (3, 1, 100) and 2 not in st.conversations
