@@ -28,6 +28,8 @@ status      input         stores   why
 absent      change        base     a new document starts with its value
 live        change        delta    the ops only: O(delta)
 live        checkpoint    base     ``BASE_EVERY`` deltas since the base
+live        quiet         base     a built-in back at its initial value
+                                   (builtins.py: smaller than a delta)
 live        new_version   base     a lazily migrated value (version change)
 live        nothing       -        no ops: nothing written
 live        owner_ended   retire   its task became terminal
@@ -79,6 +81,8 @@ class DocInput(enum.StrEnum):
     CHANGE = "change"
     #: Ops at the stored version, the deltas since the base at the limit.
     CHECKPOINT = "checkpoint"
+    #: A built-in whose new value is its initial one (builtins.py ``quiet``).
+    QUIET = "quiet"
     #: A value at a newer definition version (lazily migrated).
     NEW_VERSION = "new_version"
     #: No ops.
@@ -102,6 +106,7 @@ ROWS: Mapping[tuple[DocStatus, DocInput], DocRow] = {
     (_S.ABSENT, _I.CHANGE): DocRow(action=_A.BASE, next=_S.LIVE),
     (_S.LIVE, _I.CHANGE): DocRow(action=_A.DELTA, next=_S.LIVE),
     (_S.LIVE, _I.CHECKPOINT): DocRow(action=_A.BASE, next=_S.LIVE),
+    (_S.LIVE, _I.QUIET): DocRow(action=_A.BASE, next=_S.LIVE),
     (_S.LIVE, _I.NEW_VERSION): DocRow(action=_A.BASE, next=_S.LIVE),
     (_S.LIVE, _I.NOTHING): DocRow(action=None, next=_S.LIVE),
     (_S.LIVE, _I.OWNER_ENDED): DocRow(action=_A.RETIRE, next=_S.ABSENT),

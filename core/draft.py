@@ -28,21 +28,17 @@ from typing import Any
 
 import attrs
 
+from .builtins import BUILTINS, created, revise
 from .documents import retire_task_documents
 from .effects import (
     Accepted,
     Commit,
     Effect,
     PutDocument,
-    PutAgent,
     PutConversation,
     PutEntry,
-    PutInbox,
-    PutLive,
     PutSubmission,
     PutTask,
-    PutUsage,
-    PutContext,
     Refusal,
     Refused,
     Respond,
@@ -65,7 +61,21 @@ from .model import (
     ToolInfo,
 )
 from .index import IndexDraft, TaskIndex
-from .state import ContextDoc, ConvState, DocKey, DocumentState, InboxItem, Live, State, UsageDoc
+from .state import (
+    AGENT_DOC,
+    CONTEXT_DOC,
+    INBOX_DOC,
+    LIVE_DOC,
+    USAGE_DOC,
+    ContextDoc,
+    ConvState,
+    DocKey,
+    DocumentState,
+    InboxItem,
+    Live,
+    State,
+    UsageDoc,
+)
 
 #: State fields the draft does not carry: ``next_seq`` is advanced by
 #: ``finish`` (one per Commit), ``opened`` only by ``on_opened``.
@@ -217,9 +227,10 @@ class Tx:
         convs[conv.id] = conv
         self.changed.add(conv.id)
         self.write(PutConversation(conversation=conv.conversation))
-        self.write(PutAgent(conversation_id=conv.id, agent=conv.agent))
-        self.write(PutLive(conversation_id=conv.id, live=conv.live))
-        self.write(PutInbox(conversation_id=conv.id, items=conv.inbox))
+        conv, revisions = created(self, conv)  # its built-in documents (builtins.py)
+        convs[conv.id] = conv
+        for revision in revisions:
+            self.write(revision)
 
     def conv(self, cid: ConversationId) -> ConvState:
         return self.conversations[cid]
@@ -228,41 +239,29 @@ class Tx:
         self._owned("conversations")[conv.id] = conv
         self.changed.add(conv.id)
 
-    # documents: written only when they change ------------------------------
-    def set_live(self, cid: ConversationId, live: Live) -> None:
+    # built-in documents: a revision only when they change (builtins.py) ----
+    def _set_builtin(self, cid: ConversationId, kind: str, value: Any) -> None:
         conv = self.conv(cid)
-        if conv.live == live:
+        if getattr(conv, BUILTINS[kind].field) == value:
             return
-        self._replace_conv(attrs.evolve(conv, live=live))
-        self.write(PutLive(conversation_id=cid, live=live))
+        conv, write = revise(self, conv, kind, value)
+        self._replace_conv(conv)
+        self.write(write)
+
+    def set_live(self, cid: ConversationId, live: Live) -> None:
+        self._set_builtin(cid, LIVE_DOC, live)
 
     def set_inbox(self, cid: ConversationId, items: tuple[InboxItem, ...]) -> None:
-        conv = self.conv(cid)
-        if conv.inbox == items:
-            return
-        self._replace_conv(attrs.evolve(conv, inbox=items))
-        self.write(PutInbox(conversation_id=cid, items=items))
+        self._set_builtin(cid, INBOX_DOC, items)
 
     def set_usage(self, cid: ConversationId, usage: UsageDoc) -> None:
-        conv = self.conv(cid)
-        if conv.usage == usage:
-            return
-        self._replace_conv(attrs.evolve(conv, usage=usage))
-        self.write(PutUsage(conversation_id=cid, usage=usage))
+        self._set_builtin(cid, USAGE_DOC, usage)
 
     def set_context(self, cid: ConversationId, context: ContextDoc) -> None:
-        conv = self.conv(cid)
-        if conv.context == context:
-            return
-        self._replace_conv(attrs.evolve(conv, context=context))
-        self.write(PutContext(conversation_id=cid, context=context))
+        self._set_builtin(cid, CONTEXT_DOC, context)
 
     def set_agent(self, cid: ConversationId, agent: AgentConfig) -> None:
-        conv = self.conv(cid)
-        if conv.agent == agent:
-            return
-        self._replace_conv(attrs.evolve(conv, agent=agent))
-        self.write(PutAgent(conversation_id=cid, agent=agent))
+        self._set_builtin(cid, AGENT_DOC, agent)
 
     def put_document(self, key: DocKey, doc: DocumentState | None, write: PutDocument | None) -> None:
         """Replace (``None``: retire) a host-defined document; ``write`` is

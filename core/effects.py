@@ -68,6 +68,12 @@ class PutTask:
     task: Task
 
 
+# The built-in documents' whole-value writes of journal formats 1-3. The core
+# no longer emits them (the built-ins are documents: ``PutDocument``,
+# builtins.py); they stay so that older journals and JSONL lines decode, and
+# storage turns each into a base revision of the built-in (base.py).
+
+
 @attrs.frozen(kw_only=True)
 class PutAgent:
     TAG: ClassVar[str] = "pi.agent"

@@ -41,7 +41,10 @@ initial    any        skip      none: the definition's initial value on use
 A copy is a new document (a new id, a base revision: documents.py's
 ``(absent, change)`` row) at the stored version (migrated lazily like any).
 
-The built-in documents: ``pi.agent`` is the parent's; ``pi.live``,
+The built-in documents (builtins.py, their own policies whatever the
+request's): ``pi.agent`` is the parent's as of ``at``'s commit (``as_of``;
+the shell reads it into ``ForkPoint.agent``; a store migrated after that
+commit has no revision that old, and the fork keeps the current one); ``pi.live``,
 ``pi.inbox`` and ``pi.usage`` start empty (usage at zero: spend is never
 counted twice); ``pi.context`` starts at the range start the parent had at
 ``at`` (its shown system state is not copied: the fork's first request
@@ -170,7 +173,8 @@ def on_fork_requested(tx: Tx, ev: ForkRequested) -> None:
         return
     assert tx.alloc_id() == fork_id
     record = Conversation(id=fork_id, parent_id=parent.id, fork_at=ev.at)
-    tx.put_conversation(ConvState(conversation=record, agent=parent.agent))
+    agent = ev.point.agent if ev.point.agent is not None else parent.agent  # pi.agent is as_of (builtins.py)
+    tx.put_conversation(ConvState(conversation=record, agent=agent))
     tx.set_context(fork_id, ContextDoc(head=ev.point.head))
     change_documents(tx, copies)  # new documents: (absent, change) -> base
     tx.respond(ev.ticket, fork_id)

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 import attrs
 
-from .model import ConversationId, EntryId
+from .model import AgentConfig, ConversationId, EntryId
 from .state import DocumentState, ForkPolicy
 
 
@@ -49,6 +49,11 @@ class ForkPoint:
     #: policy is ``as_of`` (read along the parent chain for an inherited
     #: entry); a kind absent here did not exist then.
     as_of: tuple[DocumentState, ...] = ()
+    #: The conversation's ``pi.agent`` as of ``seq`` (builtins.py: it is
+    #: ``rewindable``); None when storage has no revision of it that old (a
+    #: store migrated after the entry was written): the fork keeps the
+    #: current agent then.
+    agent: AgentConfig | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -19,6 +19,8 @@ Documents
 - ``pi.inbox``: :class:`InboxItem`s waiting for a boundary, in id order.
 - ``pi.context``: :class:`ContextDoc` - the current range start (the newest
   head marker's ``head``).
+- (``pi.usage``: :class:`UsageDoc`.) The built-ins are stored as documents
+  (builtins.py): ``ConvState.stored`` is what decides their next revision.
 - host-defined documents (``define_doc``): :class:`DocumentState` in
   ``documents``, by address (scope, owner id, kind); their values are small
   JSON, changed by Chord ops (documents.py, chord.py).
@@ -193,6 +195,9 @@ class ConvState:
     inbox: tuple[InboxItem, ...] = ()
     usage: UsageDoc = UsageDoc()
     context: ContextDoc = ContextDoc()
+    #: The built-ins stored (builtins.py): kind -> deltas after its newest
+    #: base. A kind not here is not stored (its value is the initial one).
+    stored: Mapping[str, int] = attrs.field(factory=dict)
 
     @property
     def id(self) -> ConversationId:

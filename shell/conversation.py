@@ -8,11 +8,14 @@ committed state (``transcript``, ``context``, ``usage``). Liveness questions
 
 from __future__ import annotations
 
+import copy
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import attrs
 
+from pidurable.core.builtins import BUILTINS
+from pidurable.core.builtins import to_json as builtin_json
 from pidurable.core.context import Message, context_messages
 from pidurable.core.inbox import HEAD_SELF
 from pidurable.core.ownership import conversation_is_idle
@@ -186,8 +189,13 @@ class Conversation:
         """The committed value of this conversation's document ``doc`` (its
         definition or its kind): the definition's initial value while none
         is stored; a value stored at an older version is migrated on the way
-        (not written back: the next update does that)."""
+        (not written back: the next update does that). A built-in kind
+        (``"pi.agent"``, ``"pi.live"``, ``"pi.inbox"``, ``"pi.usage"``,
+        ``"pi.context"``) reads its stored JSON; hosts never change those."""
         _live(self._rt)
+        if isinstance(doc, str) and doc in BUILTINS:  # pi.agent, pi.live...: read-only JSON (core/builtins.py)
+            stored = self._rt.storage.document_state(DocScope.CONVERSATION, self.id, doc)
+            return copy.deepcopy(stored.value) if stored is not None else builtin_json(BUILTINS[doc].initial)
         definition = self._rt.documents.definition(doc)
         stored = self._rt.storage.document_state(definition.scope, self.id, definition.kind)
         return to_host(definition, current(definition, stored)[0])

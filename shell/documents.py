@@ -41,10 +41,11 @@ import attrs
 import cattrs
 import jsonschema
 
+from pidurable.core.builtins import BUILTINS
 from pidurable.core.chord import diff
 from pidurable.core.effects import Refusal, Refused, Respond
 from pidurable.core.events import DocumentUpdateRequested, Event, TaskCommitRequested, ToolFailed, ToolFinished
-from pidurable.core.state import DocHistory, DocKey, DocScope, DocumentChange, DocumentState, ForkPolicy, State
+from pidurable.core.state import AGENT_DOC, DocHistory, DocKey, DocScope, DocumentChange, DocumentState, ForkPolicy, State
 
 from .doc_types import DocDefinition
 from .edge import check_json
@@ -260,6 +261,13 @@ class DocumentUpdates:
             return installed
         if not isinstance(doc_or_kind, str):
             raise InvalidInput(f"A document is named by its definition or its kind, not a {type(doc_or_kind).__name__}")
+        if doc_or_kind in BUILTINS:
+            spec = BUILTINS[doc_or_kind]
+            raise InvalidInput(
+                f"Document {doc_or_kind!r} is built in: a host reads it (conv.document({doc_or_kind!r})) but never "
+                f"changes it{' (conv.configure changes the agent)' if doc_or_kind == AGENT_DOC else ''}, "
+                f"and a fork takes it by its own policy ({spec.fork.value})"
+            )
         found = self.registry.doc(doc_or_kind) if self.registry is not None else None
         if found is None:
             raise InvalidInput(f"No document definition {doc_or_kind!r} is installed")

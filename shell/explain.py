@@ -29,9 +29,12 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from pidurable.core.builtins import builtin_address
+from pidurable.core.builtins import to_json as builtin_json
+from pidurable.core.chord import apply as apply_ops
 from pidurable.core.events import Opened
-from pidurable.core.model import Task
-from pidurable.core.state import State
+from pidurable.core.model import ConversationId, Task
+from pidurable.core.state import INBOX_DOC, State
 
 from .journal import Transition, replay
 from .storage import codec
@@ -191,8 +194,22 @@ def _write_line(w: Mapping[str, Any], before: State, loaded: Mapping[int, Task])
     if kind == "conversation":
         return f"conversation {w['conversation']['id']} (new)"
     if kind == "document":
+        address = builtin_address(int(w["document_id"]))
+        if address is not None:  # a built-in's revision (core/builtins.py)
+            return _builtin_line(address[0], address[1], w["revision"], before)
         return f"document {w.get('document_id')} {(w.get('revision') or {}).get('action', '')}".rstrip()
     return f"{kind} of conversation {w.get('conversation_id')}"
+
+
+def _builtin_line(cid: ConversationId, kind: str, r: Mapping[str, Any], before: State) -> str:
+    """A built-in's revision in words: the inbox by its queued items, the
+    others by kind and what was stored (a base or a delta)."""
+    if kind != INBOX_DOC:
+        return f"{kind} of conversation {cid} ({r['action']})"
+    conv = before.conversations.get(cid)
+    old = builtin_json(conv.inbox) if conv is not None else []
+    new = r["value"] if r["action"] == "base" else apply_ops(old, r["ops"])
+    return f"inbox of conversation {cid}: {len(old)} -> {len(new)} queued item(s)"
 
 
 def _writes(text: str) -> list[dict[str, Any]]:
@@ -209,6 +226,9 @@ def _conversation_of(w: Mapping[str, Any]) -> int | None:
             return int(w[key]["conversation_id"])
     if "conversation" in w:
         return int(w["conversation"]["id"])
+    revision = w.get("revision")
+    if isinstance(revision, Mapping) and revision.get("scope") == "conversation":
+        return int(revision["owner"])
     cid = w.get("conversation_id")
     return None if cid is None else int(cid)
 

@@ -5,7 +5,8 @@ and sends ``ForkRequested``. Right before the reducer steps it (``enrich``,
 after every earlier commit is durable) :func:`read_point` reads what the
 core decides on (core/fork.py): whether ``at`` is an entry the conversation
 sees, the commit that stored it, the context range start there, and the
-value as of that commit of each document the fork copies ``as_of``.
+value as of that commit of each document the fork copies ``as_of`` - and of
+``pi.agent``, which a fork always takes as of its fork point.
 
 An ``as_of`` value is read along the parent chain: for an inherited entry
 the conversation's own copy of a document is younger than the entry, so the
@@ -24,11 +25,11 @@ from pidurable.core.context import active_range, marker_head
 from pidurable.core.fork import parent_documents, wants_as_of
 from pidurable.core.fork_events import ForkPoint, ForkRequested, PointStatus
 from pidurable.core.model import Conversation, ConversationId, Entry, EntryId, Submission, SubmissionId, Task, TaskId
-from pidurable.core.state import DocumentState, ForkPolicy, State
+from pidurable.core.state import AGENT_DOC, DocumentState, ForkPolicy, State
 
 from .doc_types import DocDefinition
 from .errors import InvalidInput
-from .storage.base import Lineage, StorageError, sees
+from .storage.base import Lineage, StorageError, builtin_value, sees
 
 POLICIES = tuple(p.value for p in ForkPolicy)
 
@@ -122,10 +123,12 @@ def read_point(event: ForkRequested, state: State, storage: PointReads) -> ForkR
             found = _as_of(storage, up_to_owner, doc.kind, seq)
             if found is not None:
                 as_of.append(found)
+    agent = _as_of(storage, up_to_owner, AGENT_DOC, seq)  # pi.agent is as_of (core/builtins.py)
     point = ForkPoint(
         status=status,
         seq=seq,
         head=None if marker is None else EntryId(marker_head(marker)),
         as_of=tuple(as_of),
+        agent=None if agent is None else builtin_value(agent),
     )
     return attrs.evolve(event, point=point)

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 import attrs
 
 from pidurable.core import State, step
+from pidurable.core.builtins import legacy_writes
 from pidurable.core.effects import Commit
 from pidurable.core.events import Event, Opened
 
@@ -58,7 +59,12 @@ writes_json = codec.writes_json
 #: Format 3 (issue 11, a lean store): as 2, encoded leaving out fields at
 #: their default (``codec.stored``); each row is compared in its own format's
 #: encoding (``codec.ENCODERS``).
-READABLE_FORMATS = frozenset({1, 2, 3})
+#: Format 4 (issue 10): as 3, with the built-in documents written as document
+#: revisions; an older row is compared with the whole-value writes it had
+#: (``builtins.legacy_writes``).
+READABLE_FORMATS = frozenset({1, 2, 3, 4})
+#: The first format whose built-ins are document revisions.
+BUILTINS_AS_DOCUMENTS = 4
 assert codec.FORMAT_VERSION in READABLE_FORMATS
 
 
@@ -358,7 +364,8 @@ def _replay_row(
     if not produced:
         return (), at(final, Kind.NO_COMMIT, f"this code makes no commit where the journal has commit {row.seq}"), ""
     commit, life.extra = produced[0], produced[1:]
-    text = writes_json(commit.writes, row.format)
+    writes = commit.writes if row.format >= BUILTINS_AS_DOCUMENTS else legacy_writes(commit.writes, life.state)
+    text = writes_json(writes, row.format)
     if commit.seq != row.seq:
         return tuple(acts), at(final, Kind.SEQ, f"this code numbers the commit {commit.seq}, the journal {row.seq}", produced=text), text
     if not codec.writes_match(row.writes, text):

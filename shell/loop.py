@@ -302,7 +302,7 @@ class Loop:
                     self.context.on_entry(w.entry)
             self.waits.committed(effect.writes)
             self.watches.committed(effect.seq, effect.writes)
-        self.observer.committed(commits)
+        self.observer.committed(commits, self.state)
         self.waits.wake()
 
     def _act_all(self, acts: list[Effect]) -> None:

@@ -59,7 +59,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from pidurable.core.effects import Commit, Effect, PutEntry, PutLive, PutSubmission, PutTask, RunTool, Write
+from pidurable.core.builtins import builtin_address
+from pidurable.core.effects import Commit, Effect, PutDocument, PutEntry, PutSubmission, PutTask, RunTool, Write
 from pidurable.core.events import Event, Opened
 from pidurable.core.model import (
     COMPACTION,
@@ -74,7 +75,7 @@ from pidurable.core.model import (
     TaskId,
     TaskStatus,
 )
-from pidurable.core.state import Live, State
+from pidurable.core.state import LIVE_DOC, Live, State
 
 from .errors import InvalidInput
 
@@ -185,32 +186,41 @@ class Observer:
         if self.otel is not None:
             self.otel.close()
 
-    def committed(self, commits: Sequence[tuple[Commit, Sequence[Event], State]]) -> None:
-        """Every commit of a flush, in order, once all are durable."""
+    def committed(self, commits: Sequence[tuple[Commit, Sequence[Event], State]], now: State | None = None) -> None:
+        """Every commit of a flush, in order, once all are durable (``now``:
+        the state after the last of them; each one's is the next one's before)."""
+        afters = [before for _, _, before in commits[1:]] + [now if now is not None else commits[-1][2]] if commits else []
         otel = self.otel if self.otel is not None and self.otel.active else None
         if otel is None and not log.isEnabledFor(logging.WARNING):
             return  # the cheap path: nobody listens
         if otel is None and not log.isEnabledFor(logging.INFO):
             # warnings only (Python's default): look just at what can warn
-            for commit, events, before in commits:
-                if any(_may_warn(w) for w in commit.writes):
-                    _Commit(commit, events, before, None, self.started).observe()
+            for (commit, events, before), after in zip(commits, afters):
+                if any(_may_warn(w, after) for w in commit.writes):
+                    _Commit(commit, events, before, None, self.started, after).observe()
             return
-        for commit, events, before in commits:
-            _Commit(commit, events, before, otel, self.started).observe()
+        for (commit, events, before), after in zip(commits, afters):
+            _Commit(commit, events, before, otel, self.started, after).observe()
 
 
 class _Commit:
     """One commit's changes, compared with ``before``."""
 
     def __init__(
-        self, commit: Commit | None, events: Sequence[Event], before: State, otel: _Otel | None, started: set[TaskId]
+        self,
+        commit: Commit | None,
+        events: Sequence[Event],
+        before: State,
+        otel: _Otel | None,
+        started: set[TaskId],
+        after: State | None = None,
     ) -> None:
         self.commit, self.before, self.otel, self.started = commit, before, otel, started
         self.writes = commit.writes if commit is not None else ()
         self.now = events[-1].now if events else None
         self.opening = any(isinstance(e, Opened) for e in events)
-        self.lives = {w.conversation_id: w.live for w in self.writes if isinstance(w, PutLive)}
+        #: The conversations whose ``pi.live`` the commit writes, with its new value.
+        self.lives = {cid: after.conversations[cid].live for cid in _lives(self.writes, after)} if after is not None else {}
 
     def emit(self, level: int, kind: str, message: str, *args: Any, **fields: Any) -> None:
         """One record (``message % args``, formatted only if it is emitted)."""
@@ -372,12 +382,22 @@ class _Commit:
                 self.otel.end(("compaction", task.id), {"outcome": outcome or ""}, error=_error(task) if failed else None)
 
 
-def _may_warn(w: Write) -> bool:
+def _lives(writes: Sequence[Write], after: State) -> list[ConversationId]:
+    """The held conversations whose ``pi.live`` revision ``writes`` hold."""
+    out = []
+    for w in writes:
+        address = builtin_address(w.document_id) if isinstance(w, PutDocument) else None
+        if address is not None and address[1] == LIVE_DOC and address[0] in after.conversations:
+            out.append(address[0])
+    return out
+
+
+def _may_warn(w: Write, after: State) -> bool:
     """A write that can make a WARNING record: a run ending (its inputs may
     have settled in trouble), a task entering a retry phase, a task ending
     faulted or orphaned."""
-    if isinstance(w, PutLive):
-        return w.live.run is None
+    if isinstance(w, PutDocument):
+        return any(after.conversations[cid].live.run is None for cid in _lives((w,), after))
     if isinstance(w, PutTask):
         t = w.task
         if t.checkpoint.get("phase") in RETRYING:

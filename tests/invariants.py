@@ -61,10 +61,12 @@ Checked on the journal (every commit, so also after a crash):
   owns is terminal (settlement is bottom-up).
 - ``StoreMatchesJournal``: the records in the store are exactly the last
   version of each record the journal wrote.
-- ``DocumentMatchesRevisions``: every host-defined document the store holds
-  is its journaled revisions replayed (base, then the deltas' ops): its
-  current value, and for a ``rewindable`` one its value as of every commit
-  that wrote it (``document_at``).
+- ``DocumentMatchesRevisions``: every document the store holds - a host's
+  (``define_doc``) and the built-ins (``pi.agent``, ``pi.live``...,
+  core/builtins.py) - is its journaled revisions replayed (base, then the
+  deltas' ops): its current value, and for a ``rewindable`` one (``pi.agent``)
+  its value as of every commit that wrote it (``document_at``); a built-in
+  reads back (``storage.document``) as the typed value whose JSON that is.
 - ``ToolDocumentWithResult``: a document revision written in the commit of
   a tool's result (``ToolFinished``) is in the same commit as that task's
   result entry and is one the tool staged; a result that is not an error
@@ -114,15 +116,19 @@ from typing import Any
 
 import attrs
 
+from pidurable.core.builtins import BUILTINS, builtin_address, legacy_write
+from pidurable.core.builtins import base_revision as builtin_base
+from pidurable.core.builtins import to_json as builtin_json
 from pidurable.core.chord import apply as apply_ops
 from pidurable.core.context import context_messages
 from pidurable.core.effects import CallModel, Commit, PollModel, PrepareTool, RunTool
-from pidurable.core.model import Entry, EntryKind, TaskStatus
-from pidurable.core.state import INBOX_DOC, LIVE_DOC, DocScope
+from pidurable.core.model import Conversation, Entry, EntryKind, TaskStatus
+from pidurable.core.state import INBOX_DOC, LIVE_DOC, ConvState, DocScope
 from pidurable.shell import journal
 from pidurable.core.model import Task
 from pidurable.shell.storage.base import as_stored
 from pidurable.shell.storage import codec
+from pidurable.shell.storage.base import DOC_TYPES
 
 INTERRUPTED_SUFFIX = "was interrupted and may have partially run\n</harness>"
 #: ... and the same result with a reconcile's ``unknown`` note after it.
@@ -371,14 +377,47 @@ def journal_history(storage: Any) -> list[Commit_]:
     if found is None:
         found = [
             (seq, _full(ev, codec.event_from_data, codec.events_json), _full(wr, codec.write_from_data, codec.writes_json))
-            if row.format >= 3 and codec.is_digest(row.writes)
+            if row.format >= 3  # a digest (recomputed), or the lean JSON of a synthetic row (the twin)
             else (seq, json.loads(ev), json.loads(wr))
             for row, (seq, ev, wr) in zip(rows, journal.journal_writes(rows, "store"), strict=True)
         ]
+        found = _with_builtin_values(found)
         if len(_HISTORY) > 64:
             _HISTORY.clear()
         _HISTORY[key] = found
     return found
+
+
+#: The whole-value write of each built-in in journal formats 1-3, and its value's field.
+_LEGACY_BUILTINS = {"pi.agent": "agent", "pi.live": "live", "pi.inbox": "items", "pi.usage": "usage", "pi.context": "context"}
+
+
+def _with_builtin_values(history: list[Commit_]) -> list[Commit_]:
+    """Each built-in document revision (core/builtins.py: a negative
+    ``document_id``) followed by the built-in's whole value after it, as the
+    write journal formats 1-3 had (``{"type": "pi.live", "conversation_id",
+    "live": ...}``, every field): what the checkers below read. Values are
+    replayed from the revisions themselves, so a wrong delta shows."""
+    values: dict[int, Any] = {}
+    out: list[Commit_] = []
+    for seq, events, writes in history:
+        more: list[dict[str, Any]] = []
+        for w in writes:
+            more.append(w)
+            address = builtin_address(w["document_id"]) if w["type"] == "document" else None
+            if address is None:
+                continue
+            r = w["revision"]
+            did = w["document_id"]
+            values[did] = r["value"] if r["action"] == "base" else apply_ops(values.get(did), r["ops"])
+            cid, kind = address
+            conv = ConvState(
+                conversation=Conversation(id=cid),
+                **{BUILTINS[kind].field: codec.converter.structure(values[did], DOC_TYPES[kind])},
+            )
+            more.append({**json.loads(codec.writes_json([legacy_write(kind, conv)], 1))[0], "derived": True})
+        out.append((seq, events, more))
+    return out
 
 
 def _records(writes: Iterable[dict[str, Any]], tag: str) -> list[dict[str, Any]]:
@@ -546,14 +585,22 @@ def document_matches_revisions(storage: Any) -> None:
     """Replay every document's journaled revisions and compare with what the
     store rebuilds from the revisions it kept (reclamation included)."""
     docs: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    legacy: set[tuple[int, int]] = set()  # (document, seq) of bases that were whole-value writes
     for seq, _, writes in journal_history(storage):
         for w in writes:
             if w["type"] == "document":
                 docs.setdefault(w["document_id"], []).append((seq, w["revision"]))
+            elif w["type"] in _LEGACY_BUILTINS and not w.get("derived"):
+                # journal formats 1-3 wrote a built-in whole: a base of it (as the
+                # schema migration and a JSONL store read it, storage/base.py)
+                did, revision = builtin_base(w["conversation_id"], w["type"], getattr(codec.write_from_data(w), _LEGACY_BUILTINS[w["type"]]))
+                docs.setdefault(did, []).append((seq, json.loads(codec.dumps(codec.converter.unstructure(revision)))))
+                legacy.add((did, seq))
     newest: dict[tuple[str, int, str], int] = {}
     for did, revisions in docs.items():
         r = revisions[-1][1]
-        newest[(r["scope"], r["owner"], r["kind"])] = max(did, newest.get((r["scope"], r["owner"], r["kind"]), 0))
+        address = (r["scope"], r["owner"], r["kind"])
+        newest[address] = max(did, newest.get(address, did))  # a built-in's id is negative (core/builtins.py)
     for did, revisions in docs.items():
         value: Any = None
         at: dict[int, Any] = {}
@@ -581,9 +628,17 @@ def document_matches_revisions(storage: Any) -> None:
             f"DocumentMatchesRevisions: document {did} ({last['kind']}) holds {stored.value!r}, "
             f"its revisions replay to {value!r}"
         )
+        if did < 0:  # a built-in: its typed value is that JSON (core/builtins.py)
+            typed = storage.document(last["owner"], last["kind"])
+            assert builtin_json(typed) == value, (
+                f"DocumentMatchesRevisions: built-in {last['kind']} of conversation {last['owner']} reads {typed!r}, "
+                f"its revisions replay to {value!r}"
+            )
         if last["history"] == "rewindable" and last["scope"] == "conversation":
             for seq, expected in at.items():
                 past = storage.document_at(last["owner"], last["kind"], seq)
+                if past is None and (did, seq) in legacy:
+                    continue  # written before the store was migrated: only the newest was kept
                 assert past is not None and past.value == expected, (
                     f"DocumentMatchesRevisions: document {did} ({last['kind']}) as of commit {seq} reads "
                     f"{None if past is None else past.value!r}, its revisions replay to {expected!r}"
@@ -596,7 +651,9 @@ _DOCUMENT_WRITERS = ("document_update_requested", "task_commit_requested", "fork
 
 def tool_document_with_result(storage: Any) -> None:
     for seq, events, writes in journal_history(storage):
-        revisions = [w for w in writes if w["type"] == "document" and w["revision"]["action"] != "retire"]
+        revisions = [
+            w for w in writes if w["type"] == "document" and w["revision"]["action"] != "retire" and w["document_id"] >= 0
+        ]  # the built-ins (negative ids) are written by every kind of commit
         cause = events[-1] if events else {"type": "?"}  # earlier events of a commit wrote nothing
         if cause["type"] != "tool_finished":
             assert not revisions or cause["type"] in _DOCUMENT_WRITERS, (

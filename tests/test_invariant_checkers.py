@@ -53,7 +53,7 @@ class Journal:
 
     def __init__(self, *commits: tuple[list[dict[str, Any]], list[dict[str, Any]]]) -> None:
         self.rows = [
-            JournalRow(seq=i, events=json.dumps(events), writes=json.dumps(writes))
+            JournalRow(seq=i, events=json.dumps(events), writes=json.dumps(writes), format=1)  # every field, as format 1
             for i, (events, writes) in enumerate(commits, start=1)
         ]
 

@@ -22,13 +22,15 @@ same way in both); the conformance suite in ``tests/shell`` runs against all.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, assert_never, runtime_checkable
 
 import attrs
 import cattrs
 from cattrs.errors import BaseValidationError
 
+from pidurable.core.builtins import BUILTINS, builtin_address
+from pidurable.core.builtins import base_revision as builtin_base
 from pidurable.core.chord import OpError, rebuild
 from pidurable.core.effects import (
     DocumentRevision,
@@ -82,7 +84,9 @@ from . import codec
 #: 4: lean rows (issue 11): a task or entry record leaves out what its row's
 #: columns hold (:data:`ROW_COLUMNS`), a terminal task's record its execution
 #: state (:data:`TERMINAL_DROPS`); rows written before decode as they did.
-SCHEMA_VERSION = 4
+#: 5: the built-in documents (``pi.agent``...) as document records and
+#: revisions (issue 10, core/builtins.py); the ``documents`` table is gone.
+SCHEMA_VERSION = 5
 
 
 class StorageError(Exception):
@@ -352,46 +356,52 @@ def _row(w: Write, seq: int, rec: str) -> Row:
                     "record": rec,
                 },
             )
-        case PutAgent(conversation_id=cid):
-            return _doc(cid, AGENT_DOC, rec, seq)
-        case PutLive(conversation_id=cid):
-            return _doc(cid, LIVE_DOC, rec, seq)
-        case PutInbox(conversation_id=cid):
-            return _doc(cid, INBOX_DOC, rec, seq)
-        case PutUsage(conversation_id=cid):
-            return _doc(cid, USAGE_DOC, rec, seq)
-        case PutContext(conversation_id=cid):
-            return _doc(cid, CONTEXT_DOC, rec, seq)
+        case PutAgent() | PutLive() | PutInbox() | PutUsage() | PutContext():
+            # a whole-value write of journal formats 1-3 (a JSONL line): a base
+            return legacy_row(w, seq)
         case PutDocument(document_id=did, revision=r):
-            return Row(
-                table="document_revisions",
-                key=(did, seq),
-                columns={
-                    "document_id": did,
-                    "seq": seq,
-                    "action": r.action.value,
-                    "scope": r.scope.value,
-                    "owner": r.owner,
-                    "kind": r.kind,
-                    "version": r.version,
-                    "history": r.history.value,
-                    "fork": r.fork.value,
-                    "content": rec,
-                    #: revisions before this one are reclaimed (a base or a
-                    #: retirement of a current-only document)
-                    "reclaims": r.action.value != "delta"
-                    and (r.history is DocHistory.LATEST or r.scope is DocScope.TASK),
-                },
-            )
+            return _revision_row(did, r, seq, rec)
     assert_never(w)
 
 
-def _doc(cid: ConversationId, kind: str, value: str, seq: int) -> Row:
+def _revision_row(did: int, r: DocumentRevision, seq: int, content: str) -> Row:
     return Row(
-        table="documents",
-        key=(cid, kind),
-        columns={"conversation_id": cid, "kind": kind, "seq": seq, "value": value},
+        table="document_revisions",
+        key=(did, seq),
+        columns={
+            "document_id": did,
+            "seq": seq,
+            "action": r.action.value,
+            "scope": r.scope.value,
+            "owner": r.owner,
+            "kind": r.kind,
+            "version": r.version,
+            "history": r.history.value,
+            "fork": r.fork.value,
+            "content": content,
+            #: revisions before this one are reclaimed (a base or a
+            #: retirement of a current-only document)
+            "reclaims": r.action.value != "delta"
+            and (r.history is DocHistory.LATEST or r.scope is DocScope.TASK),
+        },
     )
+
+
+_LEGACY_KINDS: dict[type, tuple[str, str]] = {
+    PutAgent: (AGENT_DOC, "agent"),
+    PutLive: (LIVE_DOC, "live"),
+    PutInbox: (INBOX_DOC, "items"),
+    PutUsage: (USAGE_DOC, "usage"),
+    PutContext: (CONTEXT_DOC, "context"),
+}
+
+
+def legacy_row(w: Write, seq: int) -> Row:
+    """The row of a built-in's whole-value write (journal formats 1-3, the
+    ``documents`` table of schema 3 and before): a base revision of it."""
+    kind, field = _LEGACY_KINDS[type(w)]
+    did, revision = builtin_base(w.conversation_id, kind, getattr(w, field))  # type: ignore[union-attr]
+    return _revision_row(did, revision, seq, codec.dumps(codec.stored.unstructure(revision)))
 
 
 def writes_json(writes: Sequence[Write], seq: int = 0, fmt: int = codec.FORMAT_VERSION) -> str:
@@ -469,9 +479,34 @@ def decode_row(store: str, table: str, columns: dict[str, Any], text: str | byte
 
 
 def decode_doc(kind: str, value: str | bytes, store: str = "", conversation_id: Any = None) -> Any:
+    """A built-in's value as schema 3 and before stored it (``documents``)."""
     if kind not in DOC_TYPES:
         raise DamagedRecord(f"Store {store}: damaged record in documents {_key((conversation_id, kind))}: unknown kind")
     return decode_record(store, "documents", (conversation_id, kind), value, DOC_TYPES[kind])
+
+
+def builtin_value(doc: DocumentState, store: str = "") -> Any:
+    """A stored built-in document's typed value (core/builtins.py)."""
+    try:
+        return codec.converter.structure(doc.value, DOC_TYPES[doc.kind])
+    except _DECODE_ERRORS as e:
+        raise DamagedRecord(f"Store {store}: damaged record in document_revisions (document {doc.id}): {_why(e)}") from e
+
+
+def split_builtins(
+    docs: Iterable[DocumentState],
+) -> tuple[dict[ConversationId, dict[str, DocumentState]], tuple[DocumentState, ...]]:
+    """Live documents as the built-ins by conversation (for :func:`conv_state`)
+    and the host's own (``Loaded.documents``)."""
+    builtins: dict[ConversationId, dict[str, DocumentState]] = {}
+    host = []
+    for d in docs:
+        address = builtin_address(d.id)
+        if address is not None:
+            builtins.setdefault(address[0], {})[address[1]] = d
+        else:
+            host.append(d)
+    return builtins, tuple(host)
 
 
 def _key(key: Any) -> str:
@@ -490,21 +525,11 @@ def _why(e: BaseException) -> str:
     return text if len(text) <= 300 else text[:299] + "…"
 
 
-def conv_state(conversation: Conversation, docs: dict[str, str], store: str = "") -> ConvState:
-    """Assemble a conversation's live documents (absent ones are initial)."""
-    cid = conversation.id
-
-    def doc(kind: str, default: Any) -> Any:
-        return decode_doc(kind, docs[kind], store, cid) if kind in docs else default
-
-    return ConvState(
-        conversation=conversation,
-        agent=doc(AGENT_DOC, AgentConfig()),
-        live=doc(LIVE_DOC, Live()),
-        inbox=doc(INBOX_DOC, ()),
-        usage=doc(USAGE_DOC, UsageDoc()),
-        context=doc(CONTEXT_DOC, ContextDoc()),
-    )
+def conv_state(conversation: Conversation, docs: Mapping[str, DocumentState], store: str = "") -> ConvState:
+    """Assemble a conversation from its stored built-in documents by kind
+    (:func:`split_builtins`; absent ones are initial)."""
+    values = {BUILTINS[kind].field: builtin_value(d, store) for kind, d in docs.items()}
+    return ConvState(conversation=conversation, **values, stored={kind: d.deltas for kind, d in docs.items()})
 
 
 # --- host-defined documents ------------------------------------------------------

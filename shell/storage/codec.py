@@ -23,6 +23,10 @@ proves a replay reproduced them byte for byte. Format 3 (issue 11: a lean
 store) encodes records, writes and events with ``stored``, which leaves out
 fields at their default; formats 1 and 2 used ``converter`` (every field),
 which stays the shape hosts are handed and what older rows are compared in.
+Format 4 (issue 10) encodes as 3; its commits write the built-in documents as
+document revisions (``PutDocument``, core/builtins.py) where formats 1-3 had
+whole-value writes (``PutLive``...): replay compares an older row with
+``builtins.legacy_writes`` of what it produces.
 """
 
 from __future__ import annotations
@@ -44,9 +48,10 @@ from pidurable.core.events import EVENT_TYPES, Event, Opened, RegistryChanged
 from pidurable.core.model import AgentConfig, Conversation, Entry, EntryKind, ExtensionInfo, Settings, ToolInfo
 from pidurable.core.state import ContextDoc, ConvState
 from pidurable.core.events import ModelStreamed
+from pidurable.core.fork_events import ForkPoint
 from pidurable.core.state import ToolSlot
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 #: A format-2/3 row's ``writes``: this prefix and a 128-bit BLAKE2b of the
 #: writes' JSON text (format 1 rows start with ``[``).
 DIGEST_PREFIX = "b2:"
@@ -157,8 +162,17 @@ def _configure(converter: cattrs.Converter) -> None:
 
     # ``pi.context`` (where the model context starts) was added after schema 1:
     # a conversation without a head marker keeps its schema-1 bytes.
+    # ``stored`` (issue 10: the built-ins as documents, core/builtins.py) too.
     converter.register_unstructure_hook(
-        ConvState, make_dict_unstructure_fn(ConvState, converter, _cattrs_omit_if_default=converter.omit_if_default, context=override(omit_if_default=True))
+        ConvState,
+        make_dict_unstructure_fn(ConvState, converter, _cattrs_omit_if_default=converter.omit_if_default,
+            context=override(omit_if_default=True),
+            stored=override(omit_if_default=True),
+        ),
+    )
+    # A fork point's agent as of the fork point (issue 10) likewise.
+    converter.register_unstructure_hook(
+        ForkPoint, make_dict_unstructure_fn(ForkPoint, converter, _cattrs_omit_if_default=converter.omit_if_default, agent=override(omit_if_default=True))
     )
 
     # Compaction settings (issue 9) likewise: default ones keep the schema-1 bytes.
@@ -332,7 +346,7 @@ def _write_wire(cl: type, conv: cattrs.Converter) -> WriteWire:
 
 #: Which encoder wrote each journal format's events and writes (format 1:
 #: writes as JSON, 2: their digest, both every field; 3: the lean encoder).
-ENCODERS: dict[int, cattrs.Converter] = {1: converter, 2: converter, 3: stored}
+ENCODERS: dict[int, cattrs.Converter] = {1: converter, 2: converter, 3: stored, 4: stored}
 _WIRES: dict[int, dict[type, WriteWire]] = {
     id(conv): {cl: _write_wire(cl, conv) for cl in WRITE_TYPES} for conv in (converter, stored)
 }

@@ -105,6 +105,7 @@ class SqlLiveReads:
     _records: Callable[..., list[Any]]
     _document_rows: Callable[[str, Sequence[Any]], list[DocumentRow]]
     _revisions: Callable[[int], list[tuple[int, str]]]
+    live_builtins: Callable[..., dict[ConversationId, dict[str, DocumentState]]]
 
     def load_conversations(
         self, ids: Sequence[ConversationId]
@@ -116,18 +117,16 @@ class SqlLiveReads:
         rows: list[DocumentRow] = []
         for part in chunks(ids):
             marks = ",".join("?" * len(part))
-            docs: dict[int, dict[str, str]] = {}
-            for cid, kind, value in self._rows(
-                "loading conversations", f"SELECT conversation_id, kind, value FROM documents WHERE conversation_id IN ({marks})", part
-            ):
-                docs.setdefault(cid, {})[kind] = value
+            docs = self.live_builtins(part)  # the built-in documents (core/builtins.py)
             convs.extend(
                 conv_state(decode_record(self.name, "conversations", cid, rec, Conversation), docs.get(cid, {}), self.name)
                 for cid, rec in self._rows(
                     "loading conversations", f"SELECT id, record FROM conversations WHERE id IN ({marks}) ORDER BY id", part
                 )
             )
-            rows.extend(self._document_rows(f"scope = 'conversation' AND retired_seq IS NULL AND owner IN ({marks})", part))
+            rows.extend(
+                self._document_rows(f"scope = 'conversation' AND retired_seq IS NULL AND id >= 0 AND owner IN ({marks})", part)
+            )
         return tuple(convs), _documents(self.name, rows, self._revisions)
 
     def _live(self) -> tuple[tuple[Task, ...], tuple[Submission, ...], tuple[ConvState, ...], tuple[DocumentState, ...]]:

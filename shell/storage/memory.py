@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from pidurable.core.builtins import BUILTINS
 from pidurable.core.effects import Write
 from pidurable.core.events import Event
 from pidurable.core.state import ConvState, DocScope, DocumentState
@@ -39,8 +40,10 @@ from .base import (
     StoreFenced,
     StoreLocked,
     DocumentRow,
+    builtin_value,
     conv_state,
     decode_doc,
+    split_builtins,
     document_state,
     ROW_COLUMNS,
     decode_record,
@@ -65,7 +68,7 @@ class Encoded:
     format: int = codec.FORMAT_VERSION
 
 
-_TABLES = ("conversations", "entries", "submissions", "tasks", "documents", "document_records", "document_revisions")
+_TABLES = ("conversations", "entries", "submissions", "tasks", "document_records", "document_revisions")
 
 
 class MemoryStorage:
@@ -73,6 +76,8 @@ class MemoryStorage:
         self.name = "memory"
         self._tables: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {t: {} for t in _TABLES}
         self._journal: list[JournalRow] = []
+        #: ``document_revisions`` by document: seq -> content (an index of the table).
+        self._by_document: dict[int, dict[int, str]] = {}
         self._store_id = str(uuid.uuid4())
         self._fenced = False
         self._owned = False
@@ -130,24 +135,23 @@ class MemoryStorage:
         self, ids: Sequence[ConversationId]
     ) -> tuple[tuple[ConvState, ...], tuple[DocumentState, ...]]:
         """These conversations (the ones stored, by id) and their live host-defined documents."""
-        table, documents = self._tables["conversations"], self._tables["documents"]
+        table, builtins = self._tables["conversations"], self.live_builtins(list(ids))
         convs = []
         for cid in sorted(set(ids)):
             r = table.get((cid,))
             if r is None:
                 continue
-            docs = {kind: found["value"] for kind in DOC_TYPES if (found := documents.get((cid, kind))) is not None}
-            convs.append(conv_state(self._decode("conversations", r, Conversation), docs, self.name))
+            convs.append(conv_state(self._decode("conversations", r, Conversation), builtins.get(cid, {}), self.name))
         held = {c.id for c in convs}
-        rows = self._document_rows(lambda r: r.scope == "conversation" and r.retired_seq is None and r.owner in held)
+        rows = self._document_rows(
+            lambda r: r.scope == "conversation" and r.retired_seq is None and r.owner in held and r.id >= 0
+        )
         return tuple(convs), tuple(d for row in rows if (d := document_state(self.name, row, self._revisions(row.id))) is not None)
 
     def _loaded(self) -> Loaded:
         """The live state and counters from the tables (shared with the
         JSONL store, whose tables are this class's, rebuilt at open)."""
-        docs: dict[int, dict[str, str]] = {}
-        for row in self._tables["documents"].values():
-            docs.setdefault(row["conversation_id"], {})[row["kind"]] = row["value"]
+        docs = self.live_builtins()
         convs = tuple(
             conv_state(self._decode("conversations", r, Conversation), docs.get(r["id"], {}), self.name)
             for _, r in sorted(self._tables["conversations"].items())
@@ -168,7 +172,7 @@ class MemoryStorage:
         )
         live_docs = tuple(
             d
-            for row in self._document_rows(lambda r: r.retired_seq is None)
+            for row in self._document_rows(lambda r: r.retired_seq is None and r.id >= 0)
             if (d := document_state(self.name, row, self._revisions(row.id))) is not None
         )
         return Loaded(
@@ -299,8 +303,18 @@ class MemoryStorage:
         return [self._decode("conversations", r, Conversation) for _, r in sorted(self._tables["conversations"].items())]
 
     def document(self, conversation_id: ConversationId, kind: str) -> Any:
-        r = self._tables["documents"].get((conversation_id, kind))
-        return None if r is None else decode_doc(kind, r["value"], self.name, conversation_id)
+        """A built-in document's typed value (core/builtins.py), or None."""
+        doc = self.document_state(DocScope.CONVERSATION, conversation_id, kind) if kind in BUILTINS else None
+        return None if doc is None else builtin_value(doc, self.name)
+
+    def live_builtins(self, conversations: Sequence[int] | None = None) -> dict[ConversationId, dict[str, DocumentState]]:
+        """The built-in documents of every conversation (or of these), by
+        conversation and kind (core/builtins.py: their ids are negative)."""
+        wanted = None if conversations is None else set(conversations)
+        rows = self._document_rows(
+            lambda r: r.id < 0 and r.retired_seq is None and (wanted is None or r.owner in wanted)
+        )
+        return split_builtins(d for r in rows if (d := document_state(self.name, r, self._revisions(r.id))) is not None)[0]
 
     def _write_document(self, c: dict[str, Any]) -> None:
         """Like SQLite's: the record row, the revision, reclamation."""
@@ -323,21 +337,20 @@ class MemoryStorage:
                     "retired_seq": None,
                 }
             revisions[(did, seq)] = {"seq": seq, "content": c["content"]}
+            self._by_document.setdefault(did, {})[seq] = c["content"]
         if c["reclaims"]:
             keep = None if c["action"] == "retire" else seq
-            for key in [k for k in revisions if k[0] == did and (keep is None or k[1] < keep)]:
-                del revisions[key]
+            mine = self._by_document.get(did, {})
+            for old_seq in [q for q in mine if keep is None or q < keep]:
+                del revisions[(did, old_seq)]
+                del mine[old_seq]
 
     def _document_rows(self, keep: Any) -> list[DocumentRow]:
         rows = [DocumentRow(**r) for _, r in sorted(self._tables["document_records"].items())]
         return [r for r in rows if keep(r)]
 
     def _revisions(self, document_id: int) -> list[tuple[int, str]]:
-        return [
-            (r["seq"], r["content"])
-            for k, r in sorted(self._tables["document_revisions"].items())
-            if k[0] == document_id
-        ]
+        return sorted(self._by_document.get(document_id, {}).items())
 
     def document_state(self, scope: DocScope, owner: int, kind: str) -> DocumentState | None:
         rows = self._document_rows(

@@ -10,7 +10,6 @@ layout version 3 - ``base.SCHEMA_VERSION`` - column for column)::
     entries(id PK, conversation_id, seq, record)       idx (conversation_id, id)
     tasks(id PK, conversation_id, kind, status, owner, record)
     submissions(id PK, conversation_id, request_id, status, record)
-    documents(conversation_id, kind, seq, value)       PK (conversation_id, kind)
     document_records(id PK, scope, owner, kind, version, history, fork,
                      created_seq, retired_seq)
     document_revisions(document_id, seq, action, content)  PK (document_id, seq)
@@ -20,7 +19,8 @@ layout version 3 - ``base.SCHEMA_VERSION`` - column for column)::
            created_at, submission_id, refused)  UNIQUE (conversation_id, request_id)
 
 (conversations, tasks and submissions carry ``tree`` too: the root of the
-conversation tree a worker leases; version 2.)
+conversation tree a worker leases; version 2. Version 3 moved the built-ins'
+``documents`` rows into their document records, SQLite's version 5.)
 
 Records are ``text``, never ``jsonb``: ``jsonb`` reorders keys and drops
 duplicate whitespace, and a record must stay the codec's bytes (the same
@@ -39,6 +39,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+from pidurable.core.builtins import BUILTINS
+
 from .base import SCHEMA_VERSION
 
 #: This layout's version (``meta.schema_version``).
@@ -46,7 +48,8 @@ from .base import SCHEMA_VERSION
 #: ``tree`` column on conversations, tasks and submissions; ``tree``, ``epoch``
 #: and ``landed`` on the journal; ``leases``, ``intake``, the ``id_blocks``
 #: sequence and the ``fence`` function (see :mod:`.postgres_tree`).
-PG_SCHEMA_VERSION = 2
+#: 3: the built-in documents as document records (issue 10; see ``_V3``).
+PG_SCHEMA_VERSION = 3
 
 # Layout version 1 holds SQLite's version-3 rows; a new SQLite layout version
 # needs a PostgreSQL migration too (this fails loudly until it has one).
@@ -54,7 +57,7 @@ PG_SCHEMA_VERSION = 2
 # column: PostgreSQL rows get the same lean records (``base.encode_write``)
 # and its reads put the columns back, so whole records of earlier rows read
 # as before and no migration is needed.
-assert SCHEMA_VERSION == 4, "add a PostgreSQL migration for the new layout (postgres_layout.py)"
+assert SCHEMA_VERSION == 5, "add a PostgreSQL migration for the new layout (postgres_layout.py)"
 
 _V1 = """
 CREATE TABLE conversations (
@@ -144,10 +147,34 @@ _V2: tuple[str, ...] = (
     "FROM conversations c WHERE c.tree = c.id",
 )
 
+# SQLite's version 5 (issue 10: the built-in documents as document records,
+# core/builtins.py) is this layout's version 3: each ``documents`` row becomes
+# its built-in's record (id -(8 * conversation + n)) and a base revision at the
+# row's commit (the row's value is already the lean JSON core/builtins.py
+# writes), and the table goes.
+_BUILTIN_NUMBERS = "CASE d.kind " + " ".join(f"WHEN '{k}' THEN {b.number}" for k, b in BUILTINS.items()) + " END"
+_V3 = (
+    "INSERT INTO document_records (id, scope, owner, kind, version, history, fork, created_seq) "
+    f"SELECT -(8 * d.conversation_id + {_BUILTIN_NUMBERS}), 'conversation', d.conversation_id, d.kind, 1, "
+    "CASE d.kind WHEN 'pi.agent' THEN 'rewindable' ELSE 'latest' END, "
+    "CASE d.kind WHEN 'pi.agent' THEN 'as_of' ELSE 'initial' END, d.seq FROM documents d",
+    "INSERT INTO document_revisions (document_id, seq, action, content) "
+    f"SELECT -(8 * d.conversation_id + {_BUILTIN_NUMBERS}), d.seq, 'base', "
+    "'{\"scope\":\"conversation\",\"owner\":' || d.conversation_id || ',\"kind\":\"' || d.kind || "
+    "'\",\"version\":1,' || CASE d.kind WHEN 'pi.agent' THEN '' "
+    "ELSE '\"history\":\"latest\",\"fork\":\"initial\",' END || '\"action\":\"base\",\"value\":' "
+    "|| d.value || '}' FROM documents d",
+    "DROP TABLE documents",
+)
+assert {k: (b.history.value, b.fork.value) for k, b in BUILTINS.items()} == {
+    k: ("rewindable", "as_of") if k == "pi.agent" else ("latest", "initial") for k in BUILTINS
+}, "the PostgreSQL migration 3 above spells the built-ins' policies"
+
 #: version -> the statements that reach it from the version before.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: tuple(s.strip() for s in _V1.split(";") if s.strip()),
     2: _V2,
+    3: _V3,
 }
 assert sorted(MIGRATIONS) == list(range(1, PG_SCHEMA_VERSION + 1))
 
@@ -159,7 +186,6 @@ TABLES = frozenset(
         "entries",
         "tasks",
         "submissions",
-        "documents",
         "document_records",
         "document_revisions",
         "journal",
@@ -195,9 +221,6 @@ UPSERT = {
     "COALESCE(%(tree)s::bigint, (SELECT c.tree FROM conversations c WHERE c.id = %(conversation_id)s))) "
     "ON CONFLICT (id) DO UPDATE SET conversation_id = EXCLUDED.conversation_id, "
     "request_id = EXCLUDED.request_id, status = EXCLUDED.status, record = EXCLUDED.record",
-    "documents": "INSERT INTO documents (conversation_id, kind, seq, value) "
-    "VALUES (%(conversation_id)s, %(kind)s, %(seq)s, %(value)s) "
-    "ON CONFLICT (conversation_id, kind) DO UPDATE SET seq = EXCLUDED.seq, value = EXCLUDED.value",
 }
 
 #: One ``PutDocument`` row (as ``sqlite_documents.write``): a retirement marks

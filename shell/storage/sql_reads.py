@@ -62,14 +62,6 @@ class RecordReads:
     def conversations(self) -> list[Conversation]:
         return self._records("conversations", Conversation)
 
-    def document(self, conversation_id: ConversationId, kind: str) -> Any:
-        rows = self._rows(
-            "reading documents",
-            "SELECT value FROM documents WHERE conversation_id = ? AND kind = ?",
-            [conversation_id, kind],
-        )
-        return None if not rows else decode_doc(kind, rows[0][0], self.name, conversation_id)
-
     def journal(self) -> list[JournalRow]:
         return [
             JournalRow(seq=seq, events=ev, writes=wr, format=fmt)

@@ -380,9 +380,7 @@ class SqliteStorage(
     # lifecycle -----------------------------------------------------------------
     def load(self) -> Loaded:
         name = self.name
-        docs: dict[int, dict[str, str]] = {}
-        for cid, kind, value in self._rows("load", "SELECT conversation_id, kind, value FROM documents"):
-            docs.setdefault(cid, {})[kind] = value
+        docs = self.live_builtins()
         convs = tuple(
             conv_state(decode_record(name, "conversations", cid, rec, Conversation), docs.get(cid, {}), name)
             for cid, rec in self._rows("load", "SELECT id, record FROM conversations ORDER BY id")

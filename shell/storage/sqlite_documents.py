@@ -17,7 +17,9 @@ from functools import partial
 from pidurable.core.model import ConversationId
 from pidurable.core.state import DocScope, DocumentState
 
-from .base import DocumentRow, document_state
+from pidurable.core.builtins import BUILTINS
+
+from .base import DocumentRow, builtin_value, document_state, split_builtins
 
 #: ``(sql, params) -> rows`` (the store's error-wrapping execute).
 Execute = Callable[[str, Sequence[Any]], list[Any]]
@@ -91,10 +93,42 @@ class DocumentReads:
         return document_state(self.name, found[-1], self._revisions(found[-1].id), upto=seq) if found else None
 
     def live_documents(self) -> tuple[DocumentState, ...]:
-        """Every live document, its value rebuilt (what ``load`` returns)."""
+        """Every live host-defined document, its value rebuilt (what ``load``
+        returns; the built-ins are :meth:`live_builtins`)."""
         out = []
-        for row in self._document_rows("retired_seq IS NULL", []):
+        for row in self._document_rows("retired_seq IS NULL AND id >= 0", []):
             doc = document_state(self.name, row, self._revisions(row.id))
             if doc is not None:
                 out.append(doc)
         return tuple(out)
+
+    def live_builtins(self, conversations: Sequence[int] | None = None) -> dict[ConversationId, dict[str, DocumentState]]:
+        """The built-in documents (core/builtins.py: negative ids) of every
+        conversation, or of these, by conversation and kind: one query for
+        the records and one for their revisions."""
+        where, params = "id < 0 AND retired_seq IS NULL", []
+        if conversations is not None:
+            where += f" AND owner IN ({', '.join('?' * len(conversations))})"
+            params = list(conversations)
+        records = self._document_rows(where, params)
+        if not records:
+            return {}
+        revisions: dict[int, list[tuple[int, str]]] = {}
+        marks = ", ".join("?" * len(records))
+        for did, seq, content in self._rows(
+            "reading document_revisions",
+            f"SELECT document_id, seq, content FROM document_revisions WHERE document_id IN ({marks}) "
+            "ORDER BY document_id, seq",
+            [r.id for r in records],
+        ):
+            revisions.setdefault(did, []).append((seq, content))
+        docs = [d for r in records if (d := document_state(self.name, r, revisions.get(r.id, []))) is not None]
+        return split_builtins(docs)[0]
+
+    def document(self, conversation_id: ConversationId, kind: str) -> Any:
+        """A built-in document's typed value (core/builtins.py), or None
+        while the conversation has not stored it."""
+        if kind not in BUILTINS:
+            return None
+        doc = self.document_state(DocScope.CONVERSATION, conversation_id, kind)
+        return None if doc is None else builtin_value(doc, self.name)

@@ -1,7 +1,7 @@
 """The SQLite layout: its tables, the migrations that build them, the upsert
 statements, and the read-only check that an existing file has the layout.
 
-Layout (schema version 4)::
+Layout (schema version 5)::
 
     schema(version)                               the layout version, one row
     meta(key PK, value)                           store_id, canonical_path
@@ -12,9 +12,9 @@ Layout (schema version 4)::
                                                   partial idx on live status
     submissions(id PK, conversation_id, request_id, status, record)
                                                   idx (conversation_id, request_id)
-    documents(conversation_id, kind, seq, value)  PK (conversation_id, kind): the built-in documents
     document_records(id PK, scope, owner, kind, version, history, fork, created_seq, retired_seq)
-                                                  idx (scope, owner, kind): host-defined documents
+                                                  idx (scope, owner, kind): documents (the built-ins'
+                                                  ids are negative: core/builtins.py)
     document_revisions(document_id, seq, action, content)   PK (document_id, seq)
     journal(seq PK, format, events, writes)       the events behind each commit
 
@@ -22,8 +22,8 @@ Every record is stored as JSON in ``record``; the other columns are
 indexes. From version 4 a task's or an entry's ``record`` leaves out the
 fields its columns hold (``base.ROW_COLUMNS``: reads put them back), and a
 terminal task's its checkpoint, ``on`` and memos (``base.TERMINAL_DROPS``).
-A host-defined document (``define_doc``) is a ``document_records``
-row and its revisions: ``base`` (the whole value) or ``delta`` (the ops of
+A document - a host's (``define_doc``) or a built-in (``pi.agent``...,
+core/builtins.py) - is a ``document_records`` row and its revisions: ``base`` (the whole value) or ``delta`` (the ops of
 one commit), each the JSON of a ``DocumentRevision``; a base (or a
 retirement) of a current-only document (history ``latest``, or task scope)
 deletes the revisions before it. ``MIGRATIONS[v]`` upgrades a store from
@@ -33,6 +33,8 @@ code is refused. Version 2 replaced version 1's ``document_revisions``
 Version 3 added a fork's parent and fork point to ``conversations`` (NULL
 for every conversation written before: none of them is a fork). Version 4
 (lean rows) changed no column, only what new task and entry records hold.
+Version 5 moved each built-in's ``documents`` row (its whole value) into its
+document record and a base revision, and dropped that table.
 
 ``inspect_store`` only reads: it runs on a read-only connection before the
 opener writes anything, so a file that is not a pidurable store is refused
@@ -48,7 +50,10 @@ from collections.abc import Callable
 import attrs
 import sqlite_utils
 
-from .base import SCHEMA_VERSION, DamagedRecord, NotAStore, StorageError
+from pidurable.core.builtins import base_revision as builtin_base
+
+from . import codec
+from .base import SCHEMA_VERSION, DamagedRecord, NotAStore, StorageError, decode_doc
 
 
 def _migrate_v1(db: sqlite_utils.Database) -> None:
@@ -131,11 +136,34 @@ def _migrate_v4(db: sqlite_utils.Database) -> None:
     code, which would read a lean row as damaged, to refuse the store."""
 
 
+def _migrate_v5(db: sqlite_utils.Database) -> None:
+    """The built-in documents as documents (issue 10, core/builtins.py): each
+    ``documents`` row (a built-in's whole value) becomes its document's
+    record and a base revision at the row's commit; the table is dropped.
+    What the built-ins held before that commit was never kept (a fork at an
+    older entry keeps the parent's current agent, as it always did)."""
+    for cid, kind, seq, value in db.execute(
+        "SELECT conversation_id, kind, seq, value FROM documents ORDER BY conversation_id, kind"
+    ).fetchall():
+        did, revision = builtin_base(cid, kind, decode_doc(kind, value, "(migrating)", cid))
+        db.execute(
+            "INSERT INTO document_records (id, scope, owner, kind, version, history, fork, created_seq) "
+            "VALUES (?, 'conversation', ?, ?, ?, ?, ?, ?)",
+            [did, cid, kind, revision.version, revision.history.value, revision.fork.value, seq],
+        )
+        db.execute(
+            "INSERT INTO document_revisions (document_id, seq, action, content) VALUES (?, ?, 'base', ?)",
+            [did, seq, codec.dumps(codec.stored.unstructure(revision))],
+        )
+    db.execute("DROP TABLE documents")
+
+
 MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     1: _migrate_v1,
     2: _migrate_v2,
     3: _migrate_v3,
     4: _migrate_v4,
+    5: _migrate_v5,
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
 
@@ -147,8 +175,6 @@ UPSERT = {
     "VALUES (:id, :conversation_id, :kind, :status, :owner, :record)",
     "submissions": "INSERT OR REPLACE INTO submissions (id, conversation_id, request_id, status, record) "
     "VALUES (:id, :conversation_id, :request_id, :status, :record)",
-    "documents": "INSERT OR REPLACE INTO documents (conversation_id, kind, seq, value) "
-    "VALUES (:conversation_id, :kind, :seq, :value)",
 }
 
 
@@ -164,7 +190,6 @@ TABLES = frozenset(
         "entries",
         "tasks",
         "submissions",
-        "documents",
         "document_records",
         "document_revisions",
         "journal",

@@ -11,15 +11,15 @@ import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
+import attrs
+
 from pidurable.core import State, Step, step
-from pidurable.core.effects import Accepted, Refusal, Refused
+from pidurable.core.builtins import BUILTINS, builtin_address, builtin_id, legacy_writes
+from pidurable.core.effects import Accepted, PutDocument, Refusal, Refused
 from pidurable.core.effects import (
     Commit,
-    PutAgent,
     PutConversation,
     PutEntry,
-    PutInbox,
-    PutLive,
     PutSubmission,
     PutTask,
     Respond,
@@ -51,7 +51,7 @@ from pidurable.core.model import (
     ToolCall,
     ToolInfo,
 )
-from pidurable.core.state import ContextDoc, ConvState, Live
+from pidurable.core.state import LIVE_DOC, ConvState, Live
 
 T = TypeVar("T")
 
@@ -174,8 +174,10 @@ def the_commit(st: Step) -> Commit:
 
 
 def writes_of(st: Step, kind: type[T]) -> list[T]:
-    """Every write of type ``kind`` in the step's commits, in order."""
-    return [w for c in commits(st) for w in c.writes if isinstance(w, kind)]
+    """Every write of type ``kind`` in the step's commits, in order; the
+    built-ins' revisions read as their whole values (``PutLive``...: the
+    writes of journal formats 1-3, ``builtins.legacy_writes``)."""
+    return [w for c in commits(st) for w in legacy_writes(c.writes, st.state) if isinstance(w, kind)]
 
 
 def effects_of(st: Step, kind: type[T]) -> list[T]:
@@ -200,8 +202,11 @@ def put_subs(st: Step) -> dict[int, Submission]:
 
 
 def put_live(st: Step, cid: int = ROOT) -> Live | None:
-    lives = [w.live for w in writes_of(st, PutLive) if w.conversation_id == cid]
-    return lives[-1] if lives else None
+    """The conversation's ``pi.live`` as the step's commit stores it, if it does."""
+    touched = any(
+        isinstance(w, PutDocument) and w.document_id == builtin_id(cid, LIVE_DOC) for c in commits(st) for w in c.writes
+    )
+    return st.state.conversations[ConversationId(cid)].live if touched else None
 
 
 def respond(st: Step) -> Respond:
@@ -237,6 +242,8 @@ class Store:
 
     def __init__(self, state: State) -> None:
         self.records: dict[tuple[str, int], Any] = {}
+        #: The conversations with their built-in documents as stored.
+        self.convs: dict[int, ConvState] = {}
         self.next_id = state.next_id
         self.next_seq = state.next_seq
         for conv in state.conversations.values():
@@ -244,15 +251,24 @@ class Store:
 
     def _put_conv(self, conv: ConvState) -> None:
         self.records[("conversation", conv.id)] = PutConversation(conversation=conv.conversation)
-        self.records[("pi.agent", conv.id)] = PutAgent(conversation_id=conv.id, agent=conv.agent)
-        self.records[("pi.live", conv.id)] = PutLive(conversation_id=conv.id, live=conv.live)
-        self.records[("pi.inbox", conv.id)] = PutInbox(conversation_id=conv.id, items=conv.inbox)
+        self.convs[conv.id] = conv
 
     def apply(self, st: Step) -> None:
         for c in commits(st):
             assert c.seq == self.next_seq, "commits must carry consecutive sequence numbers"
             for w in c.writes:
                 self.records[write_key(w)] = w
+                if isinstance(w, PutConversation):
+                    self.convs[w.conversation.id] = ConvState(conversation=w.conversation)
+                address = builtin_address(w.document_id) if isinstance(w, PutDocument) else None
+                if address is not None:  # the built-in as stored: its value and its count of deltas
+                    cid, kind = address
+                    now = st.state.conversations[cid]
+                    field = BUILTINS[kind].field
+                    old = self.convs[cid]
+                    self.convs[cid] = attrs.evolve(
+                        old, **{field: getattr(now, field), "stored": {**old.stored, kind: now.stored[kind]}}
+                    )
             self.next_seq = c.seq + 1
             self.next_id = st.state.next_id
 
@@ -268,20 +284,7 @@ class Store:
         )
 
     def conversations(self) -> list[ConvState]:
-        out = []
-        for (key, cid), w in sorted(self.records.items()):
-            if key != "conversation":
-                continue
-            out.append(
-                ConvState(
-                    conversation=w.conversation,
-                    agent=self.records[("pi.agent", cid)].agent,
-                    live=self.records[("pi.live", cid)].live,
-                    inbox=self.records[("pi.inbox", cid)].items,
-                    context=ctx.context if (ctx := self.records.get(("pi.context", cid))) is not None else ContextDoc(),
-                )
-            )
-        return out
+        return [conv for _, conv in sorted(self.convs.items())]
 
     def opened(self, *, now: int, catalog: Sequence[ToolInfo] = (), resume: bool = True) -> Opened:
         """The ``Opened`` event of a new process on this store."""

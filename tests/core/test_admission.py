@@ -11,6 +11,7 @@ from pidurable.core.effects import (
     Commit,
     PutAgent,
     PutConversation,
+    PutDocument,
     PutEntry,
     PutInbox,
     PutLive,
@@ -77,7 +78,7 @@ def test_idle_input_without_scheduling_is_one_commit_with_entry_submission_pendi
     live = put_live(st)
     assert live is not None and live.run is not None
     assert live.run.task_id == task.id and live.run.inputs == (sub.id,)
-    assert {type(w) for w in commit.writes} == {PutEntry, PutSubmission, PutTask, PutLive}
+    assert {type(w) for w in commit.writes} == {PutEntry, PutSubmission, PutTask, PutDocument}  # pi.live: a revision
     assert respond(st) == Respond(ticket=5, reply=Accepted(value=sub.id))
     # the state agrees with the commit
     assert st.state.conversations[ROOT].busy

@@ -1202,7 +1202,57 @@ FORK_OF_FORK = Scenario(
     final_check=_check_fork_chain,
 )
 
-ALL = ALL + (FORK_MID_RUN, FORK_OF_FORK)
+
+
+def _agent_script(request: Any) -> Any:
+    last = [m for m in request.messages if m.role == "user"][-1].text
+    return reply(text=f"{request.model.model_id} answers {last}")
+
+
+register_script("fork_agent_as_of", _agent_script)
+
+
+async def _fork_agent_host(h: Any, conv: Any, world: World) -> list[Any]:
+    """The root answers under model ``first``, is reconfigured to ``second``
+    and answers again; then a fork at the first answer asks something: it
+    runs under the agent as of its fork point (pi.agent is ``rewindable``,
+    core/builtins.py), not the parent's current one. Redone idempotently."""
+    first = await conv.submit(Input("one", request_id="agent-0"))
+    await first.wait()
+    await conv.configure(model=ModelRef("scripted", "second"))
+    second = await conv.submit(Input("two", request_id="agent-1"))
+    await second.wait()
+    fork = await _fork_of(h, conv.id)
+    if fork is None:
+        answer = next(e for e in await conv.transcript() if e.kind == "assistant" and e.text.endswith("one"))
+        fork = await conv.fork(at=answer.id)
+    third = await fork.submit(Input("three", request_id="agent-2"))
+    return [first, second, third]
+
+
+def _check_fork_agent(storage: Any) -> None:
+    (fork,) = _forks(storage, 1)
+    assert storage.document(1, "pi.agent").model == ModelRef("scripted", "second")
+    assert storage.document(fork.id, "pi.agent").model == ModelRef("scripted", "first")  # as of the fork point
+    assert [e.text for e in storage.entries(1) if e.kind == "assistant"] == ["first answers one", "second answers two"]
+    assert [e.text for e in storage.entries(fork.id) if e.kind == "assistant"] == [
+        "first answers one",
+        "first answers three",
+    ]
+    past = storage.document_at(1, "pi.agent", storage.entry_seq(fork.fork_at))
+    assert past is not None and past.value["model"]["model_id"] == "first"
+
+
+FORK_AGENT_AS_OF = Scenario(
+    name="fork_agent_as_of",
+    script=None,
+    tools=lambda w: [],
+    agent=AgentConfig(model=ModelRef("scripted", "first")),
+    host=_fork_agent_host,
+    final_check=_check_fork_agent,
+)
+
+ALL = ALL + (FORK_MID_RUN, FORK_OF_FORK, FORK_AGENT_AS_OF)
 
 
 # --- issue 15: unsafe tools that can find out (reconcile) ------------------------

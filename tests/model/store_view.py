@@ -10,8 +10,12 @@ from typing import Any
 
 from pidurable.core.events import Opened
 from pidurable.core.model import Conversation, ConversationId, Entry, EntryKind, Submission, Task, TaskStatus, ToolInfo
-from pidurable.core.state import INBOX_DOC, LIVE_DOC, ContextDoc, ConvState, Live, UsageDoc
-from pidurable.shell.storage.base import JournalRow
+from pidurable.core.builtins import BUILTINS, builtin_id
+from pidurable.core.chord import apply as apply_ops
+from pidurable.core.effects import DocumentRevision, RevisionAction
+from pidurable.core.state import ConvState, DocHistory, DocScope, DocumentState
+from pidurable.shell.storage import codec
+from pidurable.shell.storage.base import DOC_TYPES, JournalRow
 
 Records = Mapping[tuple[str, int], Any]
 
@@ -20,22 +24,36 @@ def _of(records: Records, tag: str, field: str) -> list[Any]:
     return [getattr(w, field) for (k, _), w in sorted(records.items()) if k == tag]
 
 
+#: A built-in document as the store model keeps it (core/builtins.py): its
+#: value, the deltas since its base, and (rewindable) its value per commit.
+Builtin = tuple[Any, int, tuple[tuple[int, Any], ...]]
+
+
+def revised(old: Builtin | None, seq: int, r: DocumentRevision) -> Builtin:
+    """A built-in after the revision ``r`` of commit ``seq``."""
+    if r.action is RevisionAction.BASE:
+        value, deltas = r.value, 0
+    else:
+        assert old is not None, "a delta with no base before it"
+        value, deltas = apply_ops(old[0], r.ops), old[1] + 1
+    past = old[2] if old is not None else ()
+    return value, deltas, (past + ((seq, value),) if r.history is DocHistory.REWINDABLE else ())
+
+
+def _builtin(records: Records, cid: int, kind: str) -> Builtin | None:
+    return records.get(("builtin", builtin_id(cid, kind)))  # type: ignore[no-any-return]
+
+
 def conversations(records: Records) -> list[ConvState]:
     out = []
     for c in _of(records, "conversation", "conversation"):
-        agent = records.get(("pi.agent", c.id))
-        live = records.get(("pi.live", c.id))
-        inbox = records.get(("pi.inbox", c.id))
-        usage = records.get(("pi.usage", c.id))
-        ctx = records.get(("pi.context", c.id))
-        out.append(ConvState(
-            conversation=c,
-            **({"agent": agent.agent} if agent is not None else {}),
-            live=live.live if live is not None else Live(),
-            inbox=inbox.items if inbox is not None else (),
-            usage=usage.usage if usage is not None else UsageDoc(),
-            context=ctx.context if ctx is not None else ContextDoc(),
-        ))
+        values, stored = {}, {}
+        for kind, spec in BUILTINS.items():
+            found = _builtin(records, c.id, kind)
+            if found is not None:
+                values[spec.field] = codec.converter.structure(found[0], DOC_TYPES[kind])
+                stored[kind] = found[1]
+        out.append(ConvState(conversation=c, **values, stored=stored))
     return out
 
 
@@ -77,17 +95,23 @@ class StoreView:
                 if e.conversation_id == conversation_id and (upto is None or e.id <= upto)]
 
     def document(self, conversation_id: int, kind: str) -> Any:
-        w = self.records.get((kind, conversation_id))
-        if w is None:
-            return None
-        if kind == LIVE_DOC:
-            return w.live
-        if kind == INBOX_DOC:
-            return w.items
-        raise KeyError(kind)
+        found = _builtin(self.records, conversation_id, kind)
+        return None if found is None else codec.converter.structure(found[0], DOC_TYPES[kind])
 
-    def document_state(self, *args: Any) -> Any:
-        return None  # no host-defined documents at the twin's bounds
+    def _state(self, cid: int, kind: str, value: Any, deltas: int) -> DocumentState:
+        spec = BUILTINS[kind]
+        return DocumentState(id=builtin_id(cid, kind), scope=DocScope.CONVERSATION, owner=cid, kind=kind, version=1,
+                             history=spec.history, fork=spec.fork, value=value, deltas=deltas)
+
+    def document_state(self, scope: DocScope, owner: int, kind: str) -> DocumentState | None:
+        """A built-in (no host-defined documents at the twin's bounds)."""
+        found = _builtin(self.records, owner, kind) if kind in BUILTINS else None
+        return None if found is None else self._state(owner, kind, found[0], found[1])
+
+    def document_at(self, conversation_id: int, kind: str, seq: int) -> DocumentState | None:
+        found = _builtin(self.records, conversation_id, kind)
+        past = [v for s, v in (found[2] if found is not None else ()) if s <= seq]
+        return self._state(conversation_id, kind, past[-1], 0) if past else None
 
     def check_results_so_far(self) -> None:
         """OneResultPerCall in every state: a call has at most one result,

@@ -59,7 +59,9 @@ import attrs
 
 from pidurable.core import State, Step
 from pidurable.core import step as core_step
+from pidurable.core.builtins import builtin_address
 from pidurable.core.effects import (
+    PutDocument,
     CallModel,
     Cancel,
     Commit,
@@ -86,6 +88,7 @@ from pidurable.core.model import AgentConfig, ConversationId, EntryKind, ModelRe
 from pidurable.shell.storage import codec
 from pidurable.shell.storage.base import JournalRow
 
+import store_view
 from store_view import StoreView, opened_from
 
 import invariants
@@ -285,6 +288,10 @@ class Explorer:
         settles = Counter(dict(node.settles))
         for w in c.writes:
             key = write_key(w)
+            address = builtin_address(w.document_id) if isinstance(w, PutDocument) else None
+            if address is not None:  # a built-in (core/builtins.py): its value, deltas and history as stored
+                store[("builtin", w.document_id)] = store_view.revised(store.get(("builtin", w.document_id)), c.seq, w.revision)
+                continue
             if isinstance(w, PutTask):
                 before = store.get(key)
                 if before is not None and before.task.status is TaskStatus.TERMINAL and before.task != w.task:
@@ -292,7 +299,8 @@ class Explorer:
             if key[0] == "submission" and w.submission.settled:  # type: ignore[union-attr]
                 settles[w.submission.id] += 1  # type: ignore[union-attr]
             store[key] = w
-        row = JournalRow(seq=c.seq, format=1, events=codec.events_json(node.pending, 1), writes=codec.writes_json(c.writes, 1))
+        fmt = codec.FORMAT_VERSION  # the writes as JSON (not a digest), in today's format (its built-ins are documents)
+        row = JournalRow(seq=c.seq, format=fmt, events=codec.events_json(node.pending, fmt), writes=codec.writes_json(c.writes, fmt))
         return attrs.evolve(node, records=tuple(sorted(store.items())), next_seq=c.seq + 1, next_id=node.core.next_id,
                             settles=tuple(sorted(settles.items())), pending=(), journal=(*node.journal, row))
 

@@ -172,20 +172,20 @@ def test_replay_check_reports_an_event_that_no_longer_decodes(store: Path, tmp_p
 def test_a_journal_row_of_a_future_format_is_refused_naming_the_version(
     store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """issue 11 item 7: a row claiming a journal format newer than this code writes (4) is refused before anything is replayed: one line naming the row and the version, exit 1."""
+    """issue 11 item 7: a row claiming a journal format newer than this code writes (5) is refused before anything is replayed: one line naming the row and the version, exit 1."""
     copy = tmp_path / "f.sqlite"
     shutil.copy(store, copy)
     with sqlite3.connect(copy) as db:
-        db.execute("UPDATE journal SET format = 4 WHERE seq = 3")
+        db.execute("UPDATE journal SET format = 5 WHERE seq = 3")
     db.close()
     for argv in (["replay", "--check", "--db", str(copy)], ["replay", "--db", str(copy)]):
         assert main(argv) == 1
         captured = capsys.readouterr()
         assert captured.out == ""
         assert captured.err.count("\n") == 1
-        assert "journal row 3 has format version 4" in captured.err
+        assert "journal row 3 has format version 5" in captured.err
         assert "upgrade" in captured.err
-    assert [r.format for r in journal_of(copy)][:4] == [3, 3, 4, 3]
+    assert [r.format for r in journal_of(copy)][:4] == [4, 4, 5, 4]
 
 
 def test_export_and_check_a_jsonl_journal(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -214,7 +214,7 @@ def test_run_is_killed_mid_tool_and_resume_finishes(server: tuple[str, list[dict
 
     conn = sqlite3.connect(db)
     try:
-        blob = "".join(str(r) for table in ("entries", "journal", "documents") for r in conn.execute(f"SELECT * FROM {table}"))
+        blob = "".join(str(r) for table in ("entries", "journal", "document_revisions") for r in conn.execute(f"SELECT * FROM {table}"))
     finally:
         conn.close()
     assert "sk-cli-SECRET" not in blob

@@ -64,7 +64,7 @@ def reopen(storage: Any) -> Any:
 
 
 def _doc_writes(storage: Any) -> list[dict[str, Any]]:
-    return [w for _, _, writes in journal_history(storage) for w in writes if w["type"] == "document"]
+    return [w for _, _, writes in journal_history(storage) for w in writes if w["type"] == "document" and w["document_id"] >= 0]  # not the built-ins
 
 
 async def test_host_updates_commit_deltas_and_survive_a_reopen(storage: Any) -> None:
@@ -150,7 +150,7 @@ async def test_a_tool_update_commits_with_its_result(storage: Any) -> None:
         assert await conv.document(TODO) == {"items": [{"text": "call mom", "done": False}]}
     storage = reopen(storage)
     rows = [writes for _, _, writes in journal_history(storage)]
-    with_doc = [ws for ws in rows if any(w["type"] == "document" for w in ws)]
+    with_doc = [ws for ws in rows if any(w["type"] == "document" and w["document_id"] >= 0 for w in ws)]
     assert len(with_doc) == 1
     assert any(w["type"] == "entry" and w["entry"]["kind"] == "tool_result" for w in with_doc[0])
 

@@ -87,18 +87,25 @@ def test_schema_version_is_stored(db_path: Path, opened: list[SqliteStorage]) ->
     assert again.schema_version == SCHEMA_VERSION
 
 
-def test_document_revisions_table_is_kept_but_never_written(db_path: Path, opened: list[SqliteStorage]) -> None:
-    """A schema-1 store keeps its document_revisions table (so old and new
-    stores have one layout), but commits write only the current documents."""
+def test_a_built_in_is_a_document_and_an_older_whole_value_write_is_its_base(db_path: Path, opened: list[SqliteStorage]) -> None:
+    """The built-ins are document records (issue 10, core/builtins.py; no
+    ``documents`` table since schema 4): a whole-value write of an older
+    journal (a JSONL line) is stored as a base revision of the built-in, at
+    its derived id, and reads back typed."""
+    from pidurable.core.builtins import builtin_id
     from pidurable.core.effects import PutAgent
     from pidurable.core.model import AgentConfig, ModelRef
 
     store = _open(opened, db_path)
     cid = ConversationId(1)
+    agent = AgentConfig(model=ModelRef("scripted", "m"))
     store.commit(1, [PutConversation(conversation=Conversation(id=cid))], [])
-    store.commit(2, [PutAgent(conversation_id=cid, agent=AgentConfig(model=ModelRef("scripted", "m")))], [])
-    assert store.db.execute("SELECT count(*) FROM documents").fetchone()[0] == 1
-    assert store.db.execute("SELECT count(*) FROM document_revisions").fetchone()[0] == 0
+    store.commit(2, [PutAgent(conversation_id=cid, agent=agent)], [])
+    assert "documents" not in {r[0] for r in store.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    rows = store.db.execute("SELECT document_id, seq, action FROM document_revisions").fetchall()
+    assert rows == [(builtin_id(cid, "pi.agent"), 2, "base")]
+    assert store.document(cid, "pi.agent") == agent
+    assert store.load().conversations[0].agent == agent
 
 
 def test_newer_schema_version_is_refused(db_path: Path, opened: list[SqliteStorage]) -> None:

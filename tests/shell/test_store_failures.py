@@ -293,9 +293,9 @@ DAMAGE: dict[str, tuple[str, str, Any]] = {
         r"entries id 4: it says id 99",
         lambda s: s.entries(C1),
     ),
-    "live document of a wrong shape": (
-        """UPDATE documents SET value = '{"run": 7}' WHERE kind = 'pi.live'""",
-        r"documents \(1, 'pi.live'\): ",
+    "live document of a wrong shape": (  # pi.live of conversation 1: document -10 (core/builtins.py)
+        """UPDATE document_revisions SET content = json_set(content, '$.value', json('{"run": 7}')) WHERE document_id = -10""",
+        r"document_revisions \(document -10\): ",
         lambda s: s.document(C1, "pi.live"),
     ),
 }

@@ -41,7 +41,6 @@ TABLES = [
     ("entries", "id", "conversation_id, seq, record"),
     ("tasks", "id", "conversation_id, kind, status, owner, record"),
     ("submissions", "id", "conversation_id, request_id, status, record"),
-    ("documents", "conversation_id, kind", "seq, value"),
     ("document_records", "id", "scope, owner, kind, version, history, fork, created_seq, retired_seq"),
     ("document_revisions", "document_id, seq", "action, content"),
     ("journal", "seq", "format, events, writes"),

@@ -1,0 +1,310 @@
+"""The built-in documents - ``pi.agent``, ``pi.live``, ``pi.inbox``,
+``pi.usage``, ``pi.context`` - stored through the document machinery.
+
+Theory of operation
+-------------------
+The core decides on a conversation's built-ins as typed values
+(:class:`~pidurable.core.state.ConvState`'s ``agent``, ``live``, ``inbox``,
+``usage``, ``context``); storage keeps them exactly as it keeps a host's
+``define_doc`` documents (documents.py): a ``document_records`` row and
+revisions, a *base* (the whole value) or a *delta* (the Chord ops of one
+commit, chord.py), so a change costs O(delta): a usage counter that grows is
+one ``s`` op, a streamed partial answer one string append. Each revision is
+decided by documents.py's ``ROWS`` (:func:`revise`), with the kind's own
+settings from ``BUILTINS``:
+
+============= ========== ======== ===== ==========================================
+kind          history    fork     quiet a base besides the rows' (absent, every
+                                        ``BASE_EVERY`` deltas)
+============= ========== ======== ===== ==========================================
+``pi.agent``  rewindable as_of    no    - (created with its conversation)
+``pi.live``   latest     initial  yes   the conversation is idle again (``{}``)
+``pi.inbox``  latest     initial  yes   the inbox is empty again (``[]``)
+``pi.usage``  latest     initial  no    -
+``pi.context`` latest    initial  no    -
+============= ========== ======== ===== ==========================================
+
+A *quiet* kind stores a base whenever its value is back at the initial one:
+that base is smaller than a delta, and - the history being ``latest`` - it
+lets storage reclaim every revision before it, so an idle conversation's
+``pi.live`` is one tiny row however long it streamed. ``pi.agent`` is
+``rewindable``: every revision is kept, so a fork takes the agent as of its
+fork point (fork.py) and ``document_at`` reads any past configuration.
+
+Ids: a built-in's incarnation id is derived from its conversation,
+``-(8 * conversation + n)`` (``n`` its row's number), never taken from the id
+counter: built-ins are never retired (one incarnation per conversation), and
+journals written before them replay with the same ids.
+
+Values: the JSON of a built-in is its typed value with fields at their
+default left out (:func:`to_json`; the same shape as the codec's store
+encoder, so the shell reads it back with the codec). A conversation's
+``ConvState.stored`` says which built-ins are stored and how many deltas
+follow their newest base (what decides the next revision); a kind not in it
+is not stored and reads as its initial value.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from . import chord
+from .documents import BASE_EVERY, ROWS, DocInput, DocStatus
+from .effects import (
+    DocumentRevision,
+    PutAgent,
+    PutContext,
+    PutConversation,
+    PutDocument,
+    PutInbox,
+    PutLive,
+    PutUsage,
+    RevisionAction,
+    Write,
+)
+from .model import AgentConfig, ConversationId, Json
+from .state import (
+    AGENT_DOC,
+    CONTEXT_DOC,
+    INBOX_DOC,
+    LIVE_DOC,
+    USAGE_DOC,
+    ContextDoc,
+    ConvState,
+    DocHistory,
+    DocScope,
+    ForkPolicy,
+    Live,
+    State,
+    UsageDoc,
+)
+
+if TYPE_CHECKING:
+    from .draft import Tx
+
+#: Every built-in is at version 1.
+VERSION = 1
+
+
+@attrs.frozen(kw_only=True)
+class Builtin:
+    """One built-in kind's settings (a row of ``BUILTINS``)."""
+
+    #: Its number in the derived id (1..7).
+    number: int
+    #: The ``ConvState`` field holding its typed value.
+    field: str
+    history: DocHistory
+    fork: ForkPolicy
+    #: The value of a conversation that has not stored it.
+    initial: Any
+    #: A base whenever the value is back at ``initial`` (see the module comment).
+    quiet: bool
+    #: Stored (a base) when its conversation is created, even at ``initial``.
+    with_conversation: bool
+
+
+_H, _F = DocHistory, ForkPolicy
+
+BUILTINS: Mapping[str, Builtin] = {
+    AGENT_DOC: Builtin(number=1, field="agent", history=_H.REWINDABLE, fork=_F.AS_OF, initial=AgentConfig(),
+                       quiet=False, with_conversation=True),
+    LIVE_DOC: Builtin(number=2, field="live", history=_H.LATEST, fork=_F.INITIAL, initial=Live(),
+                      quiet=True, with_conversation=False),
+    INBOX_DOC: Builtin(number=3, field="inbox", history=_H.LATEST, fork=_F.INITIAL, initial=(),
+                       quiet=True, with_conversation=False),
+    USAGE_DOC: Builtin(number=4, field="usage", history=_H.LATEST, fork=_F.INITIAL, initial=UsageDoc(),
+                       quiet=False, with_conversation=False),
+    CONTEXT_DOC: Builtin(number=5, field="context", history=_H.LATEST, fork=_F.INITIAL, initial=ContextDoc(),
+                         quiet=False, with_conversation=False),
+}
+assert len({b.number for b in BUILTINS.values()}) == len(BUILTINS) and all(0 < b.number < 8 for b in BUILTINS.values())
+_BY_NUMBER = {b.number: kind for kind, b in BUILTINS.items()}
+
+
+def builtin_id(cid: ConversationId | int, kind: str) -> int:
+    """The incarnation id of conversation ``cid``'s built-in ``kind``."""
+    return -(8 * int(cid) + BUILTINS[kind].number)
+
+
+def builtin_address(document_id: int) -> tuple[ConversationId, str] | None:
+    """The (conversation, kind) a built-in's id names; None for any other id."""
+    if document_id >= 0:
+        return None
+    cid, number = divmod(-document_id, 8)
+    kind = _BY_NUMBER.get(number)
+    return (ConversationId(cid), kind) if kind is not None and cid > 0 else None
+
+
+# --- typed value -> JSON ------------------------------------------------------------------
+
+_FIELDS: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+
+def _default(default: Any) -> Any:
+    """A field's default value (an ``attrs.Factory`` is called)."""
+    return default.factory() if hasattr(default, "factory") and hasattr(default, "takes_self") else default
+
+
+def _fields(cl: type) -> tuple[tuple[str, Any], ...]:
+    found = _FIELDS.get(cl)
+    if found is None:
+        found = _FIELDS[cl] = tuple((f.name, _default(f.default)) for f in attrs.fields(cl))
+    return found
+
+
+def to_json(value: Any) -> Json:
+    """A built-in's typed value as JSON: attrs fields in declared order, those
+    at their default left out; enums as their values, tuples as lists."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return value.value if isinstance(value, enum.Enum) else value
+    if isinstance(value, (tuple, list)):
+        return [to_json(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: to_json(v) for k, v in value.items()}
+    out = {}
+    for name, default in _fields(type(value)):
+        v = getattr(value, name)
+        if v is default or v == default:
+            continue
+        out[name] = to_json(v)
+    return out
+
+
+# --- revisions ----------------------------------------------------------------------------
+
+
+def _input(spec: Builtin, deltas: int | None, new: Any) -> tuple[DocStatus, DocInput]:
+    if deltas is None:
+        return DocStatus.ABSENT, DocInput.CHANGE
+    if spec.quiet and new == spec.initial:
+        return DocStatus.LIVE, DocInput.QUIET
+    return DocStatus.LIVE, (DocInput.CHECKPOINT if deltas + 1 >= BASE_EVERY else DocInput.CHANGE)
+
+
+def revise(tx: Tx, conv: ConvState, kind: str, new: Any) -> tuple[ConvState, PutDocument]:
+    """``conv`` with its built-in ``kind`` set to ``new`` (a changed value),
+    and the revision that stores it in this commit - one revision per
+    document per commit: a second change in the same step joins the first."""
+    spec = BUILTINS[kind]
+    did = builtin_id(conv.id, kind)
+    deltas = conv.stored.get(kind)
+    staged = tx.document_write(did)
+    row = ROWS[_input(spec, deltas, new)]
+    assert row.action is not None and row.action is not RevisionAction.RETIRE
+    action = row.action
+    if staged is not None and staged.revision.action is RevisionAction.BASE:
+        action = RevisionAction.BASE  # joins this commit's base
+    ops: tuple[Json, ...] = ()
+    if action is RevisionAction.DELTA:
+        assert deltas is not None
+        ops = chord.diff(to_json(getattr(conv, spec.field)), to_json(new))
+        deltas += 1
+        if staged is not None:  # a delta already: one revision, the ops of both
+            ops, deltas = staged.revision.ops + ops, deltas - 1
+    else:
+        deltas = 0
+    revision = DocumentRevision(
+        scope=DocScope.CONVERSATION,
+        owner=conv.id,
+        kind=kind,
+        version=VERSION,
+        history=spec.history,
+        fork=spec.fork,
+        action=action,
+        value=to_json(new) if action is RevisionAction.BASE else None,
+        ops=ops,
+    )
+    changed = attrs.evolve(conv, **{spec.field: new, "stored": {**conv.stored, kind: deltas}})
+    return changed, PutDocument(document_id=did, revision=revision)
+
+
+def base_revision(cid: ConversationId | int, kind: str, value: Any) -> tuple[int, DocumentRevision]:
+    """A base revision of conversation ``cid``'s built-in ``kind`` holding the
+    typed ``value``, and its document id (what storage makes of a whole-value
+    write of journal formats 1-3, and of schema 4's ``documents`` rows)."""
+    spec = BUILTINS[kind]
+    revision = DocumentRevision(
+        scope=DocScope.CONVERSATION, owner=int(cid), kind=kind, version=VERSION, history=spec.history,
+        fork=spec.fork, action=RevisionAction.BASE, value=to_json(value),
+    )
+    return builtin_id(cid, kind), revision
+
+
+def created(tx: Tx, conv: ConvState) -> tuple[ConvState, list[PutDocument]]:
+    """A new conversation's built-ins: a base of each one created with it
+    (``pi.agent``) or not at its initial value."""
+    writes = []
+    for kind, spec in BUILTINS.items():
+        value = getattr(conv, spec.field)
+        if spec.with_conversation or value != spec.initial:
+            conv, write = revise(tx, conv, kind, value)
+            writes.append(write)
+    return conv, writes
+
+
+# --- the whole-value writes of journal formats 1-3 ------------------------------------------
+
+_LEGACY_AT_CREATION = (AGENT_DOC, LIVE_DOC, INBOX_DOC)
+
+
+def legacy_write(kind: str, conv: ConvState) -> Write:
+    """The whole-value write formats 1-3 journaled for ``conv``'s ``kind``."""
+    cid = conv.id
+    if kind == AGENT_DOC:
+        return PutAgent(conversation_id=cid, agent=conv.agent)
+    if kind == LIVE_DOC:
+        return PutLive(conversation_id=cid, live=conv.live)
+    if kind == INBOX_DOC:
+        return PutInbox(conversation_id=cid, items=conv.inbox)
+    if kind == USAGE_DOC:
+        return PutUsage(conversation_id=cid, usage=conv.usage)
+    assert kind == CONTEXT_DOC
+    return PutContext(conversation_id=cid, context=conv.context)
+
+
+def legacy_writes(writes: Iterable[Write], state: State) -> list[Write]:
+    """A commit's writes as journal formats 1-3 had them (what replay
+    compares an older row with; ``state``: the state after the step): each
+    built-in revision is the built-in's whole value, and a new conversation
+    is followed by its agent, live state and inbox (written then whatever
+    they held), each in the place it was first written in that step."""
+    out: list[Write] = []
+    placed: set[tuple[int, str]] = set()
+
+    def put(cid: int, kind: str) -> None:
+        conv = state.conversations.get(ConversationId(cid))
+        if (cid, kind) not in placed and conv is not None:
+            placed.add((cid, kind))
+            out.append(legacy_write(kind, conv))
+
+    for w in writes:
+        if isinstance(w, PutDocument) and (address := builtin_address(w.document_id)) is not None:
+            put(address[0], address[1])
+            continue
+        out.append(w)
+        if isinstance(w, PutConversation):
+            for kind in _LEGACY_AT_CREATION:
+                put(w.conversation.id, kind)
+    return out
+
+
+__all__ = [
+    "BUILTINS",
+    "VERSION",
+    "Builtin",
+    "base_revision",
+    "builtin_address",
+    "builtin_id",
+    "created",
+    "legacy_write",
+    "legacy_writes",
+    "revise",
+    "to_json",
+]

@@ -1,0 +1,189 @@
+"""The built-in documents through the document machinery (core/builtins.py):
+what revision each change stores, their ids, and the older journals' view."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from pidurable.core import step
+from pidurable.core.builtins import (
+    BUILTINS,
+    builtin_address,
+    builtin_id,
+    legacy_writes,
+    to_json,
+)
+from pidurable.core.documents import BASE_EVERY, ROWS, DocInput, DocStatus
+from pidurable.core.draft import Tx
+from pidurable.core.effects import (
+    Commit,
+    PutAgent,
+    PutConversation,
+    PutDocument,
+    PutInbox,
+    PutLive,
+    RevisionAction,
+)
+from pidurable.core.events import RootRequested
+from pidurable.core.model import AgentConfig, ConversationId, ModelRef, SubmissionId, TaskId
+from pidurable.core.state import (
+    AGENT_DOC,
+    INBOX_DOC,
+    LIVE_DOC,
+    USAGE_DOC,
+    DocHistory,
+    ForkPolicy,
+    Live,
+    RunInfo,
+    State,
+    UsageDoc,
+    UsageTotals,
+)
+
+from .helpers import ROOT, opened_state, put_live, submit
+
+C = ConversationId(ROOT)
+
+
+def _revision(tx: Tx, kind: str, cid: int = ROOT) -> PutDocument:
+    (commit,) = [e for e in tx.finish().effects if isinstance(e, Commit)]
+    (w,) = [w for w in commit.writes if isinstance(w, PutDocument) and w.document_id == builtin_id(cid, kind)]
+    return w
+
+
+def _commit(state: State, change: object) -> tuple[State, PutDocument]:
+    """One step's draft that makes ``change(tx)``; the state after and the revision."""
+    tx = Tx(state, now=0)
+    change(tx)  # type: ignore[operator]
+    result = tx.finish()
+    (commit,) = [e for e in result.effects if isinstance(e, Commit)]
+    (w,) = [w for w in commit.writes if isinstance(w, PutDocument)]
+    return result.state, w
+
+
+def test_the_kinds_keep_the_references_policies() -> None:
+    """pi.agent is rewindable and forks as_of; the others keep their latest
+    value and start empty in a fork (reference section 2.6)."""
+    assert (BUILTINS[AGENT_DOC].history, BUILTINS[AGENT_DOC].fork) == (DocHistory.REWINDABLE, ForkPolicy.AS_OF)
+    for kind in (LIVE_DOC, INBOX_DOC, USAGE_DOC, "pi.context"):
+        assert (BUILTINS[kind].history, BUILTINS[kind].fork) == (DocHistory.LATEST, ForkPolicy.INITIAL)
+
+
+def test_ids_are_derived_from_the_conversation_and_never_collide() -> None:
+    seen = set()
+    for cid in (1, 2, 7, 10**9):
+        for kind in BUILTINS:
+            did = builtin_id(cid, kind)
+            assert did < 0 and builtin_address(did) == (cid, kind)
+            seen.add(did)
+    assert len(seen) == 4 * len(BUILTINS)
+    assert builtin_address(5) is None and builtin_address(-8 * 3 - 7) is None
+
+
+def test_the_quiet_row_stores_a_base() -> None:
+    row = ROWS[(DocStatus.LIVE, DocInput.QUIET)]
+    assert row.action is RevisionAction.BASE and row.next is DocStatus.LIVE
+
+
+def test_a_new_conversation_stores_its_agent_and_only_what_is_not_initial() -> None:
+    """The root's creation: its record, then a base of pi.agent (created with
+    its conversation, even at its initial value); pi.live and pi.inbox at
+    their initial values store nothing (absent reads as initial)."""
+    st = step(opened_state(conversations=()), RootRequested(now=0, ticket=1))
+    (commit,) = [e for e in st.effects if isinstance(e, Commit)]
+    assert [type(w) for w in commit.writes] == [PutConversation, PutDocument]
+    w = commit.writes[1]
+    assert isinstance(w, PutDocument) and w.document_id == builtin_id(1, AGENT_DOC)
+    assert w.revision.action is RevisionAction.BASE and w.revision.value == {}
+    assert st.state.conversations[C].stored == {AGENT_DOC: 0}
+
+
+def test_a_usage_counter_increment_journals_a_small_delta() -> None:
+    """O(delta): after the base, one more call of a model is a delta of the
+    numbers that changed, not the whole usage document."""
+    usage = UsageDoc(models={f"p/m{i}": UsageTotals(input_tokens=100, output_tokens=10, calls=1) for i in range(20)})
+    state, w = _commit(opened_state(), lambda tx: tx.set_usage(C, usage))
+    assert w.revision.action is RevisionAction.BASE and len(w.revision.value["models"]) == 20
+    more = attrs.evolve(usage, models={**usage.models, "p/m3": UsageTotals(input_tokens=150, output_tokens=12, calls=2)})
+    state, w = _commit(state, lambda tx: tx.set_usage(C, more))
+    assert w.revision.action is RevisionAction.DELTA and w.revision.value is None
+    assert w.revision.ops == (
+        ["s", ["models", "p/m3", "input_tokens"], 150],
+        ["s", ["models", "p/m3", "output_tokens"], 12],
+        ["s", ["models", "p/m3", "calls"], 2],
+    )
+    assert state.conversations[C].stored[USAGE_DOC] == 1
+
+
+def test_a_base_every_BASE_EVERY_deltas() -> None:
+    state = opened_state()
+    actions = []
+    for i in range(1, 2 * BASE_EVERY + 2):
+        state, w = _commit(state, lambda tx, i=i: tx.set_usage(C, UsageDoc(tools={"t": UsageTotals(calls=i)})))
+        actions.append(w.revision.action)
+    assert actions[0] is RevisionAction.BASE
+    assert [i for i, a in enumerate(actions) if a is RevisionAction.BASE] == [0, BASE_EVERY, 2 * BASE_EVERY]
+
+
+def test_a_quiet_kind_stores_a_base_when_back_at_its_initial_value() -> None:
+    """pi.live: a run is a delta of it; idle again, a base of ``{}`` (smaller
+    than a delta, and it lets storage reclaim every revision before it)."""
+    state, w = _commit(opened_state(), lambda tx: tx.set_live(C, Live(attempt=1)))
+    assert w.revision.action is RevisionAction.BASE
+    busy = Live(run=RunInfo(task_id=TaskId(9), inputs=(SubmissionId(8),)), attempt=1)
+    state, w = _commit(state, lambda tx: tx.set_live(C, busy))
+    assert w.revision.action is RevisionAction.DELTA and w.revision.ops == (
+        ["s", ["run"], {"task_id": 9, "inputs": [8]}],
+    )
+    state, w = _commit(state, lambda tx: tx.set_live(C, Live()))
+    assert w.revision.action is RevisionAction.BASE and w.revision.value == {}
+    assert state.conversations[C].stored[LIVE_DOC] == 0
+
+
+def test_two_changes_in_one_step_are_one_revision() -> None:
+    state, _ = _commit(opened_state(), lambda tx: tx.set_live(C, Live(attempt=1)))
+
+    def twice(tx: Tx) -> None:
+        tx.set_live(C, Live(attempt=2))
+        tx.set_live(C, Live(attempt=2, partial="he"))
+
+    state, w = _commit(state, twice)
+    assert w.revision.action is RevisionAction.DELTA
+    assert w.revision.ops == (["s", ["attempt"], 2], ["s", ["partial"], "he"])
+    assert state.conversations[C].stored[LIVE_DOC] == 1
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        AgentConfig(),
+        AgentConfig(model=ModelRef("p", "m"), tools=("a", "b"), tool_execution="sequential"),  # type: ignore[arg-type]
+        Live(run=RunInfo(task_id=TaskId(3), inputs=()), partial="x"),
+        UsageDoc(models={"p/m": UsageTotals(calls=2)}),
+        (),
+    ],
+)
+def test_to_json_leaves_defaults_out(value: object) -> None:
+    out = to_json(value)
+    if isinstance(value, tuple):
+        assert out == []
+    else:
+        assert all(getattr(value, k) != f.default for k, f in attrs.fields_dict(type(value)).items() if k in out)
+
+
+def test_an_older_journals_view_has_the_whole_values_where_it_wrote_them() -> None:
+    """legacy_writes: a new conversation is followed by its agent, live state
+    and inbox (journal formats 1-3 wrote them at creation), and each built-in
+    revision reads as the built-in's whole value after the step."""
+    st = step(opened_state(conversations=()), RootRequested(now=0, ticket=1))
+    (commit,) = [e for e in st.effects if isinstance(e, Commit)]
+    old = legacy_writes(commit.writes, st.state)
+    assert [type(w) for w in old] == [PutConversation, PutAgent, PutLive, PutInbox]
+    state = opened_state(resume=False)
+    st = step(state, submit("hi"))
+    (commit,) = [e for e in st.effects if isinstance(e, Commit)]
+    old = legacy_writes(commit.writes, st.state)
+    lives = [w for w in old if isinstance(w, PutLive)]
+    assert len(lives) == 1 and lives[0].live == st.state.conversations[C].live == put_live(st)
+    assert not any(isinstance(w, PutDocument) for w in old)
