@@ -109,10 +109,20 @@ def settle(tx: Tx) -> None:
         return
     settled = tx.settled
     if changed:
-        moved = [c for c in sorted(changed) if c in tx.conversations]
+        convs = tx.conversations
+        moved = sorted(changed) if len(changed) > 1 else list(changed)
         changed.clear()
-        now = [c for c in moved if is_settled(tx, tx.conversations[c])]
-        if now or any(c in settled for c in moved):
+        now: list[ConversationId] = []
+        stale = False  # a moved one is in the settled list (it moves or leaves)
+        for cid in moved:
+            conv = convs.get(cid)
+            if conv is None:
+                continue
+            if conv.live.run is None and is_settled(tx, conv):  # busy (HOLD's first row) is the common case
+                now.append(cid)
+            elif settled and cid in settled:
+                stale = True
+        if now or stale:
             gone = set(moved)
             settled = tuple(c for c in settled if c not in gone) + tuple(now)
     if len(settled) > keep:
