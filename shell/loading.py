@@ -45,10 +45,12 @@ from pidurable.core.state import ConvState, DocScope, DocumentState, State
 
 #: How many settled conversations the core keeps held (``Opened.keep_settled``):
 #: a conversation asked again soon after its run (a chat's next message) is
-#: not read back; beyond it the least recently changed is evicted. At least
+#: not read back; beyond it the least recently changed is evicted. Well above
 #: the loop's ``MAX_BATCH``: what a batch loads up front (``away_all``) stays
-#: held until the batch's events that name it are stepped.
-KEEP_SETTLED = 64
+#: held until the batch's events that name it are stepped, even while other
+#: conversations settle in the same batch (each would push out the oldest).
+#: A held settled conversation costs memory only (~2 KB), never step time.
+KEEP_SETTLED = 256
 
 
 def _one(ev: Any) -> tuple[ConversationId, ...]:
