@@ -144,6 +144,14 @@ class Worker:
         assert self.store is not None, "the worker is not running"
         return self.store.worker_id
 
+    def client(self) -> Client:
+        """A ``Client`` on this running worker's store: host code in the
+        worker's process submits to any tree through it (the intake), held
+        here or elsewhere."""
+        if self.store is None:
+            raise InvalidInput("the worker is not running (start Worker.run first)")
+        return Client(store=self.store)
+
     def statistics(self) -> WorkerStatistics:
         return WorkerStatistics(running=len(self._runs), **self._counts)
 
@@ -444,11 +452,18 @@ class Client:
     submit without owning any tree (``submit`` admits in its own
     transaction and notifies the workers)."""
 
-    def __init__(self, dsn: str, *, schema: str = "pidurable", worker_id: str | None = None) -> None:
-        self.store = PostgresStorage(dsn, schema=schema, shared=True, worker_id=worker_id)
+    def __init__(
+        self, dsn: str | None = None, *, schema: str = "pidurable", worker_id: str | None = None, store: PostgresStorage | None = None
+    ) -> None:
+        if (dsn is None) == (store is None):
+            raise InvalidInput("Client takes a dsn or a running worker's store (Worker.client()), not both or neither")
+        self._owned = store is None
+        self.store = store if store is not None else PostgresStorage(str(dsn), schema=schema, shared=True, worker_id=worker_id)
 
     def close(self) -> None:
-        self.store.close()
+        """Close the store (one this client opened; a worker's stays open)."""
+        if self._owned:
+            self.store.close()
 
     def __enter__(self) -> Client:
         return self

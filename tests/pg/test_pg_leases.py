@@ -50,16 +50,17 @@ def _worker(dsn: str, schema: str, name: str, **kw: Any) -> Worker:
 
 
 async def test_a_worker_runs_submissions_made_through_the_database(pg: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A client creates conversations and submits without owning them; a
-    worker claims each tree, runs the tool round and the answer, releases the
-    idle tree; ids come from the claim's block; the same request id is one
-    submission."""
+    """A client (here the worker's own, ``worker.client()``) creates
+    conversations and submits without owning them; the worker claims each
+    tree, runs the tool round and the answer, releases the idle tree; ids
+    come from the claim's block; the same request id is one submission;
+    closing the worker's client leaves the worker's store open."""
     monkeypatch.setenv("PIDURABLE_WORKER_LOG", str(tmp_path / "log"))
     dsn, schema = pg
     async with trio.open_nursery() as nursery:
         worker = _worker(dsn, schema, "w1")
         await nursery.start(worker.run)
-        with Client(dsn, schema=schema) as client:
+        with worker.client() as client:  # host code in the worker's process: the same intake
             cids = [await client.create_conversation(worker_app.AGENT) for _ in range(3)]
             subs = [await client.submit(cid, Input("go", request_id=f"r{cid}")) for cid in cids]
             again = await client.submit(cids[0], Input("go", request_id=f"r{cids[0]}"))
@@ -75,6 +76,9 @@ async def test_a_worker_runs_submissions_made_through_the_database(pg: tuple[str
             # a write, through the same path
             w = await client.submit(cids[1], Write("a note"))
             assert (await w.wait()).status == "done"
+        assert worker.store is not None and worker.store.schema_version == layout.PG_SCHEMA_VERSION  # still open
+        with pytest.raises(InvalidInput):
+            Client()
         with trio.fail_after(20):
             while _sql(dsn, schema, "SELECT count(*) FROM leases WHERE owner IS NOT NULL OR work_at IS NOT NULL")[0][0]:
                 await trio.sleep(0.05)
