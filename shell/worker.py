@@ -23,8 +23,11 @@ Theory of operation
   that was paused or cut off stops acting before another may have taken the
   tree, and its commits are refused by the fence in any case.
 - A tree is released when it has no live task and no unsettled submission
-  and no intake is pending (``release(idle=True)``); on a clean stop every
-  held tree is released as still wanted, so another worker takes it at once.
+  and no intake is pending (``release(idle=True)``). A tree stopped while
+  its lease may still be ours (a clean stop of the worker, a local deadline
+  passed) is handed back still wanted, so another worker takes it at once
+  instead of waiting out the lease; a tree that failed is not (its lease
+  expires first, so a tree that always fails is not retried in a hot loop).
 - Failures stay per tree: ``LeaseLost`` (the fence refused a commit, or the
   lease expired locally) ends that tree quietly; any other error is logged
   and the tree is dropped (its lease expires and another worker retries).
@@ -75,8 +78,14 @@ class WorkerStatistics:
 
     running: int
     claimed: int
+    #: given up idle
     released: int
+    #: stopped while still held (a clean stop, a lease that may have
+    #: expired locally but was still ours) and given back, still wanted
+    handed_back: int
+    #: taken by another worker (the fence or the renewal said so)
     lost: int
+    #: ended by an error (the lease is left to expire)
     failed: int
 
 
@@ -135,8 +144,8 @@ class Worker:
         self.store: PostgresStorage | None = None
         self._runs: dict[int, _TreeRun] = {}
         self._kick = trio.Event()
-        self._counts = {"claimed": 0, "released": 0, "lost": 0, "failed": 0}
-        #: called with (event, tree, epoch) for "claimed", "released", "lost", "failed" (tests, benches)
+        self._counts = {"claimed": 0, "released": 0, "handed back": 0, "lost": 0, "failed": 0}
+        #: called with (event, tree, epoch) for "claimed", "released", "handed back", "lost", "failed"
         self.on_event: Callable[[str, int, int], None] = lambda what, tree, epoch: None
 
     @property
@@ -153,7 +162,7 @@ class Worker:
         return Client(store=self.store)
 
     def statistics(self) -> WorkerStatistics:
-        return WorkerStatistics(running=len(self._runs), **self._counts)
+        return WorkerStatistics(running=len(self._runs), **{k.replace(" ", "_"): v for k, v in self._counts.items()})
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled; then release every held tree (still wanted)."""
@@ -182,7 +191,7 @@ class Worker:
         finally:
             stop.set()
             with trio.CancelScope(shield=True), trio.move_on_after(10):
-                held = [r.claim for r in self._runs.values()]
+                held = [r.claim for r in self._runs.values()]  # the trees hand themselves back; any left
                 for c in held:
                     try:
                         await trio.to_thread.run_sync(partial(trees.release, store, c, idle=False))
@@ -289,10 +298,15 @@ class Worker:
         conn.execute(f"SET search_path TO {store.schema}".encode())
         while True:
             await trio.sleep(self.leases.renew_interval)
-            runs = list(self._runs.values())
+            sent = trio.current_time()
+            runs = []
+            for r in list(self._runs.values()):
+                if sent >= r.deadline:  # paused or cut off past it: stop, even if the renewal would still succeed
+                    r.scope.cancel()
+                else:
+                    runs.append(r)
             if not runs:
                 continue
-            sent = trio.current_time()
             try:
                 held: set[int] | None = await trio.to_thread.run_sync(
                     lambda: trees.renew(store, [r.claim for r in runs], self.leases.duration, conn=conn)
@@ -339,6 +353,13 @@ class Worker:
             else:
                 raise
         finally:
+            if outcome == "lost":  # stopped (worker stop, local deadline) or lost: hand it back if still ours
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    try:
+                        await trio.to_thread.run_sync(partial(trees.release, store, c, idle=False))
+                        outcome = "handed back"
+                    except StorageError:  # LeaseLost: another worker has it already
+                        pass
             if self._runs.get(c.tree) is run:
                 del self._runs[c.tree]
             self._counts[outcome] += 1

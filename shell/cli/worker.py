@@ -53,7 +53,11 @@ async def _run(args: argparse.Namespace, setup: object) -> int:
                 nursery.cancel_scope.cancel()
                 break
     s = worker.statistics()
-    print(f"pidurable: worker stopped ({s.claimed} claimed, {s.released} released, {s.lost} lost, {s.failed} failed)", flush=True)
+    print(
+        f"pidurable: worker stopped ({s.claimed} claimed, {s.released} released, {s.handed_back} handed back, "
+        f"{s.lost} lost, {s.failed} failed)",
+        flush=True,
+    )
     return 0
 
 

@@ -171,25 +171,66 @@ async def test_a_takeover_recovers_the_tree_like_a_restart(pg: tuple[str, str], 
         store.close()
 
 
-async def test_an_expired_lease_stops_acting_before_the_database_says_so(pg: tuple[str, str]) -> None:
-    """Past its local deadline (a worker paused longer than its lease), a
-    tree's harness starts no effect: the hook raises LeaseLost."""
+async def test_an_expired_lease_stops_acting_before_the_database_says_so(
+    pg: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its local deadline (as if the worker had been paused longer than
+    its lease) a tree stops at once - its tool body cancelled, no further
+    effect started - and, its lease still being its own in the store, is
+    handed back still wanted; claimed again, it recovers like a restart (the
+    unsafe call answered interrupted, its body not started again)."""
+    log = tmp_path / "log"
+    monkeypatch.setenv("PIDURABLE_WORKER_LOG", str(log))
+    monkeypatch.setenv("PIDURABLE_WORKER_TOOL_DELAY", "3.0")
     dsn, schema = pg
     async with trio.open_nursery() as nursery:
-        worker = _worker(dsn, schema, "w", leases=LeaseSettings(duration=1.0, renew_interval=0.5, poll_interval=0.2))
+        worker = _worker(dsn, schema, "w", leases=LeaseSettings(duration=2.0, renew_interval=0.5, poll_interval=0.2))
         await nursery.start(worker.run)
         with Client(dsn, schema=schema) as client:
             cid = await client.create_conversation(worker_app.AGENT)
+            sub = await client.submit(cid, Input("go"))
             with trio.fail_after(10):
-                await client.submit(cid, Input("go"))
-                while not worker._runs:
+                while not log.exists():  # inside the unsafe body
                     await trio.sleep(0.01)
-            run = worker._runs[cid]
-            run.deadline = trio.current_time() - 1  # as if the renewals stopped long ago
+            worker._runs[cid].deadline = trio.current_time() - 1  # as if the renewals stopped long ago
             with trio.fail_after(10):
-                while worker.statistics().lost + worker.statistics().released < 1:
+                while worker.statistics().handed_back < 1:
                     await trio.sleep(0.01)
+            monkeypatch.setenv("PIDURABLE_WORKER_TOOL_DELAY", "0.01")
+            with trio.fail_after(20):
+                assert (await sub.wait()).status == "done"
+        stats = worker.statistics()
+        assert stats.claimed == 2 and stats.lost == 0 and stats.failed == 0
         nursery.cancel_scope.cancel()
+    lines = log.read_text().splitlines()
+    assert [l.split()[0] for l in lines] == ["start"]  # cancelled in its body, never started again
+    with PostgresStorage(dsn, schema=schema, shared=True) as store:
+        results = [e for e in store.entries(cid) if e.kind == "tool_result"]
+        assert len(results) == 2 and sum("may have partially run" in e.text for e in results) == 1
+
+
+async def test_a_stopped_worker_hands_its_trees_back_at_once(pg: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancelling a worker (SIGINT/SIGTERM in the command) hands every tree it
+    holds back still wanted: no owner, work pending, so another worker claims
+    it without waiting for the lease to expire."""
+    monkeypatch.setenv("PIDURABLE_WORKER_TOOL_DELAY", "30")
+    dsn, schema = pg
+    with Client(dsn, schema=schema) as client:
+        cid = await client.create_conversation(worker_app.AGENT)
+        async with trio.open_nursery() as nursery:
+            worker = _worker(dsn, schema, "first", leases=LeaseSettings(duration=60.0, renew_interval=1.0, poll_interval=0.2))
+            await nursery.start(worker.run)
+            await client.submit(cid, Input("go"))
+            with trio.fail_after(10):
+                while not _sql(dsn, schema, "SELECT 1 FROM tasks WHERE kind = 'pi.tool' AND status = 'running'"):
+                    await trio.sleep(0.02)
+            nursery.cancel_scope.cancel()
+        assert worker.statistics().handed_back == 1
+        assert _sql(dsn, schema, "SELECT owner, work_at IS NOT NULL, expires_at FROM leases WHERE root = %s", [cid]) == [
+            (None, True, None)
+        ]
+        (again,) = trees.claim(client.store, "second", 5, 60.0)  # no need to wait out the 60 s lease
+        assert again.tree == cid and again.epoch == 2
 
 
 def test_workers_and_a_single_owner_exclude_each_other(pg: tuple[str, str]) -> None:
