@@ -51,7 +51,7 @@ from pidurable.core.model import AgentConfig, ConversationId, Settings, Submissi
 
 from .conversation import WHEN_BUSY, Conversation
 from .edge import check_agent, check_choice, check_id, check_json_object, check_text
-from .errors import ConversationBusy, InvalidInput, NotFound
+from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound
 from .harness import Harness
 from .loop import Hooks
 from .registry import Registry
@@ -405,13 +405,14 @@ class Worker:
 
 def _lease_lost(e: BaseException) -> LeaseLost | None:
     """The LeaseLost an exception group carries, if nothing but cancellations
-    came with it (a tree's nursery reports its lost lease so)."""
+    came with it, or a host call (the intake's submit) that the harness closing
+    ended (a tree's nursery reports its lost lease so)."""
     if not isinstance(e, BaseExceptionGroup):
         return e if isinstance(e, LeaseLost) else None
     found = None
     for leaf in e.exceptions:
         inner = _lease_lost(leaf)
-        if inner is None and not isinstance(leaf, trio.Cancelled):
+        if inner is None and not isinstance(leaf, (trio.Cancelled, HarnessClosed)):
             return None
         found = found or inner
     return found
