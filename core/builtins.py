@@ -157,35 +157,110 @@ def _fields(cl: type) -> tuple[tuple[str, Any], ...]:
     return found
 
 
+#: The JSON of recently converted containers, by identity (the value is kept
+#: so its id is not reused): the core's values are immutable and a change
+#: keeps the parts it did not touch, so converting a new value reuses the
+#: JSON of its unchanged parts, and the diff (chord.same: ``a is b``) skips
+#: them - a revision costs the size of the change. Bounded; a cache only.
+_MEMO: dict[int, tuple[Any, Json]] = {}
+_MEMO_MAX = 4096
+#: Values that are their own JSON.
+_PLAIN = frozenset({type(None), bool, int, float, str})
+
+
 def to_json(value: Any) -> Json:
     """A built-in's typed value as JSON: attrs fields in declared order, those
-    at their default left out; enums as their values, tuples as lists."""
-    if value is None or isinstance(value, (bool, int, float)):
+    at their default left out; enums as their values, tuples as lists. The
+    result is shared (see ``_MEMO``): never change it."""
+    t = type(value)
+    if t in _PLAIN:
         return value
-    if isinstance(value, str):
-        return value.value if isinstance(value, enum.Enum) else value
-    if isinstance(value, (tuple, list)):
-        return [to_json(v) for v in value]
-    if isinstance(value, Mapping):
+    if isinstance(value, enum.Enum):
+        return value.value
+    if t is dict or t is list or (t is not tuple and isinstance(value, Mapping)):
+        # containers that could change: converted every time, never remembered
+        if t is list:
+            return [to_json(v) for v in value]
         return {k: to_json(v) for k, v in value.items()}
-    out = {}
-    for name, default in _fields(type(value)):
-        v = getattr(value, name)
-        if v is default or v == default:
-            continue
-        out[name] = to_json(v)
+    hit = _MEMO.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    out: Json
+    if t is tuple:
+        out = [to_json(v) for v in value]
+    else:
+        out = {}
+        for name, default in _fields(t):
+            v = getattr(value, name)
+            if v is default or v == default:
+                continue
+            out[name] = to_json(v)
+    if len(_MEMO) >= _MEMO_MAX:
+        _MEMO.clear()
+    _MEMO[id(value)] = (value, out)
     return out
+
+
+def typed_ops(old: Any, new: Any, path: list[Json] | None = None) -> list[Json]:
+    """The Chord ops that turn ``to_json(old)`` into ``to_json(new)``, found
+    on the typed values: an attrs value's fields and a same-length tuple's
+    items are compared by identity first (a change keeps what it did not
+    touch), so only what changed is converted and diffed (chord.diff): the
+    same ops as ``chord.diff(to_json(old), to_json(new))``, in its order."""
+    out: list[Json] = []
+    _typed(old, new, path or [], out)
+    return out
+
+
+def _typed(old: Any, new: Any, path: list[Json], out: list[Json]) -> None:
+    if old is new:
+        return
+    t = type(new)
+    fields = _FIELDS.get(t) if type(old) is t else None
+    if fields is None and type(old) is t and t not in _PLAIN and attrs.has(t):
+        fields = _fields(t)
+    if fields is not None:  # chord's order: the deleted keys, then the new value's keys in order
+        changed = []
+        for name, default in fields:
+            a, b = getattr(old, name), getattr(new, name)
+            if a is b:
+                continue
+            a_default = a is default or a == default
+            b_default = b is default or b == default
+            if b_default and not a_default:
+                out.append(["d", [*path, name]])
+            elif not b_default:
+                changed.append((name, a, b, a_default))
+        for name, a, b, a_default in changed:
+            if a_default:
+                out.append(["s", [*path, name], to_json(b)])
+            else:
+                _typed(a, b, [*path, name], out)
+        return
+    if t is tuple and type(old) is tuple and len(old) == len(new):
+        moved = [i for i, (a, b) in enumerate(zip(old, new)) if a is not b]
+        if len(moved) == 1 and type(old[moved[0]]) is type(new[moved[0]]) and type(new[moved[0]]) in _FIELDS:
+            _typed(old[moved[0]], new[moved[0]], [*path, moved[0]], out)  # one item changed: followed, as chord does
+            return
+    out.extend(chord.diff(to_json(old), to_json(new), path))
 
 
 # --- revisions ----------------------------------------------------------------------------
 
+# Enum members read once (a member read through its class is a descriptor
+# call: revise runs on most steps).
+_ABSENT, _LIVE = DocStatus.ABSENT, DocStatus.LIVE
+_CHANGE, _QUIET, _CHECKPOINT = DocInput.CHANGE, DocInput.QUIET, DocInput.CHECKPOINT
+_BASE, _DELTA, _RETIRE = RevisionAction.BASE, RevisionAction.DELTA, RevisionAction.RETIRE
+_CONVERSATION = DocScope.CONVERSATION
+
 
 def _input(spec: Builtin, deltas: int | None, new: Any) -> tuple[DocStatus, DocInput]:
     if deltas is None:
-        return DocStatus.ABSENT, DocInput.CHANGE
+        return _ABSENT, _CHANGE
     if spec.quiet and new == spec.initial:
-        return DocStatus.LIVE, DocInput.QUIET
-    return DocStatus.LIVE, (DocInput.CHECKPOINT if deltas + 1 >= BASE_EVERY else DocInput.CHANGE)
+        return _LIVE, _QUIET
+    return _LIVE, (_CHECKPOINT if deltas + 1 >= BASE_EVERY else _CHANGE)
 
 
 def revise(tx: Tx, conv: ConvState, kind: str, new: Any) -> tuple[ConvState, PutDocument]:
@@ -197,28 +272,28 @@ def revise(tx: Tx, conv: ConvState, kind: str, new: Any) -> tuple[ConvState, Put
     deltas = conv.stored.get(kind)
     staged = tx.document_write(did)
     row = ROWS[_input(spec, deltas, new)]
-    assert row.action is not None and row.action is not RevisionAction.RETIRE
+    assert row.action is not None and row.action is not _RETIRE
     action = row.action
-    if staged is not None and staged.revision.action is RevisionAction.BASE:
-        action = RevisionAction.BASE  # joins this commit's base
+    if staged is not None and staged.revision.action is _BASE:
+        action = _BASE  # joins this commit's base
     ops: tuple[Json, ...] = ()
-    if action is RevisionAction.DELTA:
+    if action is _DELTA:
         assert deltas is not None
-        ops = chord.diff(to_json(getattr(conv, spec.field)), to_json(new))
+        ops = tuple(typed_ops(getattr(conv, spec.field), new))
         deltas += 1
         if staged is not None:  # a delta already: one revision, the ops of both
             ops, deltas = staged.revision.ops + ops, deltas - 1
     else:
         deltas = 0
     revision = DocumentRevision(
-        scope=DocScope.CONVERSATION,
+        scope=_CONVERSATION,
         owner=conv.id,
         kind=kind,
         version=VERSION,
         history=spec.history,
         fork=spec.fork,
         action=action,
-        value=to_json(new) if action is RevisionAction.BASE else None,
+        value=to_json(new) if action is _BASE else None,
         ops=ops,
     )
     changed = attrs.evolve(conv, **{spec.field: new, "stored": {**conv.stored, kind: deltas}})
@@ -307,4 +382,5 @@ __all__ = [
     "legacy_writes",
     "revise",
     "to_json",
+    "typed_ops",
 ]

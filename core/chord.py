@@ -225,10 +225,11 @@ def same(a: Json, b: Json) -> bool:
     return bool(a == b)
 
 
-def diff(old: Json, new: Json) -> tuple[Op, ...]:
-    """Ops that turn ``old`` into ``new`` (empty when they are the same)."""
+def diff(old: Json, new: Json, path: Sequence[Json] = ()) -> tuple[Op, ...]:
+    """Ops that turn ``old`` into ``new`` (empty when they are the same);
+    ``path``: where they are in a bigger value (the ops' paths start with it)."""
     out: list[Op] = []
-    _diff(old, new, [], out)
+    _diff(old, new, list(path), out)
     return tuple(out)
 
 

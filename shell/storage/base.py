@@ -365,35 +365,30 @@ def _row(w: Write, seq: int, rec: str) -> Row:
 
 
 def _revision_row(did: int, r: DocumentRevision, seq: int, content: str) -> Row:
-    return Row(
-        table="document_revisions",
-        key=(did, seq),
-        columns={
-            "document_id": did,
-            "seq": seq,
-            "action": r.action.value,
-            "scope": r.scope.value,
-            "owner": r.owner,
-            "kind": r.kind,
-            "version": r.version,
-            "history": r.history.value,
-            "fork": r.fork.value,
-            "content": content,
-            #: revisions before this one are reclaimed (a base or a
-            #: retirement of a current-only document)
-            "reclaims": r.action.value != "delta"
-            and (r.history is DocHistory.LATEST or r.scope is DocScope.TASK),
-        },
-    )
+    # "reclaims": the revisions before this one go (a base or a retirement of a current-only document)
+    reclaims = r.action.value != "delta" and (r.history is DocHistory.LATEST or r.scope is DocScope.TASK)
+    columns = {"document_id": did, "seq": seq, "action": r.action.value, "scope": r.scope.value, "owner": r.owner}
+    columns.update(kind=r.kind, version=r.version, history=r.history.value, fork=r.fork.value, reclaims=reclaims)
+    return Row(table="document_revisions", key=(did, seq), columns={**columns, "content": _lean_revision(r, content)})
 
 
-_LEGACY_KINDS: dict[type, tuple[str, str]] = {
-    PutAgent: (AGENT_DOC, "agent"),
-    PutLive: (LIVE_DOC, "live"),
-    PutInbox: (INBOX_DOC, "items"),
-    PutUsage: (USAGE_DOC, "usage"),
-    PutContext: (CONTEXT_DOC, "context"),
-}
+def _lean_revision(r: DocumentRevision, rec: str) -> str:
+    """A revision row's text without what its ``document_records`` row holds
+    (scope, owner, kind, history, fork: ``{"version":1,"action":"delta",
+    "ops":[...]}``, cut from the record's text, not encoded again); a
+    revision reads back with them (:func:`document_state`). The journal keeps
+    the whole write."""
+    head = f'{{"scope":{codec.dumps(r.scope.value)},"owner":{r.owner},"kind":{codec.dumps(r.kind)},"version":{r.version},'
+    if not rec.startswith(head):
+        return rec
+    rest = rec[len(head) :]
+    for name, value in (("history", r.history.value), ("fork", r.fork.value)):
+        rest = rest.removeprefix(f'"{name}":{codec.dumps(value)},')
+    return f'{{"version":{r.version},' + rest
+
+
+_LEGACY_KINDS: dict[type, tuple[str, str]] = {PutAgent: (AGENT_DOC, "agent"), PutLive: (LIVE_DOC, "live"),
+    PutInbox: (INBOX_DOC, "items"), PutUsage: (USAGE_DOC, "usage"), PutContext: (CONTEXT_DOC, "context")}
 
 
 def legacy_row(w: Write, seq: int) -> Row:
@@ -550,6 +545,19 @@ class DocumentRow:
     retired_seq: int | None = None
 
 
+def _revision(store: str, row: DocumentRow, seq: int, content: str | bytes) -> DocumentRevision:
+    """A revision row (lean: its record row fills in the rest, :func:`_lean_revision`)."""
+    try:
+        data = json.loads(content)
+        if not isinstance(data, dict):
+            raise TypeError(f"a revision is a JSON object, not {type(data).__name__}")
+        for name in ("scope", "owner", "kind", "history", "fork"):
+            data.setdefault(name, getattr(row, name))
+        return codec.converter.structure(data, DocumentRevision)
+    except _DECODE_ERRORS as e:
+        raise DamagedRecord(f"Store {store}: damaged record in document_revisions {_key((row.id, seq))}: {_why(e)}") from e
+
+
 def document_state(store: str, row: DocumentRow, revisions: Sequence[tuple[int, str]], upto: int | None = None) -> DocumentState | None:
     """The document's value from its ``(seq, content)`` revisions (oldest
     first), as of commit ``upto`` (None: now); None if it did not exist then
@@ -564,7 +572,7 @@ def document_state(store: str, row: DocumentRow, revisions: Sequence[tuple[int, 
     for seq, content in revisions:
         if upto is not None and seq > upto:
             break
-        r = decode_record(store, "document_revisions", (row.id, seq), content, DocumentRevision)
+        r = _revision(store, row, seq, content)
         taken.append((r.action.value, r.value if r.action.value == "base" else r.ops))
         version = r.version
     try:

@@ -303,9 +303,12 @@ class MemoryStorage:
         return [self._decode("conversations", r, Conversation) for _, r in sorted(self._tables["conversations"].items())]
 
     def document(self, conversation_id: ConversationId, kind: str) -> Any:
-        """A built-in document's typed value (core/builtins.py), or None."""
-        doc = self.document_state(DocScope.CONVERSATION, conversation_id, kind) if kind in BUILTINS else None
-        return None if doc is None else builtin_value(doc, self.name)
+        """A built-in document's typed value (core/builtins.py): its initial
+        value while the conversation has not stored it (None: not a built-in)."""
+        if kind not in BUILTINS:
+            return None
+        doc = self.document_state(DocScope.CONVERSATION, conversation_id, kind)
+        return BUILTINS[kind].initial if doc is None else builtin_value(doc, self.name)
 
     def live_builtins(self, conversations: Sequence[int] | None = None) -> dict[ConversationId, dict[str, DocumentState]]:
         """The built-in documents of every conversation (or of these), by

@@ -126,9 +126,9 @@ class DocumentReads:
         return split_builtins(docs)[0]
 
     def document(self, conversation_id: ConversationId, kind: str) -> Any:
-        """A built-in document's typed value (core/builtins.py), or None
-        while the conversation has not stored it."""
+        """A built-in document's typed value (core/builtins.py): its initial
+        value while the conversation has not stored it (None: not a built-in)."""
         if kind not in BUILTINS:
             return None
         doc = self.document_state(DocScope.CONVERSATION, conversation_id, kind)
-        return None if doc is None else builtin_value(doc, self.name)
+        return BUILTINS[kind].initial if doc is None else builtin_value(doc, self.name)

@@ -7,12 +7,14 @@ import attrs
 import pytest
 
 from pidurable.core import step
+from pidurable.core import chord
 from pidurable.core.builtins import (
     BUILTINS,
     builtin_address,
     builtin_id,
     legacy_writes,
     to_json,
+    typed_ops,
 )
 from pidurable.core.documents import BASE_EVERY, ROWS, DocInput, DocStatus
 from pidurable.core.draft import Tx
@@ -34,9 +36,13 @@ from pidurable.core.state import (
     USAGE_DOC,
     DocHistory,
     ForkPolicy,
+    InboxItem,
+    InboxMode,
     Live,
     RunInfo,
+    SlotStatus,
     State,
+    ToolSlot,
     UsageDoc,
     UsageTotals,
 )
@@ -187,3 +193,36 @@ def test_an_older_journals_view_has_the_whole_values_where_it_wrote_them() -> No
     lives = [w for w in old if isinstance(w, PutLive)]
     assert len(lives) == 1 and lives[0].live == st.state.conversations[C].live == put_live(st)
     assert not any(isinstance(w, PutDocument) for w in old)
+
+
+def _slot(i: int, **kw: object) -> ToolSlot:
+    return ToolSlot(call_id=f"c{i}", name="t", task_id=TaskId(10 + i), **kw)  # type: ignore[arg-type]
+
+
+_RUN = RunInfo(task_id=TaskId(5), inputs=(SubmissionId(3),))
+_SLOTS = (_slot(0, status=SlotStatus.RUNNING), _slot(1), _slot(2, status=SlotStatus.RUNNING, output="ab"))
+_CHANGES = [
+    (Live(), Live(run=_RUN, attempt=1)),
+    (Live(run=_RUN, tools=_SLOTS), Live(run=_RUN, tools=(_SLOTS[0], _slot(1, status=SlotStatus.DONE, entry_id=40), _SLOTS[2]))),
+    (Live(run=_RUN, tools=_SLOTS), Live(run=_RUN, tools=_SLOTS[:2])),
+    (Live(run=_RUN, tools=_SLOTS), Live(run=_RUN, tools=(*_SLOTS[:2], attrs.evolve(_SLOTS[2], output="abcd")))),
+    (Live(run=_RUN, partial="hel"), Live(run=_RUN, partial="hello")),
+    (Live(run=_RUN, tools=_SLOTS, partial="x"), Live()),
+    (Live(run=_RUN, retry_at=5, retry_error="boom"), Live(run=_RUN, attempt=2)),
+    (UsageDoc(models={"p:m": UsageTotals(calls=1)}), UsageDoc(models={"p:m": UsageTotals(calls=2), "p:n": UsageTotals(calls=1)})),
+    (AgentConfig(model=ModelRef("p", "a"), tools=("x",)), AgentConfig(model=ModelRef("p", "b"), instructions="i")),
+    ((), (InboxItem(submission_id=SubmissionId(4), mode=InboxMode.STEER, content="x"),)),
+    (Live(run=_RUN, tools=_SLOTS), Live(run=_RUN, tools=tuple(attrs.evolve(s, status=SlotStatus.DONE) for s in _SLOTS))),
+    (Live(tools=_SLOTS, partial="ab"), Live(run=_RUN, tools=_SLOTS, attempt=3)),
+]
+
+
+@pytest.mark.parametrize(("old", "new"), _CHANGES)
+def test_typed_ops_turn_the_old_json_into_the_new(old: object, new: object) -> None:
+    """typed_ops (found on the typed values, reusing what a change kept)
+    applied to the old value's JSON give the new value's JSON, with as few
+    ops as the JSON diff."""
+    ops = typed_ops(old, new)
+    assert chord.apply(to_json(old), ops) == to_json(new)
+    assert tuple(ops) == chord.diff(to_json(old), to_json(new))  # the same ops, found without converting it all
+    assert typed_ops(new, new) == []

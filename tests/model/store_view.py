@@ -96,7 +96,7 @@ class StoreView:
 
     def document(self, conversation_id: int, kind: str) -> Any:
         found = _builtin(self.records, conversation_id, kind)
-        return None if found is None else codec.converter.structure(found[0], DOC_TYPES[kind])
+        return BUILTINS[kind].initial if found is None else codec.converter.structure(found[0], DOC_TYPES[kind])
 
     def _state(self, cid: int, kind: str, value: Any, deltas: int) -> DocumentState:
         spec = BUILTINS[kind]
