@@ -2,8 +2,8 @@
 behaviour of tla/Durable.tla.
 
 Each journal row is one commit: the events stepped since the previous one
-and the writes they led to (recomputed by the core for a lean journal:
-``shell.journal.journal_writes``). ``refines`` keeps the *abstract state* of
+and the writes they led to (recomputed by the core for a lean journal, the
+built-ins' revisions followed by their whole values: ``invariants.journal_history``). ``refines`` keeps the *abstract state* of
 the model - the ``Store`` of Durable.tla: per submission its status and its
 settling/placing writes, per task its kind, status, phase, abort mark,
 outcome and result entries, the inbox, the run - as the journal's writes
@@ -36,14 +36,14 @@ the change. Why Python and not a ``TraceDurable.tla``: tla/README.md.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
-from pidurable.shell import journal
+
+import invariants
 
 GEN, TOOL = "pi.generation", "pi.tool"
 MODELLED_PHASES = {GEN: {"prepare", "request", "tools"}, TOOL: {"call", "execute"}}
@@ -152,8 +152,9 @@ def refines(storage: Any, root: int = 1) -> Report:
     a = Abstract()
     actions: Counter[str] = Counter()
     outside = 0
-    for seq, events, writes in journal.journal_writes(storage.journal(), "store"):
-        evs, ws = json.loads(events), json.loads(writes)
+    # every field, and each built-in revision followed by the built-in's whole
+    # value (the pi.live / pi.inbox writes the model reads; core/builtins.py)
+    for seq, evs, ws in invariants.journal_history(storage):
         tag = evs[-1]["type"] if evs else "?"
         opened = any(e["type"] == "opened" for e in evs)
         if tag not in EVENT_ACTIONS:  # an event the model has not (hooks, compaction, ...)
