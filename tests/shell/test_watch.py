@@ -345,7 +345,9 @@ async def test_interval_throttles_views_and_still_ends_on_the_newest(autojump_cl
                 await nursery.start(count, "throttled", 10_000)
                 await nursery.start(count, "every", 0)
                 await conv.submit(Input("go"))
-        assert counts["every"] > 10 and 2 <= counts["throttled"] <= 3
+        # unthrottled: at least one view per round (each tool takes 0.1 s) and the
+        # answer - a slow consumer skips to the newest, so not one per commit
+        assert counts["every"] >= 6 and 2 <= counts["throttled"] <= 3 < counts["every"]
         for bad in (-1, 1.5, "10"):
             with pytest.raises(InvalidInput):
                 async with conv.watch(interval_ms=bad):  # type: ignore[arg-type]
