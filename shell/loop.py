@@ -233,7 +233,7 @@ class Loop:
         # its first step (nothing of it is stepped yet: storage is current)
         away, held = loading.away_all(events, self.state, self.documents)
         if away:
-            loaded = loading.load(self.storage, away, events[0].now)
+            loaded = loading.load(self.storage, away, events[0].now, held)
             if loaded is not None:
                 self._step(loaded)
         for event in events:
