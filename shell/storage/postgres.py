@@ -63,10 +63,7 @@ import trio
 from pidurable.core.effects import Write
 from pidurable.core.events import Event
 from pidurable.core.model import (
-    Conversation,
     ConversationId,
-    Submission,
-    Task,
 )
 
 from . import codec, live, sql_reads, postgres_layout as layout, sqlite_documents, sqlite_entries
@@ -80,11 +77,6 @@ from .base import (
     StoreFenced,
     StoreLocked,
     StoreMissing,
-    conv_state,
-    ROW_COLUMNS,
-    TASK_COLUMNS,
-    decode_record,
-    decode_row,
     encode_commit,
 )
 
@@ -334,22 +326,7 @@ class PostgresStorage(
                 self._tx.conn = None
 
     def _load(self) -> Loaded:
-        name = self.name
-        docs = self.live_builtins()
-        convs = tuple(
-            conv_state(decode_record(name, "conversations", cid, rec, Conversation), docs.get(cid, {}), name)
-            for cid, rec in self._rows("load", "SELECT id, record FROM conversations ORDER BY id")
-        )
-        tasks = tuple(
-            decode_row(name, "tasks", dict(zip(ROW_COLUMNS["tasks"], row)), row[-1], Task)
-            for row in self._rows("load", f"SELECT {TASK_COLUMNS}, record FROM tasks WHERE status <> 'terminal' ORDER BY id")
-        )
-        subs = tuple(
-            decode_record(name, "submissions", sid, rec, Submission)
-            for sid, rec in self._rows(
-                "load", "SELECT id, record FROM submissions WHERE status IN ('queued','placed') ORDER BY id"
-            )
-        )
+        convs, tasks, subs = self._open_records()
         ((max_id, seq),) = self._rows(
             "load",
             "SELECT greatest((SELECT max(id) FROM conversations), (SELECT max(id) FROM entries), "

@@ -9,8 +9,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pidurable.core.model import Conversation, ConversationId, Submission, SubmissionId, Task, TaskId
+from pidurable.core.state import ConvState
 
-from .base import ROW_COLUMNS, JournalRow, decode_doc, decode_record, decode_row
+from .base import ROW_COLUMNS, JournalRow, conv_state, decode_doc, decode_record, decode_row
 
 
 class RecordReads:
@@ -29,6 +30,15 @@ class RecordReads:
         if columns is not None:
             return [decode_row(self.name, table, dict(zip(columns, row)), row[-1], cl) for row in rows]
         return [decode_record(self.name, table, i, rec, cl) for i, rec in rows]
+
+    def _open_records(self) -> tuple[tuple[ConvState, ...], tuple[Task, ...], tuple[Submission, ...]]:
+        """What a whole ``load()`` reads: every conversation (with its
+        built-in documents), the live tasks, the unsettled submissions."""
+        docs = self.live_builtins()  # type: ignore[attr-defined]
+        convs = tuple(conv_state(c, docs.get(c.id, {}), self.name) for c in self._records("conversations", Conversation))
+        tasks = tuple(self._records("tasks", Task, "status <> 'terminal'"))
+        subs = tuple(self._records("submissions", Submission, "status IN ('queued','placed')"))
+        return convs, tasks, subs
 
     def _one(self, table: str, cl: type[Any], where: str, params: Sequence[Any]) -> Any:
         found = self._records(table, cl, where, params)

@@ -62,10 +62,7 @@ import sqlite_utils
 from pidurable.core.effects import Write
 from pidurable.core.events import Event
 from pidurable.core.model import (
-    Conversation,
     ConversationId,
-    Submission,
-    Task,
     TaskId,
 )
 
@@ -79,11 +76,6 @@ from .base import (
     StoreFenced,
     StoreLocked,
     StoreMissing,
-    conv_state,
-    ROW_COLUMNS,
-    TASK_COLUMNS,
-    decode_record,
-    decode_row,
     encode_commit,
 )
 from .sqlite_layout import MIGRATIONS, SQLITE_MAGIC, UPSERT, Found, inspect_store
@@ -379,22 +371,7 @@ class SqliteStorage(
 
     # lifecycle -----------------------------------------------------------------
     def load(self) -> Loaded:
-        name = self.name
-        docs = self.live_builtins()
-        convs = tuple(
-            conv_state(decode_record(name, "conversations", cid, rec, Conversation), docs.get(cid, {}), name)
-            for cid, rec in self._rows("load", "SELECT id, record FROM conversations ORDER BY id")
-        )
-        tasks = tuple(
-            decode_row(name, "tasks", dict(zip(ROW_COLUMNS["tasks"], row)), row[-1], Task)
-            for row in self._rows("load", f"SELECT {TASK_COLUMNS}, record FROM tasks WHERE status != 'terminal' ORDER BY id")
-        )
-        subs = tuple(
-            decode_record(name, "submissions", sid, rec, Submission)
-            for sid, rec in self._rows(
-                "load", "SELECT id, record FROM submissions WHERE status IN ('queued','placed') ORDER BY id"
-            )
-        )
+        convs, tasks, subs = self._open_records()
         next_id, next_seq, store_id = self._counters()
         return Loaded(
             next_id=next_id,
