@@ -230,18 +230,7 @@ class ToolInterpreter:
         staging = Staging(self.documents, task_id=effect.task_id, conversation_id=effect.conversation_id)
 
         progress = _Progress(self.loop, effect.task_id, max(interval_ms, 1) / 1000)
-        ctx = ToolCallContext(
-            env=self.env,
-            task_id=effect.task_id,
-            conversation_id=effect.conversation_id,
-            call_id=effect.call_id,
-            harness=self.harness,
-            idempotency_key=f"{self.store_id}:tool:{effect.task_id}",
-            cwd=effect.cwd,
-            record=record,
-            report=progress.report,
-            update_document=staging.update,
-        )
+        ctx = self._context(effect, record=record, report=progress.report, update_document=staging.update)
         failure: str | None = None
         try:
             result = tool_result(effect.name, await tool.execute(ctx, dict(effect.arguments)))
@@ -270,6 +259,20 @@ class ToolInterpreter:
             )
         )
 
+    def _context(self, effect: RunTool | RunReconcile, **hooks: Any) -> ToolCallContext:
+        """The context a tool body or its ``reconcile`` gets; ``hooks``: the
+        body's ``record`` / ``report`` / ``update_document``."""
+        return ToolCallContext(
+            env=self.env,
+            task_id=effect.task_id,
+            conversation_id=effect.conversation_id,
+            call_id=effect.call_id,
+            harness=self.harness,
+            idempotency_key=f"{self.store_id}:tool:{effect.task_id}",
+            cwd=effect.cwd,
+            **hooks,
+        )
+
     async def reconcile(self, effect: RunReconcile) -> None:
         """Ask the tool's ``reconcile``; answers ``ToolReconciled``."""
         now = self.loop.clock
@@ -278,15 +281,7 @@ class ToolInterpreter:
             note = f"Tool {effect.name} no longer has a reconcile"
             self.loop.send(ToolReconciled(now=now(), task_id=effect.task_id, verdict=Verdict.UNKNOWN, note=note))
             return
-        ctx = ToolCallContext(
-            env=self.env,
-            task_id=effect.task_id,
-            conversation_id=effect.conversation_id,
-            call_id=effect.call_id,
-            harness=self.harness,
-            idempotency_key=f"{self.store_id}:tool:{effect.task_id}",
-            cwd=effect.cwd,
-        )
+        ctx = self._context(effect)
         try:
             found = await tool.reconcile(ctx, dict(effect.arguments))
             if not isinstance(found, Reconciled) or found.verdict not in ("done", "not_done", "unknown"):
