@@ -64,6 +64,7 @@ import trio
 
 from pidurable.core.model import Conversation, ConversationId, Submission, Task
 
+from . import live
 from . import postgres_layout as layout
 from .base import Loaded, LeaseLost, StorageError, StoreFenced, conv_state, document_state, encode_commit
 from .postgres import Batch, PostgresStorage, _write_document
@@ -177,10 +178,6 @@ class TreeStorage:
         if roots is not None and list(roots) != [self.claim.tree]:
             raise StorageError(f"Store {self.name}: a tree's view loads only tree {self.claim.tree}, not {list(roots)}")
         store, tree = self.store, self.claim.tree
-        if not hasattr(store, "load_conversations"):
-            return self.load()
-        from . import live  # the O(live) reads (a store that has load_conversations has them)
-
         with store._failing("load"), store._connection() as conn, conn.transaction():
             conn.execute(b"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             store._tx.conn = conn

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pidurable.core.model import Conversation, ConversationId, Submission, SubmissionId, Task, TaskId
-from pidurable.core.state import ConvState
+from pidurable.core.state import ConvState, DocumentState
 
 from .base import ROW_COLUMNS, JournalRow, conv_state, decode_doc, decode_record, decode_row
 
@@ -19,6 +19,7 @@ class RecordReads:
 
     name: str
     _rows: Callable[..., list[Any]]
+    live_builtins: Callable[..., dict[ConversationId, dict[str, DocumentState]]]
 
     def _records(self, table: str, cl: type[Any], where: str = "", params: Sequence[Any] = ()) -> list[Any]:
         """Decoded records of ``table`` (``where`` filters), by id; a task's
@@ -34,7 +35,7 @@ class RecordReads:
     def _open_records(self) -> tuple[tuple[ConvState, ...], tuple[Task, ...], tuple[Submission, ...]]:
         """What a whole ``load()`` reads: every conversation (with its
         built-in documents), the live tasks, the unsettled submissions."""
-        docs = self.live_builtins()  # type: ignore[attr-defined]
+        docs = self.live_builtins()
         convs = tuple(conv_state(c, docs.get(c.id, {}), self.name) for c in self._records("conversations", Conversation))
         tasks = tuple(self._records("tasks", Task, "status <> 'terminal'"))
         subs = tuple(self._records("submissions", Submission, "status IN ('queued','placed')"))
