@@ -14,27 +14,27 @@ from __future__ import annotations
 
 import argparse
 import signal
+from typing import TYPE_CHECKING
 
 import trio
 
 from .agent import usage_error
 from .common import Subparsers
 
-
-async def _run(args: argparse.Namespace, setup: object) -> int:
+if TYPE_CHECKING:  # the postgres extra and the serve setup are imported when the command runs
+    from ..serve.setup import Setup
     from ..storage.postgres_tree import LeaseSettings
+
+
+async def _run(args: argparse.Namespace, setup: Setup, leases: LeaseSettings) -> int:
     from ..worker import Worker
 
-    try:
-        leases = LeaseSettings(duration=args.lease_seconds, renew_interval=args.renew_seconds, poll_interval=args.poll_seconds)
-    except ValueError as e:
-        raise usage_error(str(e)) from None
     worker = Worker(
         args.dsn,
-        registry=setup.registry,  # type: ignore[attr-defined]
-        models=setup.models,  # type: ignore[attr-defined]
-        env=setup.env,  # type: ignore[attr-defined]
-        settings=setup.settings,  # type: ignore[attr-defined]
+        registry=setup.registry,
+        models=setup.models,
+        env=setup.env,
+        settings=setup.settings,
         schema=args.schema,
         worker_id=args.worker_id,
         concurrency=args.concurrency,
@@ -69,9 +69,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.concurrency < 1:
         raise usage_error(f"--concurrency must be at least 1, not {args.concurrency}")
     from ..serve.setup import load_setup
+    from ..storage.postgres_tree import LeaseSettings
 
+    try:  # the flags first: a bad one never runs the host's factory
+        leases = LeaseSettings(duration=args.lease_seconds, renew_interval=args.renew_seconds, poll_interval=args.poll_seconds)
+    except ValueError as e:
+        raise usage_error(str(e)) from None
     setup = load_setup(args.app)
-    return trio.run(_run, args, setup)
+    return trio.run(_run, args, setup, leases)
 
 
 def add_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
