@@ -122,12 +122,13 @@ class Tx:
     # State once, in finish(): a step costs O(live), not O(puts x live).
     @property
     def state(self) -> State:
-        base = self._base
+        return self._freeze(self._base.next_seq)
+
+    def _freeze(self, next_seq: int) -> State:
+        """The draft as a State whose ``next_seq`` is ``next_seq``."""
         if self._ix is not None:
             self.task_index = self._ix.freeze()
-        return State(
-            next_seq=base.next_seq, opened=base.opened, **dict(zip(DRAFT_FIELDS, _read_drafted(self)))
-        )
+        return State(next_seq=next_seq, opened=self._base.opened, **dict(zip(DRAFT_FIELDS, _read_drafted(self))))
 
     @state.setter
     def state(self, state: State) -> None:
@@ -294,10 +295,11 @@ class Tx:
     def finish(self) -> Step:
         """The frozen result: ``[Commit(writes)?, acts..., replies...]``."""
         effects: list[Effect] = []
-        state = self.state
-        if self._writes:
-            effects.append(Commit(seq=state.next_seq, writes=tuple(self._writes.values())))
-            state = attrs.evolve(state, next_seq=state.next_seq + 1)
+        seq = self._base.next_seq
+        if self._writes:  # the State is built once, with the sequence number the Commit takes
+            effects.append(Commit(seq=seq, writes=tuple(self._writes.values())))
+            seq += 1
+        state = self._freeze(seq)
         effects.extend(self._acts)
         effects.extend(self._replies)
         return Step(state=state, effects=tuple(effects), rules=tuple(self.rules))
