@@ -1,69 +1,112 @@
-"""JSONL storage: a store is a directory, its commits lines of ``main.jsonl``.
+"""JSONL storage: a store is a directory, its commits lines of ``main.jsonl``,
+a live task's versions and document revisions in sidecar files.
 
 Theory of operation
 -------------------
-Layout of a store directory::
+Layout of a store directory (pi-durable-spec §2.8, in this codec's terms)::
 
-    main.jsonl      line 1: {"pidurable":"jsonl","schema":3,"store_id":"…"}
-                    then one line per commit, oldest first:
-                    {"seq":7,"format":3,"digest":"b2:…","events":[…],"writes":[…]}
-    lock            the owner's exclusive flock (empty file)
-    lock.owner      who holds it (pid, host, start time; see owner.py)
+    main.jsonl        line 1: {"pidurable":"jsonl","schema":6,"store_id":"…"}
+                      then one line per commit, oldest first:
+                      {"seq":7,"format":4,"digest":"b3:…","events":[…],"writes":[…]}
+    task-<id>.jsonl   a live task's versions: {"seq":7,"ordinal":2,"write":{…}}
+    doc-<id>.jsonl    one document incarnation's revisions (same lines)
+    lock              the owner's exclusive flock (empty file)
+    lock.owner        who holds it (pid, host, start time; see owner.py)
 
 A commit line holds what the journal row of every adapter holds (``seq``,
-``format``, the events, the ``digest`` of the writes) and the writes
-themselves, in their journal form (``{"type": TAG, ids…, record}``: the
-codec's text of the line's format, spliced in, nothing encoded twice). The
-digest is of exactly that ``writes`` array's text; ``journal()`` gives each
-line's own format, events and digest, so replay reads a JSONL store as it
-reads any other. (A line of an older format is rebuilt into rows by today's
-encoder: the rows decode to the same records.) ``open`` reads ``main.jsonl`` once and rebuilds
-the tables - the same in-memory tables as :class:`~.memory.MemoryStorage`,
-through the same row encoding (``base.encode_write``) - so every read is
-the memory adapter's. Cost: open is O(file) (every line is parsed and each
-write is decoded and re-encoded into its row: about 20 µs a write here,
-10,000 commits of a task version and an entry open in 0.36 s), and
-the tables stay in memory (O(store), not O(live)). Reads that scan a table
-(``entries``, ``submission_by_request``) are O(table).
+``format``, the events, the ``digest`` of the writes) and the writes, in
+their journal form (``{"type": TAG, ids…, record}``: the codec's text,
+spliced in, nothing encoded twice) - except two kinds, which go to a sidecar
+(jsonl_sidecars.py) and leave a marker in their place:
 
-Durability rules:
+- a task that is not terminal: ``{"type":"task.sidecar","id":5,"ordinal":2}``,
+  its record in ``task-5.jsonl``; a terminal task record stays inline;
+- a document revision (a base or a delta; built-ins like ``pi.live`` get one
+  on most steps, core/builtins.py): ``{"type":"document.sidecar","id":-10,
+  "ordinal":3}``, the revision in ``doc--10.jsonl``; a retirement stays inline.
 
-- A commit counts once ``main.jsonl`` holds its whole line: the batch's lines
-  are appended by one ``write`` to a descriptor opened ``O_APPEND`` (no
-  buffer of ours in between), then ``fsync`` when ``fsync=True``. Only then
-  are the in-memory tables updated. Encoding (and every check) happens before
-  any I/O, so a refused commit writes nothing.
-- ``commit_many`` is all or nothing across a crash: every line of a batch but
-  the last carries ``"more":true``; at open, a batch without its last line
-  is cut off whole.
-- A torn tail (a crash mid-append: the bytes after the last newline, or an
-  unparsable last line) is truncated on open at the exact byte offset where
-  its line (or its unfinished batch) starts; a warning names it.
+``ordinal`` is the write's place in the commit; a sidecar line carries the
+write's journal text, so the digest is over the same full ``writes`` text as
+before (a commit's journal, and ``pidurable replay --check``, are the same
+whatever the layout). ``journal()`` gives each line's own format, events and
+digest, so replay reads a JSONL store as it reads any other. (A line of an
+older format is rebuilt into rows by today's encoder.)
+
+Why sidecars: a task's intermediate versions and a current-only document's
+old revisions are dead once the task ends or the document has a newer base;
+in a sidecar they can be deleted (``main.jsonl`` is append-only and never
+compacted). What stays is ``main.jsonl`` (events, entries, submissions,
+terminal tasks, markers), the sidecars of live tasks, of rewindable
+documents (every revision kept: ``document_at``, forks) and of live
+current-only documents since their newest base.
+
+``open`` reads ``main.jsonl`` and every sidecar once and rebuilds the tables -
+the same in-memory tables as :class:`~.memory.MemoryStorage`, through the
+same row encoding (``base.encode_write``) - so every read is the memory
+adapter's. Cost: open is O(files) (every line parsed, every write decoded and
+re-encoded into its row: about 20 µs a write), the tables stay in memory
+(O(store), not O(live)), and reads that scan a table (``entries``,
+``submission_by_request``) are O(table).
+
+Commit protocol (``commit_many``):
+
+1. Validate and encode everything, lay out the lines of each file: a
+   failure does no I/O and leaves the store usable.
+2. Append each touched sidecar's records (one ``write`` per file, to an
+   ``O_APPEND`` descriptor; in write order), then ``fsync`` them (and the
+   directory, for a new file) if ``fsync=True``.
+3. Append the batch's main lines in one ``write`` (``fsync`` if asked).
+   A commit counts once ``main.jsonl`` holds its whole line; its sidecar
+   records are there before it.
+4. Update the in-memory tables.
+5. Reclaim, best effort (a failure is logged; the next open finishes it):
+   delete the sidecar of a task whose record in main is now terminal, and of
+   a retired current-only document (``latest`` history, or task-scoped);
+   after a base of a current-only document, replace its file with that base
+   and what follows (written to ``<file>.reclaim``, flushed if ``fsync``,
+   renamed over). Rewindable documents are never reclaimed.
+
+Any failure in 2-3 poisons the store (every later commit raises until it is
+reopened): the tables were not touched, and open decides from the files.
+
+``commit_many`` is all or nothing across a crash: every main line of a
+batch but the last carries ``"more":true``; at open, a batch without its
+last line is cut off whole.
+
+Open (everything is checked before anything is repaired, so a damaged store
+is left as it was):
+
+- A torn tail of ``main.jsonl`` (the bytes after the last newline, or an
+  unparsable last line) is truncated at the exact byte offset where its line
+  (or its unfinished batch) starts; the next commit reuses its seq.
+- Every record a kept main line refers to must be in its sidecar, unless it
+  was reclaimed: a task's records before its terminal record in main, a
+  current-only document's before its newest base (or its retirement). A
+  missing one raises :class:`DamagedRecord` ("missing confirmed sidecar
+  record") naming the file, the seq and the main line.
+- A sidecar's records are a confirmed prefix, then records of commits main
+  does not hold (a crash between the sidecar and main appends) and maybe a
+  torn line: that tail is truncated at its exact byte offset. A confirmed
+  record after an unconfirmed one is corruption.
 - Real corruption - a line that is not the last and is not JSON, a commit of
-  the wrong shape, a record that does not decode, seqs that do not
-  increase - raises :class:`DamagedRecord` naming the file and the line; the
-  file is left as it was.
-- A failed append is undone (the file truncated back); if even that fails the
-  store is poisoned: every later commit raises until it is reopened (open
-  repairs the tail). A failed ``fsync`` poisons too (the line may or may not
-  be durable: the next open tells).
-- One owner per directory: an exclusive ``flock`` on ``lock`` (found by the
-  directory's real path, so a symlink reaches the same file; a lock follows
-  the inode, so a hard link of ``lock`` does too); see :mod:`.owner`.
+  the wrong shape, a record that does not decode, seqs that do not increase
+  - raises :class:`DamagedRecord` naming the file and the line.
+- Stray ``*.reclaim`` files are deleted, and interrupted reclamation is
+  finished (a terminal task's sidecar deleted, a current-only document's
+  file cut to its newest base).
+- A store of the one-file layout (header ``schema`` 5 or less: every write
+  inline) opens as it did; its header is rewritten to schema 6 (the file
+  renamed over) and new commits use sidecars. An older pidurable refuses a
+  schema-6 store ("upgrade pidurable").
 
-Why no sidecars. The reference (pi-durable-spec §2.8) writes a live task's
-versions to ``task-<id>.jsonl`` and document contents to ``doc-<id>.jsonl``,
-with markers in ``main.jsonl``, so that a task's intermediate states and a
-current-only document's old revisions can be deleted (main is never
-compacted). That costs a commit one append (and one fsync) per touched file
-plus the main one, an ordering protocol between them, and an open that must
-cut unconfirmed sidecar tails and prove every referenced record present. This
-store keeps the same guarantees with one file: a commit is one append (one
-fsync), atomic by construction, and there is nothing to reconcile at open.
-The price is size: every version of every task record and every document
-revision stays in ``main.jsonl`` (as they did in the SQLite journal before
-format 2). Compaction (rewrite the live tables as one synthetic commit) would
-reclaim it; it is not done yet.
+One owner per directory: an exclusive ``flock`` on ``lock`` (found by the
+directory's real path, so a symlink reaches the same file; a lock follows
+the inode, so a hard link of ``lock`` does too); see :mod:`.owner`.
+
+Durability: with ``fsync=False`` process-crash consistency (a process crash
+loses nothing that counted; a power loss may lose the newest commits); with
+``fsync=True`` each commit's sidecar records are flushed before its main
+line is written, and the main line before it counts.
 """
 
 from __future__ import annotations
@@ -77,16 +120,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from pidurable.core.effects import Write
 from pidurable.core.events import Event
 from pidurable.core.model import ConversationId
 
 from . import codec, owner
+from . import jsonl_sidecars as sidecars
 from .base import (
-    SCHEMA_VERSION,
     DamagedRecord,
     Loaded,
     NotAStore,
+    Row,
     StorageError,
     StoreFenced,
     StoreLocked,
@@ -95,6 +141,7 @@ from .base import (
     _why,
     encode_write,
 )
+from .jsonl_sidecars import Position, split as _split
 from .memory import Encoded, MemoryStorage
 
 log = logging.getLogger("pidurable")
@@ -104,6 +151,48 @@ LOCK = "lock"
 #: How the first line of every ``main.jsonl`` starts (a torn first line is
 #: truncated only if it is a piece of this, so a stranger's file is never cut).
 HEADER_PREFIX = b'{"pidurable":"jsonl","schema":'
+#: The header's ``schema``: the directory's layout, which an older pidurable
+#: checks (it refuses a number above its own: "upgrade pidurable"). Up to 5
+#: it was the shared ``SCHEMA_VERSION`` and every write was inline in
+#: ``main.jsonl``; 6: sidecars (a store of 5 or less is upgraded at open: its
+#: lines stay as they are, its header says 6, new commits use sidecars).
+LAYOUT = 6
+#: The first layout whose ``main.jsonl`` may hold sidecar markers.
+SIDECAR_LAYOUT = 6
+#: Sidecar descriptors kept open (the most recently written ones).
+OPEN_SIDECARS = 32
+
+
+@attrs.frozen(kw_only=True)
+class _Ref:
+    """A marker of a main line: its write's record is in ``file``."""
+
+    file: str
+    ordinal: int
+
+
+@attrs.frozen(kw_only=True)
+class _Read:
+    """A commit line read at open, before its sidecar records are."""
+
+    number: int  #: its line in main.jsonl
+    seq: int
+    format: int
+    digest: str
+    events: str
+    slots: list[Row | _Ref]
+
+
+@attrs.frozen(kw_only=True)
+class _Plan:
+    """A batch, encoded and laid out, before any I/O."""
+
+    encoded: list[Encoded]
+    main: bytes  #: the batch's main lines
+    appends: dict[str, list[bytes]]  #: sidecar -> its new record lines, in write order
+    bases: dict[str, int]  #: sidecar -> index in ``appends`` of its newest reclaiming base
+    terminal: dict[str, bool]  #: a task's sidecar -> is the task's last version in the batch terminal?
+    retired: list[str]  #: sidecars of documents retired for good (their revisions go)
 
 
 class JsonlStorage(MemoryStorage):
@@ -121,8 +210,10 @@ class JsonlStorage(MemoryStorage):
         self._inode: owner.Inode = (0, 0)
         self._owner_written = False
         self._fd: int | None = None  # main.jsonl, O_APPEND
-        self._size = 0  # bytes of main.jsonl that hold whole commits
         self._poisoned: str | None = None
+        #: The sidecar files that exist, and the open descriptors of some (O_APPEND, oldest first).
+        self._files: set[str] = set()
+        self._side_fds: dict[str, int] = {}
         try:
             self._open(create)
         except BaseException:
@@ -160,8 +251,7 @@ class JsonlStorage(MemoryStorage):
             if not create:
                 raise StoreMissing(f"Store {self.path} does not exist ({self.main} is empty)")
             self._create()
-        else:
-            self._replay(data)
+        self._replay(data)
         self._owner_written = owner.write_owner(self.dir / LOCK)
 
     def _lock(self) -> None:
@@ -190,19 +280,26 @@ class JsonlStorage(MemoryStorage):
             return found.describe()
         return f"pid {pid} on this host" if pid is not None else "another process (its owner file is missing)"
 
+    def _header_line(self) -> bytes:
+        return (codec.dumps({"pidurable": "jsonl", "schema": LAYOUT, "store_id": self._store_id}) + "\n").encode("utf-8")
+
     def _create(self) -> None:
-        header = codec.dumps({"pidurable": "jsonl", "schema": SCHEMA_VERSION, "store_id": self._store_id})
-        self._append((header + "\n").encode("utf-8"))
+        _write_all(self._descriptor(), self._header_line())
         if self.fsync:  # the new file's name must survive a power loss too
+            os.fsync(self._descriptor())
             _fsync_dir(self.dir)
 
     def _replay(self, data: bytes) -> None:
-        """Rebuild the tables from ``main.jsonl``; cut a torn tail."""
+        """Rebuild the tables from ``main.jsonl`` and the sidecars it refers
+        to; everything is checked before anything is repaired (cut, deleted,
+        rewritten), so a damaged store is left as it was."""
         lines = _split(data)
         keep = len(data)
-        pending: list[Encoded] = []  # an unfinished batch's commits
+        commits: list[_Read] = []
+        pending: list[_Read] = []  # an unfinished batch's commits
         batch_start = 0  # where that batch's first line starts
         last_seq = 0
+        layout = LAYOUT
         for number, start, text, whole in lines:
             try:
                 if not whole:
@@ -216,42 +313,50 @@ class JsonlStorage(MemoryStorage):
                 keep = start  # the last line is torn: a crash mid-append
                 break
             if number == 1:
-                self._header(obj)
+                layout = self._header(obj)
                 continue
-            commit, more = self._commit_of(number, obj, last_seq)
+            commit, more = self._commit_of(number, obj, last_seq, layout)
             last_seq = commit.seq
             if not pending:
                 batch_start = start
             pending.append(commit)
             if not more:
-                for c in pending:
-                    self._apply(c)
+                commits.extend(pending)
                 pending = []
         if pending:  # a batch without its last line never counted
             keep = min(keep, batch_start)
+        found = self._sidecars(commits)
+        for c in commits:
+            self._apply_read(c, found)
+        self._created_seqs(commits)
+        # checked: now repair
         if keep < len(data):
             self._truncate(keep, len(data))
             if keep == 0:  # only a torn header: a store being created
                 self._store_id = str(uuid.uuid4())
                 self._create()
-                return
-        self._size = keep
+                layout = LAYOUT
+        self._repair_sidecars(found)
+        if layout < LAYOUT and keep > 0:
+            self._upgrade(lines[0][2] + b"\n")
 
-    def _header(self, obj: Any) -> None:
+    def _header(self, obj: Any) -> int:
         if not (isinstance(obj, dict) and obj.get("pidurable") == "jsonl"):
             raise NotAStore(f"{self.path}: {self.main} is not a pidurable JSONL store; it was left untouched")
         schema, store_id = obj.get("schema"), obj.get("store_id")
         if type(schema) is not int or not isinstance(store_id, str) or not store_id:
             raise DamagedRecord(f"Store file {self.main} line 1: damaged header")
-        if schema > SCHEMA_VERSION:
+        if schema > LAYOUT:
             raise StorageError(
                 f"Store {self.path} has schema version {schema}; this pidurable reads versions up to "
-                f"{SCHEMA_VERSION}. Upgrade pidurable."
+                f"{LAYOUT}. Upgrade pidurable."
             )
         self._store_id = store_id
+        return schema
 
-    def _commit_of(self, number: int, obj: Any, last_seq: int) -> tuple[Encoded, bool]:
-        """The commit on line ``number``, rows rebuilt from its writes."""
+    def _commit_of(self, number: int, obj: Any, last_seq: int, layout: int) -> tuple[_Read, bool]:
+        """The commit on line ``number``: its inline writes rebuilt into rows,
+        its markers kept to be filled from the sidecars."""
         where = f"Store file {self.main} line {number}"
         if not isinstance(obj, dict):
             raise DamagedRecord(f"{where}: not a commit")
@@ -265,15 +370,186 @@ class JsonlStorage(MemoryStorage):
             raise StorageError(f"{where}: journal format {fmt} is newer than this pidurable reads; upgrade pidurable")
         if seq <= last_seq:
             raise DamagedRecord(f"{where}: seq {seq} does not increase (the line before has {last_seq})")
-        rows = []
+        slots: list[Row | _Ref] = []
         try:
-            for data in writes:
-                row, _ = encode_write(codec.write_from_data(data), seq)
-                rows.append(row)
+            for ordinal, data in enumerate(writes):
+                marker = sidecars.marker_of(data)
+                if marker is None:
+                    slots.append(encode_write(codec.write_from_data(data), seq)[0])
+                    continue
+                kind, ident, said = marker
+                if layout < SIDECAR_LAYOUT:
+                    raise ValueError(f"a {kind} marker in a store of schema {layout} (before sidecars)")
+                if said != ordinal:
+                    raise ValueError(f"a {kind} marker with ordinal {said} at write {ordinal}")
+                slots.append(_Ref(file=sidecars.file_name(kind, ident), ordinal=ordinal))
             events_text = codec.dumps(events)
         except _DECODE_ERRORS as e:
             raise DamagedRecord(f"{where}: damaged record in commit {seq}: {_why(e)}") from e
-        return Encoded(seq=seq, rows=rows, events=events_text, writes="", digest=digest, format=fmt), more
+        return _Read(number=number, seq=seq, format=fmt, digest=digest, events=events_text, slots=slots), more
+
+    def _sidecars(self, commits: list[_Read]) -> dict[str, tuple[sidecars.Sidecar | None, dict[Position, Row]]]:
+        """Read every sidecar file (and every one main refers to): its
+        confirmed records decoded into rows; a record main refers to must be
+        there unless it was reclaimed (a later terminal task record, a later
+        reclaiming base or retirement of its document)."""
+        refs: dict[str, dict[Position, int]] = {}
+        main_rows: list[tuple[Position, Row]] = []
+        for c in commits:
+            for ordinal, slot in enumerate(c.slots):
+                if isinstance(slot, _Ref):
+                    refs.setdefault(slot.file, {})[(c.seq, ordinal)] = c.number
+                else:
+                    main_rows.append(((c.seq, ordinal), slot))
+        try:
+            names = {n for n in os.listdir(self.dir) if sidecars.NAME.fullmatch(n)}
+        except OSError as e:
+            raise StorageError(f"Cannot open store {self.path}: {e.strerror or e}") from e
+        found: dict[str, tuple[sidecars.Sidecar | None, dict[Position, Row]]] = {}
+        side_rows: list[tuple[Position, Row]] = []
+        for name in sorted(names | refs.keys()):
+            if name not in names:
+                found[name] = (None, {})
+                continue
+            path = self.dir / name
+            try:
+                data = path.read_bytes()
+            except OSError as e:
+                raise StorageError(f"Cannot open store {self.path}: reading {path}: {e.strerror or e}") from e
+            side = sidecars.read(path, data, set(refs.get(name, {})))
+            rows: dict[Position, Row] = {}
+            for rec in side.records:
+                try:
+                    w = codec.write_from_data(rec.write)
+                    row = encode_write(w, rec.seq)[0]
+                except _DECODE_ERRORS as e:
+                    raise DamagedRecord(f"Store file {path} line {rec.line}: damaged record in commit {rec.seq}: {_why(e)}") from e
+                owner_of = sidecars.sidecar_of(w)
+                if owner_of is None or sidecars.file_name(*owner_of) != name:
+                    raise DamagedRecord(f"Store file {path} line {rec.line}: a record of another file ({type(w).__name__})")
+                rows[(rec.seq, rec.ordinal)] = row
+                side_rows.append(((rec.seq, rec.ordinal), row))
+            found[name] = (side, rows)
+        tasks, docs = sidecars.reclaimed_points(main_rows, side_rows)
+        for name, wanted in refs.items():
+            kind, ident = _parse_name(name)
+            gone = (tasks if kind == "task" else docs).get(ident, (0, -1))
+            rows = found[name][1]
+            for pos, number in wanted.items():
+                if pos not in rows and pos >= gone:
+                    raise DamagedRecord(
+                        f"Store file {self.dir / name}: missing confirmed sidecar record (seq {pos[0]}, ordinal "
+                        f"{pos[1]}) that {self.main} line {number} refers to"
+                    )
+        return found
+
+    def _apply_read(self, c: _Read, found: dict[str, tuple[sidecars.Sidecar | None, dict[Position, Row]]]) -> None:
+        rows = []
+        for ordinal, slot in enumerate(c.slots):
+            if isinstance(slot, _Ref):
+                row = found[slot.file][1].get((c.seq, ordinal))
+                if row is None:
+                    continue  # reclaimed: a later record of main or of its file supersedes it
+            else:
+                row = slot
+            if row.table == "document_revisions" and row.columns["action"] == "retire":
+                self._record_of_retired(row.columns)
+            rows.append(row)
+        self._apply(Encoded(seq=c.seq, rows=rows, events=c.events, writes="", digest=c.digest, format=c.format))
+
+    def _record_of_retired(self, col: dict[str, Any]) -> None:
+        """A retired current-only document whose every revision was reclaimed
+        has no base to make its record row from: its retirement holds the
+        same fields (``created_seq`` is mended by :meth:`_created_seqs`)."""
+        records = self._tables["document_records"]
+        did = col["document_id"]
+        if (did,) not in records:
+            records[(did,)] = {
+                "id": did, "scope": col["scope"], "owner": col["owner"], "kind": col["kind"],
+                "version": col["version"], "history": col["history"], "fork": col["fork"],
+                "created_seq": col["seq"], "retired_seq": None,
+            }
+
+    def _created_seqs(self, commits: list[_Read]) -> None:
+        """A document was created by its first revision, even one reclaimed
+        since (its record row was made from a later base)."""
+        first: dict[int, int] = {}
+        for c in commits:
+            for slot in c.slots:
+                if isinstance(slot, _Ref) and slot.file.startswith("doc-"):
+                    first.setdefault(_parse_name(slot.file)[1], c.seq)
+        records = self._tables["document_records"]
+        for did, seq in first.items():
+            row = records.get((did,))
+            if row is not None and seq < row["created_seq"]:
+                records[(did,)] = {**row, "created_seq": seq}
+
+    def _repair_sidecars(self, found: dict[str, tuple[sidecars.Sidecar | None, dict[Position, Row]]]) -> None:
+        """Cut unconfirmed tails, drop stray ``.reclaim`` files, and finish
+        reclamation a crash interrupted (terminal tasks' sidecars, retired
+        current-only documents' files, revisions before a newest base)."""
+        try:
+            strays = [n for n in os.listdir(self.dir) if n.endswith(sidecars.RECLAIM)]
+        except OSError as e:
+            raise StorageError(f"Cannot open store {self.path}: {e.strerror or e}") from e
+        for name in strays:
+            log.warning("Store %s: deleting %s, left by an interrupted reclamation", self.path, name)
+            self._unlink(name)
+        for name, (side, _) in found.items():
+            if side is None:
+                continue
+            if side.keep < side.size:
+                log.warning(
+                    "Store %s: %s ends with records of no commit (a crash before main.jsonl held them): "
+                    "truncated at byte %d (%d bytes dropped)", self.path, name, side.keep, side.size - side.keep,
+                )
+                try:
+                    os.truncate(side.path, side.keep)
+                except OSError as e:
+                    raise StorageError(f"Store {self.path}: cannot truncate {side.path}: {e.strerror or e}") from e
+            self._files.add(name)
+            if side.keep == 0 or self._reclaimable(name) == "delete":
+                self._delete(name)
+                continue
+            kind, ident = _parse_name(name)
+            revisions = self._by_document.get(ident, {}) if kind == "doc" else {}
+            if self._reclaimable(name) == "rewrite" and side.records and revisions and side.records[0].seq < min(revisions):
+                first = next(r for r in side.records if r.seq >= min(revisions))
+                data = side.path.read_bytes()[first.start : side.keep]
+                self._replace(name, data)
+
+    def _reclaimable(self, name: str) -> str:
+        """What may go of a sidecar, by its task or document as now stored:
+        ``delete`` (a terminal task; a retired current-only document),
+        ``rewrite`` (a live current-only document: revisions before its
+        newest base), ``keep`` (a live task; a rewindable document)."""
+        kind, ident = _parse_name(name)
+        if kind == "task":
+            row = self._tables["tasks"].get((ident,))
+            return "delete" if row is not None and row["status"] == "terminal" else "keep"
+        record = self._tables["document_records"].get((ident,))
+        if record is None or not (record["history"] == "latest" or record["scope"] == "task"):
+            return "keep"
+        return "delete" if record["retired_seq"] is not None else "rewrite"
+
+    def _upgrade(self, old_header: bytes) -> None:
+        """A store of the one-file layout: its header says the sidecar
+        layout from now on (the file rewritten whole and renamed over, so a
+        crash leaves one or the other)."""
+        fd = self._descriptor()
+        try:
+            data = _read_all(fd)
+            if not data.startswith(old_header):
+                raise StorageError(f"Store {self.path}: {self.main} changed while opening")
+            self._write_replacement(MAIN, self._header_line() + data[len(old_header) :])
+            if self.fsync:  # the rename must not be lost while sidecar markers follow
+                _fsync_dir(self.dir)
+            new_fd = os.open(self.main, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        except OSError as e:
+            raise StorageError(f"Store {self.path}: cannot upgrade {self.main} to schema {LAYOUT}: {e.strerror or e}") from e
+        self._fd = new_fd
+        os.close(fd)
+        log.info("Store %s: upgraded to JSONL schema %d (sidecar files)", self.path, LAYOUT)
 
     def _truncate(self, keep: int, size: int) -> None:
         log.warning(
@@ -307,6 +583,11 @@ class JsonlStorage(MemoryStorage):
 
     def _release(self) -> None:
         fd, self._fd = self._fd, None
+        for name in list(self._side_fds):
+            try:
+                self._close_sidecar(name)
+            except OSError as e:
+                log.warning("Store %s: closing %s failed (%s)", self.path, name, e)
         try:
             if fd is not None:
                 os.close(fd)
@@ -325,60 +606,182 @@ class JsonlStorage(MemoryStorage):
 
     # writes ------------------------------------------------------------------
     def commit_many(self, batch: Sequence[tuple[int, Sequence[Write], Sequence[Event]]]) -> None:
-        """Several commits as consecutive lines, all or nothing (see the
+        """Several commits as consecutive main lines, all or nothing (see the
         module comment); the tables change only once the lines are in."""
         if self._fenced:
             raise StoreFenced(f"store {self.path} is fenced")
         self._descriptor()
         if self._poisoned is not None:
             raise StorageError(f"Store {self.path}: {self._poisoned}; reopen the store")
-        encoded = self._encode_batch(batch)
-        data = b"".join(_line(c, more=i < len(encoded) - 1) for i, c in enumerate(encoded))
-        self._append(data)
-        for c in encoded:
+        plan = self._prepare(batch)
+        self._write(plan)
+        for c in plan.encoded:
             self._apply(c)
+        self._reclaim(plan)
 
-    def _append(self, data: bytes) -> None:
-        fd = self._descriptor()
+    def _prepare(self, batch: Sequence[tuple[int, Sequence[Write], Sequence[Event]]]) -> _Plan:
+        """Validate, encode and lay out every commit of ``batch`` (which
+        write goes to which sidecar) before any I/O: a failure leaves the
+        store untouched and usable."""
+        last = self._journal[-1].seq if self._journal else 0
+        encoded: list[Encoded] = []
+        lines: list[bytes] = []
+        appends: dict[str, list[bytes]] = {}
+        bases: dict[str, int] = {}
+        terminal: dict[str, bool] = {}
+        retired: list[str] = []
+        entries: set[Any] = set()
+        for i, (seq, writes, events) in enumerate(batch):
+            if seq <= last:
+                raise StorageError(f"Commit seq {seq} does not increase (last is {last})")
+            last = seq
+            rows, pieces, main = [], [], []
+            for ordinal, w in enumerate(writes):
+                row, piece = encode_write(w, seq)
+                rows.append(row)
+                pieces.append(piece)
+                side = sidecars.sidecar_of(w)
+                if side is not None:
+                    name = sidecars.file_name(*side)
+                    main.append(sidecars.marker_text(side[0], side[1], ordinal))
+                    mine = appends.setdefault(name, [])
+                    if row.table == "tasks":
+                        terminal[name] = False
+                    elif row.columns["reclaims"]:  # a base of a current-only document
+                        bases[name] = len(mine)
+                    mine.append(sidecars.record_line(seq, ordinal, piece))
+                    continue
+                main.append(piece)
+                if row.table == "tasks":  # inline: terminal
+                    terminal[sidecars.file_name(sidecars.TASK_MARKER, row.key[0])] = True
+                elif row.table == "document_revisions" and row.columns["action"] == "retire" and row.columns["reclaims"]:
+                    retired.append(sidecars.file_name(sidecars.DOC_MARKER, row.key[0]))
+                elif row.table == "entries":  # written once (SQLite's plain INSERT refuses a rewrite too)
+                    if row.key in self._tables["entries"] or row.key in entries:
+                        raise StorageError(f"Entry {row.key[0]} already exists: entries are written once")
+                    entries.add(row.key)
+            digest = codec.writes_digest(codec.journal_writes(pieces))
+            c = Encoded(seq=seq, rows=rows, events=codec.events_json(events), writes="", digest=digest)
+            encoded.append(c)
+            lines.append(_line(c, codec.journal_writes(main), more=i < len(batch) - 1))
+        return _Plan(encoded=encoded, main=b"".join(lines), appends=appends, bases=bases, terminal=terminal, retired=retired)
+
+    def _write(self, plan: _Plan) -> None:
+        """Sidecars first (flushed if ``fsync``), then the main lines: a
+        commit counts once main holds it, and then its records are there.
+        Any failure poisons the store: what landed is sorted out at open."""
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            step = "append to a sidecar"
+            fds, created = [], False
+            for name, lines in plan.appends.items():
+                fd, new = self._sidecar_fd(name)
+                created |= new
+                _write_all(fd, b"".join(lines))
+                fds.append(fd)
+            if self.fsync:
+                step = "fsync a sidecar"
+                for fd in fds:
+                    os.fsync(fd)
+                if created:
+                    _fsync_dir(self.dir)
+            step = f"append to {MAIN}"
+            _write_all(self._descriptor(), plan.main)
+            if self.fsync:
+                step = f"fsync {MAIN}"
+                os.fsync(self._descriptor())
+        except (OSError, StorageError) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            self._poisoned = f"a commit failed ({step}: {why}); whether it counts is known at the next open"
+            raise StorageError(f"Store {self.path}: {self._poisoned}") from e
+
+    def _sidecar_fd(self, name: str) -> tuple[int, bool]:
+        """An ``O_APPEND`` descriptor of sidecar ``name`` (and whether the file is new)."""
+        fd = self._side_fds.pop(name, None)
+        new = False
+        if fd is None:
+            new = name not in self._files
+            fd = os.open(self.dir / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._files.add(name)
+            if len(self._side_fds) >= OPEN_SIDECARS:
+                self._close_sidecar(next(iter(self._side_fds)))
+        self._side_fds[name] = fd  # the most recent last
+        return fd, new
+
+    def _close_sidecar(self, name: str) -> None:
+        fd = self._side_fds.pop(name, None)
+        if fd is not None:
+            os.close(fd)
+
+    def _reclaim(self, plan: _Plan) -> None:
+        """After the commit counts: delete the sidecars of tasks now terminal
+        and of retired current-only documents; a current-only document's
+        file becomes its newest base and what follows. Best effort: a failure
+        is logged, and the next open finishes it."""
+        for name, done in plan.terminal.items():
+            if done and name in self._files:
+                self._delete(name)
+        for name in plan.retired:
+            if name in self._files:
+                self._delete(name)
+        for name, index in plan.bases.items():
+            if name in self._files:
+                self._replace(name, b"".join(plan.appends[name][index:]))
+
+    def _delete(self, name: str) -> None:
+        self._close_sidecar(name)
+        if self._unlink(name):
+            self._files.discard(name)
+
+    def _unlink(self, name: str) -> bool:
+        try:
+            os.unlink(self.dir / name)
+            return True
+        except FileNotFoundError:
+            return True
         except OSError as e:
-            try:
-                os.ftruncate(fd, self._size)
-            except OSError as undo:
-                self._poisoned = f"a failed append could not be undone ({undo.strerror or undo})"
-            raise StorageError(f"Store {self.path}: commit failed, nothing was written ({e.strerror or e})") from e
-        if self.fsync:
-            try:
+            log.warning("Store %s: cannot delete %s (%s); the next open retries", self.path, name, e.strerror or e)
+            return False
+
+    def _replace(self, name: str, data: bytes) -> None:
+        self._close_sidecar(name)  # its descriptor would append to the old file
+        try:
+            self._write_replacement(name, data)
+        except OSError as e:
+            log.warning("Store %s: cannot reclaim %s (%s); the next open retries", self.path, name, e.strerror or e)
+            self._unlink(name + sidecars.RECLAIM)
+
+    def _write_replacement(self, name: str, data: bytes) -> None:
+        """``name``'s new content, written to ``name.reclaim`` (flushed if
+        ``fsync``) and renamed over it."""
+        tmp = self.dir / (name + sidecars.RECLAIM)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            _write_all(fd, data)
+            if self.fsync:
                 os.fsync(fd)
-            except OSError as e:
-                self._poisoned = f"fsync failed ({e.strerror or e}); whether the last commit is durable is unknown"
-                raise StorageError(f"Store {self.path}: {self._poisoned}") from e
-        self._size += len(data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.dir / name)
 
 
-def _line(c: Encoded, *, more: bool) -> bytes:
-    """A commit's line: the codec's texts spliced into one object."""
+def _parse_name(name: str) -> tuple[str, int]:
+    m = sidecars.NAME.fullmatch(name)
+    assert m is not None, name
+    return m.group(1), int(m.group(2))
+
+
+def _line(c: Encoded, writes: str, *, more: bool) -> bytes:
+    """A commit's main line: the codec's texts spliced into one object
+    (``writes``: the inline writes and the markers)."""
     head = codec.dumps({"seq": c.seq, "format": c.format, "digest": c.digest})[:-1]
     tail = ',"more":true}\n' if more else "}\n"
-    return (head + ',"events":' + c.events + ',"writes":' + c.writes + tail).encode("utf-8")
+    return (head + ',"events":' + c.events + ',"writes":' + writes + tail).encode("utf-8")
 
 
-def _split(data: bytes) -> list[tuple[int, int, bytes, bool]]:
-    """``(line number, byte offset, text, whole)`` of each line; the bytes
-    after the last newline, if any, are a last line that is not whole."""
-    out: list[tuple[int, int, bytes, bool]] = []
-    start = 0
-    while start < len(data):
-        end = data.find(b"\n", start)
-        if end < 0:
-            out.append((len(out) + 1, start, data[start:], False))
-            break
-        out.append((len(out) + 1, start, data[start:end], True))
-        start = end + 1
-    return out
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _read_all(fd: int) -> bytes:
@@ -406,7 +809,8 @@ def _fsync_dir(path: Path) -> None:
 def open_jsonl_storage(path: str | os.PathLike[str], fsync: bool = False, *, create: bool = True) -> JsonlStorage:
     """Open a JSONL store in directory ``path``, creating it (and the
     directory, whose parent must exist) unless ``create=False``. ``fsync``:
-    sync every commit to disk before it counts (default: the OS writes it
-    back; a process crash loses nothing, a power loss may lose the newest
-    commits). Raises ``StoreLocked``, ``NotAStore``, ``DamagedRecord``."""
+    sync every commit's sidecar records, then its main line, before it
+    counts (default: the OS writes them back; a process crash loses nothing,
+    a power loss may lose the newest commits). Raises ``StoreLocked``,
+    ``NotAStore``, ``DamagedRecord``."""
     return JsonlStorage(path, fsync=fsync, create=create)

@@ -60,9 +60,7 @@ def test_a_torn_last_line_is_truncated_at_its_exact_offset(tmp_path: Path, cut: 
     _store(path).close()
     main = _main(path)
     good = main.stat().st_size
-    line = jsonl._line(  # what the next commit would append
-        _encoded(path, 4, [_entry(20, "ü" * 10)]), more=False
-    )
+    line = _next_lines(path, 4, [_entry(20, "ü" * 10)])  # what the next commit would append
     if cut == "mid-utf8":
         n = line.index("ü".encode()) + 1
     elif cut == "all-but-newline":
@@ -85,11 +83,11 @@ def test_a_torn_last_line_is_truncated_at_its_exact_offset(tmp_path: Path, cut: 
     store.close()
 
 
-def _encoded(path: Path, seq: int, writes: list[PutEntry]) -> jsonl.Encoded:
+def _next_lines(path: Path, seq: int, writes: list[PutEntry]) -> bytes:
+    """The main line a commit of ``writes`` at ``seq`` would append (laid out by a scratch store)."""
     scratch = open_jsonl_storage(path.with_name(path.name + "-scratch"))
     try:
-        (encoded,) = scratch._encode_batch([(seq, writes, [])])
-        return encoded
+        return scratch._prepare([(seq, writes, [])]).main
     finally:
         scratch.close()
 
@@ -229,11 +227,13 @@ def test_fsync_syncs_every_commit_and_the_new_directory(tmp_path: Path, monkeypa
     store.close()
 
 
-def test_a_failed_append_writes_nothing_and_a_failed_fsync_poisons(
+def test_a_failed_append_or_fsync_poisons_and_open_repairs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A write that fails (disk full) is undone and the store stays usable;
-    a failed fsync refuses every later commit until the store is reopened."""
+    """A write that fails half way (disk full) refuses every later commit
+    until the store is reopened, and the reopen cuts the partial line; a
+    failed fsync poisons too (the line reached the file: the next open keeps
+    it). Sidecar faults: test_store_jsonl_sidecars.py."""
     path = tmp_path / "s"
     store = _store(path)
     size = _main(path).stat().st_size
@@ -246,9 +246,13 @@ def test_a_failed_append_writes_nothing_and_a_failed_fsync_poisons(
         return real_write(fd, data)
 
     monkeypatch.setattr(os, "write", half_then_full)
-    with pytest.raises(StorageError, match="nothing was written"):
+    with pytest.raises(StorageError, match="No space left on device"):
         store.commit(4, [_entry(14)], [])
     monkeypatch.setattr(os, "write", real_write)
+    with pytest.raises(StorageError, match="reopen"):
+        store.commit(4, [_entry(14)], [])
+    store.close()
+    store = open_jsonl_storage(path)
     assert _main(path).stat().st_size == size
     store.commit(4, [_entry(14)], [])
 
@@ -259,7 +263,7 @@ def test_a_failed_append_writes_nothing_and_a_failed_fsync_poisons(
         raise OSError(errno.EIO, "I/O error")
 
     monkeypatch.setattr(os, "fsync", failing_fsync)
-    with pytest.raises(StorageError, match="fsync failed"):
+    with pytest.raises(StorageError, match="fsync main.jsonl"):
         store.commit(5, [_entry(15)], [])
     with pytest.raises(StorageError, match="reopen"):
         store.commit(6, [_entry(16)], [])
@@ -271,7 +275,7 @@ def test_a_failed_append_writes_nothing_and_a_failed_fsync_poisons(
 
 
 def test_task_versions_are_rebuilt_to_the_latest(tmp_path: Path) -> None:
-    """Every version of a task is a line; open rebuilds the last one (and load returns it while live)."""
+    """Every version of a live task is a record of its sidecar; open rebuilds the last one (and load returns it while live)."""
     path = tmp_path / "s"
     store = _store(path, commits=1)
     task = Task(id=TaskId(5), conversation_id=C1, kind="custom", checkpoint={"phase": "a"})
