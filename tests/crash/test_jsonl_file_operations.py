@@ -1,0 +1,156 @@
+"""A process crash after any file operation of a JSONL store, or in the
+middle of any of its writes: what the directory holds then opens, to the
+state of the commits that counted (those whose main line is whole) - the
+sidecar protocol's crash cases (jsonl.py), beyond the effect boundaries
+test_kill_every_boundary.py crashes at.
+
+How: one harness run (tool calls, so tasks come and go and the built-in
+documents get bases and deltas) with every ``os.write``, ``os.replace``,
+``os.unlink`` and truncation of the store recorded; the directory is copied
+after each operation, and half way through each write (the write done in two
+parts, a crash between them). Each copy is opened as a new process would
+open it: it must open, its journal must be a prefix of the run's, its state
+must be a memory store's after the same commits, and its journal must
+replay."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from pidurable.shell import AgentConfig, Harness, Input, ModelRef, Registry, ToolResult, define_tool, open_jsonl_storage
+from pidurable.shell.journal import check
+from pidurable.shell.providers import ScriptedModels, reply, tool_call
+from pidurable.shell.storage import JsonlStorage, MemoryStorage
+
+import invariants
+
+SKIP = {"lock", "lock.owner"}
+
+
+class Snapshots:
+    """Copies of the store directory, one per file operation (and one half
+    way through each write)."""
+
+    def __init__(self, store: Path, out: Path) -> None:
+        self.store, self.out, self.taken = store, out, 0
+
+    def take(self) -> None:
+        if not self.store.exists():
+            return
+        target = self.out / f"crash-{self.taken:04d}"
+        target.mkdir()
+        for name in os.listdir(self.store):
+            if name not in SKIP:
+                shutil.copyfile(self.store / name, target / name)
+        self.taken += 1
+
+
+def _patch(monkeypatch: Any, snaps: Snapshots) -> None:
+    real_write, real_replace, real_unlink = os.write, os.replace, os.unlink
+    real_ftruncate, real_truncate = os.ftruncate, os.truncate
+
+    def write(fd: int, data: Any) -> int:
+        data = bytes(data)
+        if len(data) > 1:
+            half = len(data) // 2
+            n = real_write(fd, data[:half])
+            snaps.take()  # a crash mid-append: a torn line
+            n += real_write(fd, data[half:])
+        else:
+            n = real_write(fd, data)
+        snaps.take()
+        return n
+
+    def after(real: Any) -> Any:
+        def op(*args: Any, **kw: Any) -> Any:
+            result = real(*args, **kw)
+            snaps.take()
+            return result
+
+        return op
+
+    monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(os, "replace", after(real_replace))
+    monkeypatch.setattr(os, "unlink", after(real_unlink))
+    monkeypatch.setattr(os, "ftruncate", after(real_ftruncate))
+    monkeypatch.setattr(os, "truncate", after(real_truncate))
+
+
+def _run(path: Path, batches: list[Any]) -> None:
+    async def tool(call: Any, args: dict[str, Any]) -> ToolResult:
+        return ToolResult(text=f"ok {args.get('i')}")
+
+    def answer(request: Any) -> Any:
+        if request.messages[-1].role == "user":
+            return reply(tool_calls=[tool_call("t", i=i) for i in range(2)])
+        return reply(text="done")
+
+    registry = Registry()
+    registry.install(define_tool("t", "a tool", {"type": "object"}, tool, replay="safe"))
+    storage = open_jsonl_storage(path)
+    inner = storage.commit_many
+
+    def recorded(batch: Any) -> None:
+        inner(batch)
+        batches.append(list(batch))
+
+    storage.commit_many = recorded  # type: ignore[method-assign]
+
+    async def main() -> None:
+        async with Harness.open(storage, models=ScriptedModels(answer), registry=registry) as h:
+            conv = await h.root(agent=AgentConfig(model=ModelRef("scripted", "m")))
+            for n in range(2):
+                assert (await (await conv.submit(Input(f"go {n}"))).wait()).status == "done"
+
+    trio.run(main)
+
+
+def _memory_after(batches: list[Any], commits: int) -> MemoryStorage:
+    memory = MemoryStorage()
+    done = 0
+    for batch in batches:
+        if done >= commits:
+            break
+        memory.commit_many(batch)
+        done += len(batch)
+    assert done == commits, "a copy holds part of a batch"
+    return memory
+
+
+def test_a_crash_after_any_file_operation_opens_to_the_commits_that_counted(tmp_path: Path, monkeypatch: Any) -> None:
+    store, out = tmp_path / "store", tmp_path / "crashes"
+    out.mkdir()
+    snaps = Snapshots(store, out)
+    batches: list[Any] = []
+    _patch(monkeypatch, snaps)
+    _run(store, batches)
+    monkeypatch.undo()
+    final = open_jsonl_storage(store)
+    journal = final.journal()
+    final.close()
+    assert snaps.taken > 50 and len(journal) > 10
+    seen = set()
+    for copy in sorted(out.iterdir()):
+        reopened: JsonlStorage = open_jsonl_storage(copy)
+        try:
+            got = reopened.journal()
+            assert got == journal[: len(got)], copy.name
+            memory = _memory_after(batches, len(got))
+            assert attrs.evolve(reopened.load(), store_id="") == attrs.evolve(memory.load(), store_id=""), copy.name
+            assert reopened.tasks() == memory.tasks() and reopened.entries(1) == memory.entries(1), copy.name
+            assert check(got).ok, copy.name
+            invariants.outcome_iff_terminal(reopened)
+            seen.add(len(got))
+        finally:
+            reopened.close()
+        # open repaired it: a second open changes nothing
+        before = {n: (copy / n).read_bytes() for n in os.listdir(copy) if n not in SKIP}
+        open_jsonl_storage(copy).close()
+        assert {n: (copy / n).read_bytes() for n in os.listdir(copy) if n not in SKIP} == before, copy.name
+    assert len(seen) > 10  # the copies span the run
