@@ -365,11 +365,24 @@ def _row(w: Write, seq: int, rec: str) -> Row:
 
 
 def _revision_row(did: int, r: DocumentRevision, seq: int, content: str) -> Row:
+    """The row of revision ``r``, whose whole record is the JSON text ``content``."""
+    return _lean_revision_row(did, r, seq, _lean_revision(r, content))
+
+
+def _lean_revision_row(did: int, r: DocumentRevision, seq: int, lean: str) -> Row:
+    """The row of revision ``r`` with its lean text (:func:`_lean_revision`)."""
     # "reclaims": the revisions before this one go (a base or a retirement of a current-only document)
-    reclaims = r.action.value != "delta" and (r.history is DocHistory.LATEST or r.scope is DocScope.TASK)
-    columns = {"document_id": did, "seq": seq, "action": r.action.value, "scope": r.scope.value, "owner": r.owner}
-    columns.update(kind=r.kind, version=r.version, history=r.history.value, fork=r.fork.value, reclaims=reclaims)
-    return Row(table="document_revisions", key=(did, seq), columns={**columns, "content": _lean_revision(r, content)})
+    action = r.action.value
+    reclaims = action != "delta" and (r.history is DocHistory.LATEST or r.scope is DocScope.TASK)
+    return Row(
+        table="document_revisions",
+        key=(did, seq),
+        columns={
+            "document_id": did, "seq": seq, "action": action, "scope": r.scope.value, "owner": r.owner,
+            "kind": r.kind, "version": r.version, "history": r.history.value, "fork": r.fork.value,
+            "reclaims": reclaims, "content": lean,
+        },
+    )
 
 
 def _lean_revision(r: DocumentRevision, rec: str) -> str:
@@ -418,10 +431,127 @@ def encode_commit_text(seq: int, writes: Sequence[Write], events: Sequence[Event
     digest is of; the JSONL store keeps it to rebuild its tables)."""
     rows, pieces = [], []
     for w in writes:
-        row, piece = encode_write(w, seq)
+        row, piece = encode_write_fast(w, seq)
         rows.append(row)
         pieces.append(piece)
     return rows, codec.events_json(events), codec.journal_writes(pieces)
+
+
+# --- the write path, encoded once (issue 11 item 2: a cheap write path) ---------
+#
+# :func:`encode_write` encodes a record whole, then cuts its row's lean text
+# out of that text (or, for a terminal task, unstructures and encodes it a
+# second time). The writes of every step (entries, tasks, document
+# revisions) go the other way round: the record is unstructured once with
+# ``codec.plain``, the fields its row's columns hold are taken out of that
+# dict, the rest is encoded once (the row's text), and the journal's text is
+# that text with the fields spliced back in front - the same bytes
+# :func:`encode_write` gives (tests/shell/test_codec_plain.py). A value that
+# is not plain JSON data (``codec.NotPlain``) goes the reference way.
+
+
+def _leading(cl: type, columns: tuple[str, ...]) -> tuple[str, ...]:
+    """The fields a record's text starts with that its row's columns hold:
+    its first fields (attrs order) while they are columns without a default
+    (so always written) - what :func:`_lean` cuts off."""
+    out = []
+    for f in attrs.fields(cl):
+        if f.name not in columns or f.default is not attrs.NOTHING:
+            break
+        out.append(f.name)
+    return tuple(out)
+
+
+@attrs.frozen(kw_only=True)
+class _Spliced:
+    """How one record class's text is put back together around its row's text."""
+
+    hook: Callable[[Any], dict[str, Any]]  #: ``codec.plain``'s unstructure hook
+    leading: tuple[tuple[str, str], ...]  #: (field, ``"field":``) cut off the row's text
+    journal: str  #: the write's journal text before the record: ``{"type":"entry","entry":``
+
+
+def _spliced(put: type, cl: type, table: str) -> _Spliced:
+    wire = codec.WRITE_WIRE[put]
+    assert not wire.keys, f"{put.__name__}: a write with key fields is spliced by hand"
+    return _Spliced(
+        hook=codec.plain.get_unstructure_hook(cl),
+        leading=tuple((name, codec.dumps(name) + ":") for name in _leading(cl, ROW_COLUMNS[table])),
+        journal=wire.head + wire.record_key,
+    )
+
+
+_ENTRY = _spliced(PutEntry, Entry, "entries")
+_TASK = _spliced(PutTask, Task, "tasks")
+_REVISION_HOOK = codec.plain.get_unstructure_hook(DocumentRevision)
+_DOCUMENT_WIRE = codec.WRITE_WIRE[PutDocument]
+#: What a revision's row text leaves out (its ``document_records`` row holds it).
+_REVISION_RECORD_FIELDS = ("scope", "owner", "kind", "history", "fork")
+
+
+def _split(spliced: _Spliced, data: dict[str, Any]) -> tuple[str, str]:
+    """The record text and the row text of ``data`` (an unstructured record,
+    emptied of its leading fields)."""
+    head = "{" + ",".join(key + codec.plain_scalar(data.pop(name)) for name, key in spliced.leading)
+    rest = codec.plain_dumps(data)
+    if rest == "{}":  # nothing but the columns: the row keeps the whole text, as _cut does
+        record = head + "}"
+        return record, record
+    return head + "," + rest[1:], rest
+
+
+def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
+    e = w.entry
+    record, lean = _split(_ENTRY, _ENTRY.hook(e))
+    columns = {"id": e.id, "conversation_id": e.conversation_id, "seq": seq, "record": lean}
+    return Row(table="entries", key=(e.id,), columns=columns), _ENTRY.journal + record + "}"
+
+
+def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
+    t = w.task
+    data = _TASK.hook(t)
+    record, lean = _split(_TASK, data)
+    if t.status is TaskStatus.TERMINAL:
+        lean = codec.plain_dumps({k: v for k, v in data.items() if k not in TERMINAL_DROPS})
+    columns = {"id": t.id, "conversation_id": t.conversation_id, "kind": t.kind, "status": t.status.value, "owner": t.owner, "record": lean}
+    return Row(table="tasks", key=(t.id,), columns=columns), _TASK.journal + record + "}"
+
+
+def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
+    r = w.revision
+    data = _REVISION_HOOK(r)
+    scope, owner, kind, history, fork = (codec.plain_scalar(data.pop(name)) for name in _REVISION_RECORD_FIELDS)
+    version = codec.plain_scalar(data.pop("version"))
+    rest = codec.plain_dumps(data)[1:]  # '"action":...}': the action is always written
+    lean = '{"version":' + version + "," + rest
+    record = (
+        '{"scope":' + scope + ',"owner":' + owner + ',"kind":' + kind + ',"version":' + version
+        + ',"history":' + history + ',"fork":' + fork + "," + rest
+    )
+    wire = _DOCUMENT_WIRE
+    journal = wire.head + wire.keys[0][1] + str(w.document_id) + wire.record_key + record + "}"
+    return _lean_revision_row(w.document_id, r, seq, lean), journal
+
+
+#: The writes every step makes, encoded once; the others go through :func:`encode_write`.
+_FAST_WRITES: dict[type, Callable[[Any, int], tuple[Row, str]]] = {
+    PutEntry: _fast_entry,
+    PutTask: _fast_task,
+    PutDocument: _fast_document,
+}
+
+
+def encode_write_fast(w: Write, seq: int) -> tuple[Row, str]:
+    """:func:`encode_write`'s row and journal text, each record encoded once
+    (the reference way for a write of another type or a value that is not
+    plain JSON data)."""
+    fast = _FAST_WRITES.get(type(w))
+    if fast is not None:
+        try:
+            return fast(w, seq)
+        except codec.NotPlain:
+            pass
+    return encode_write(w, seq)
 
 
 DOC_TYPES: dict[str, Any] = {

@@ -32,13 +32,17 @@ whole-value writes (``PutLive``...): replay compares an older row with
 from __future__ import annotations
 
 import base64
+import enum
 import hashlib
 import json
+import types
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar, get_type_hints
+from json.encoder import c_make_encoder, encode_basestring
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import attrs
 import cattrs
+from cattrs.fns import identity
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.strategies import configure_tagged_union
 
@@ -119,7 +123,8 @@ def _configure(converter: cattrs.Converter) -> None:
     # ways: they are already JSON (the JSON encoder refuses anything else), and
     # copying them key by key was a third of the encoding cost.
     converter.register_structure_hook(Any, lambda v, _: v)
-    converter.register_unstructure_hook_func(lambda t: t == dict[str, Any], lambda d: d)
+    # (``identity`` itself: a generated hook then reads the field, no call)
+    converter.register_unstructure_hook_func(lambda t: t == dict[str, Any], identity)
 
     converter.register_structure_hook(
         Entry, make_dict_structure_fn(Entry, converter, kind=override(struct_hook=_entry_kind))
@@ -405,6 +410,110 @@ def writes_json(writes: Sequence[Write], fmt: int = FORMAT_VERSION) -> str:
 
 
 def events_json(events: Sequence[Event], fmt: int = FORMAT_VERSION) -> str:
-    """The journal's ``events`` text: the events behind a commit."""
+    """The journal's ``events`` text: the events behind a commit (the
+    plain way, :data:`plain`, when ``fmt`` is ``stored``'s and the events
+    hold plain data; the same text either way)."""
+    if ENCODERS[fmt] is stored:
+        try:
+            return plain_dumps([_PLAIN_EVENT(e) for e in events])
+        except NotPlain:
+            pass
+    return reference_events_json(events, fmt)
+
+
+def reference_events_json(events: Sequence[Event], fmt: int = FORMAT_VERSION) -> str:
+    """:func:`events_json` through the format's converter (what the plain
+    way is checked against, tests/shell/test_codec_plain.py)."""
     conv = ENCODERS[fmt]
     return _encode([conv.unstructure(e, unstructure_as=Event) for e in events])
+
+
+# --- the write path's plain encoding (issue 11 item 2: a cheap write path) ------
+#
+# ``stored``'s hooks copy what they encode: a checkpoint, a tool's arguments,
+# a document's ops are walked value by value (``Any`` is unstructured by its
+# runtime type), tuples become lists, and ``dumps`` then walks the copy
+# again. For plain JSON data (dicts, lists, tuples, strings, ints, floats,
+# bools, None, string enums) the copy is the value itself as far as JSON can
+# tell, so :data:`plain` hands such fields to the encoder as they are, and
+# :func:`plain_dumps` refuses anything else (an object JSON does not encode
+# natively, a NaN, a non-string key, a cycle) with :class:`NotPlain`: the
+# caller then encodes that value the reference way, which gives its text or
+# the error it always gave. The texts are the same byte for byte
+# (tests/shell/test_codec_plain.py checks it over generated records).
+
+
+class NotPlain(Exception):
+    """A value :func:`plain_dumps` does not take: encode it the reference
+    way (``stored`` and :func:`dumps`)."""
+
+
+#: Declared types whose ``stored`` hook, given plain data, returns what JSON
+#: encodes to the same text as the value itself (scalars, ``Any``, string
+#: and integer enums, and optional values, tuples, lists and string-keyed
+#: dicts of them).
+_PLAIN_SCALARS: frozenset[Any] = frozenset({str, int, float, bool, type(None), Any})
+
+
+def _as_is(t: Any) -> bool:
+    if t in _PLAIN_SCALARS:
+        return True
+    if hasattr(t, "__supertype__"):  # NewType
+        return _as_is(t.__supertype__)
+    if isinstance(t, type):
+        return issubclass(t, enum.Enum) and issubclass(t, (str, int))
+    origin, args = get_origin(t), get_args(t)
+    if origin in (Union, types.UnionType):
+        return all(_as_is(a) for a in args)
+    if origin in (tuple, list) and args:
+        return all(_as_is(a) for a in args if a is not Ellipsis)
+    if origin is dict and len(args) == 2:
+        return args[0] is str and _as_is(args[1])
+    return False
+
+
+#: ``stored``'s configuration (the same hooks, the same fields left out),
+#: with the declared types :func:`_as_is` accepts handed over as they are.
+plain = cattrs.Converter(omit_if_default=True, forbid_extra_keys=False)
+plain.register_unstructure_hook_func(_as_is, identity)
+_configure(plain)
+_PLAIN_EVENT = plain.get_unstructure_hook(Event)
+
+
+def _refuse(value: Any) -> Any:
+    raise NotPlain(f"{type(value).__name__} is not plain JSON data")
+
+
+#: :func:`dumps`' encoder (compact, ``ensure_ascii=False``, ``allow_nan=False``)
+#: made once, without the cycle check (a cycle ends in RecursionError, which
+#: :func:`plain_dumps` turns into NotPlain; the reference way names it) and
+#: without a ``default`` (:func:`_refuse`).
+if c_make_encoder is not None:
+    _plain_chunks = c_make_encoder(None, _refuse, encode_basestring, None, ":", ",", False, False, False)
+
+    def _plain_encode(value: Any) -> str:
+        return "".join(_plain_chunks(value, 0))
+
+else:  # pragma: no cover - a Python without the C accelerator
+    _plain_encode = json.JSONEncoder(
+        separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False, default=_refuse
+    ).encode
+
+
+def plain_dumps(value: Any) -> str:
+    """:func:`dumps` of plain JSON data; :class:`NotPlain` for anything else."""
+    try:
+        return _plain_encode(value)
+    except (TypeError, ValueError, RecursionError) as e:
+        raise NotPlain(f"{type(e).__name__}: {e}") from e
+
+
+def plain_scalar(value: Any) -> str:
+    """The JSON text of an int or string field spliced into a record's text
+    (what ``dumps`` writes for it); NotPlain for any other type (a bool or an
+    int subclass: the caller encodes the record the reference way)."""
+    if type(value) is int:
+        return int.__repr__(value)
+    if isinstance(value, str):
+        return encode_basestring(value)
+    raise NotPlain(f"{type(value).__name__} is not an int or a string")

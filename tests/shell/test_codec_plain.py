@@ -1,0 +1,241 @@
+"""The write path's plain encoding (issue 11 item 2) gives the reference
+encoding's bytes: ``base.encode_write_fast`` (records unstructured once with
+``codec.plain``, row and journal texts spliced) against ``base.encode_write``
+(``codec.stored`` + ``codec.dumps``, then cut), and ``codec.events_json``
+against ``codec.reference_events_json``, over records and events generated
+from their declared types with strict JSON payloads (finite floats, strings
+without lone surrogates: what the edge lets in). A value that is not plain
+JSON data takes the reference way and gives its text or its error."""
+
+from __future__ import annotations
+
+import enum
+import math
+import types
+from collections.abc import Mapping
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+import attrs
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from pidurable.core.effects import DocumentRevision, PutDocument, PutEntry, PutTask, RevisionAction
+from pidurable.core.events import EVENT_TYPES, TaskCommitRequested
+from pidurable.core.model import Entry, Outcome, Task, TaskStatus
+from pidurable.core.state import DocHistory, DocScope, ForkPolicy
+from pidurable.shell.storage import base, codec
+
+# --- strategies from declared types ----------------------------------------------
+
+JSON_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=12),  # Hypothesis' text has no lone surrogates
+)
+JSON = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=3).map(tuple),  # the core's ops are tuples: JSON arrays all the same
+        st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+JSON_OBJECT = st.dictionaries(st.text(max_size=8), JSON, max_size=5)
+
+
+def of_type(t: Any, depth: int = 0) -> st.SearchStrategy[Any]:
+    """Values of declared type ``t`` (attrs classes field by field)."""
+    if t is Any:
+        return JSON
+    if hasattr(t, "__supertype__"):
+        return of_type(t.__supertype__, depth)
+    if t is type(None):
+        return st.none()
+    if t is bool:
+        return st.booleans()
+    if t is int:
+        return st.integers(min_value=-(2**40), max_value=2**40)
+    if t is float:
+        return st.floats(allow_nan=False, allow_infinity=False)
+    if t is str:
+        return st.text(max_size=10)
+    if isinstance(t, type) and issubclass(t, enum.Enum):
+        return st.sampled_from(list(t))
+    if isinstance(t, type) and attrs.has(t):
+        return records(t, depth + 1)
+    origin, args = get_origin(t), get_args(t)
+    if origin is Literal:
+        return st.sampled_from(args)
+    if origin in (Union, types.UnionType):
+        return st.one_of([of_type(a, depth) for a in args])
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return st.lists(of_type(args[0], depth), max_size=0 if depth > 2 else 3).map(tuple)
+        return st.tuples(*(of_type(a, depth) for a in args))
+    if origin is list:
+        return st.lists(of_type(args[0], depth), max_size=3)
+    if origin in (dict, Mapping):
+        if args[0] is str and args[1] is Any:
+            return JSON_OBJECT
+        return st.dictionaries(of_type(args[0], depth), of_type(args[1], depth), max_size=0 if depth > 2 else 3)
+    raise NotImplementedError(f"no strategy for {t!r}")
+
+
+@st.composite
+def _build(draw: st.DrawFn, cl: type, depth: int) -> Any:
+    hints = get_type_hints(cl)
+    kwargs = {}
+    for f in attrs.fields(cl):
+        if not f.init:
+            continue
+        values = of_type(hints[f.name], depth)
+        if f.default is not attrs.NOTHING:  # often the default: the encoders leave it out
+            default = f.default.factory() if isinstance(f.default, attrs.Factory) else f.default  # type: ignore[misc]
+            values = st.just(default) | values
+        kwargs[f.alias or f.name] = draw(values)
+    try:
+        return cl(**kwargs)
+    except (TypeError, ValueError):  # a class's own checks
+        assume(False)
+
+
+def records(cl: type, depth: int = 0) -> st.SearchStrategy[Any]:
+    if depth > 4:
+        return st.nothing()
+    return _build(cl, depth)
+
+
+SEQS = st.integers(min_value=1, max_value=2**40)
+TASKS = records(Task) | st.builds(
+    Task,  # a task as the core writes it every step: a checkpoint, an outcome when terminal
+    id=st.integers(1, 10**9), conversation_id=st.integers(1, 10**6), kind=st.sampled_from(["pi.tool", "pi.generation", "host.job"]),
+    input=JSON_OBJECT, owner=st.none() | st.integers(1, 10**9), status=st.sampled_from(list(TaskStatus)),
+    checkpoint=JSON_OBJECT, on=st.lists(st.integers(1, 10**9), max_size=3).map(tuple),
+    outcome=st.none() | records(Outcome), started_at=st.none() | st.integers(0, 2**45),
+    ended_at=st.none() | st.integers(0, 2**45),
+)
+REVISIONS = records(DocumentRevision) | st.builds(
+    DocumentRevision,
+    scope=st.sampled_from(list(DocScope)), owner=st.integers(-(2**40), 2**40), kind=st.text(max_size=10),
+    version=st.integers(0, 10), history=st.sampled_from(list(DocHistory)), fork=st.sampled_from(list(ForkPolicy)),
+    action=st.sampled_from(list(RevisionAction)), value=JSON,
+    ops=st.lists(st.lists(JSON, max_size=3), max_size=4).map(tuple),
+)
+WRITES = st.one_of(
+    st.builds(PutEntry, entry=records(Entry)),
+    st.builds(PutTask, task=TASKS),
+    st.builds(PutDocument, document_id=st.integers(-(2**40), 2**40), revision=REVISIONS),
+)
+
+
+# --- the same bytes ---------------------------------------------------------------
+
+
+@given(w=WRITES, seq=SEQS)
+def test_a_write_encodes_to_the_reference_row_and_journal_text(w: Any, seq: int) -> None:
+    assert base.encode_write_fast(w, seq) == base.encode_write(w, seq)
+
+
+@given(events=st.lists(st.one_of([records(cl) for cl in EVENT_TYPES]), max_size=3))
+def test_events_encode_to_the_reference_text(events: list[Any]) -> None:
+    assert codec.events_json(events) == codec.reference_events_json(events)
+
+
+@given(writes=st.lists(WRITES, max_size=5), seq=SEQS)
+def test_a_commit_encodes_as_its_writes_one_by_one_the_reference_way(writes: list[Any], seq: int) -> None:
+    rows, _, text = base.encode_commit_text(seq, writes, ())
+    reference = [base.encode_write(w, seq) for w in writes]
+    assert rows == [row for row, _ in reference]
+    assert text == codec.journal_writes(piece for _, piece in reference)
+
+
+def test_the_plain_way_is_taken_for_what_every_step_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entries, live and terminal tasks and document revisions of plain data
+    never fall back to the reference encoding (it would be correct, only slow)."""
+    task = Task(id=7, conversation_id=1, kind="pi.tool", input={"name": "t"}, checkpoint={"phase": "execute", "arguments": {"i": 1}})
+    done = attrs.evolve(task, status=TaskStatus.TERMINAL, outcome=Outcome(status="completed", result={"entry_id": 9}))
+    revision = DocumentRevision(
+        scope=DocScope.CONVERSATION, owner=1, kind="pi.live", version=1, history=DocHistory.LATEST,
+        fork=ForkPolicy.INITIAL, action=RevisionAction.DELTA, ops=(["s", ["tools", 1, "status"], "done"],),
+    )
+    writes = [
+        PutEntry(entry=Entry(id=9, conversation_id=1, kind="tool_result", text="ok", tool_call_id="c", tool_name="t")),
+        PutTask(task=task),
+        PutTask(task=done),
+        PutTask(task=Task(id=8, conversation_id=1, kind="pi.generation")),  # nothing but its columns
+        PutDocument(document_id=-10, revision=revision),
+    ]
+    expected = [base.encode_write(w, 3) for w in writes]
+
+    def refuse(w: Any, seq: int) -> Any:
+        raise AssertionError(f"{type(w).__name__} took the reference way")
+
+    monkeypatch.setattr(base, "encode_write", refuse)
+    assert [base.encode_write_fast(w, 3) for w in writes] == expected
+
+
+def test_the_spliced_fields_are_the_ones_the_reference_cuts() -> None:
+    assert base._ENTRY.leading == (("id", '"id":'), ("conversation_id", '"conversation_id":'))
+    assert [name for name, _ in base._TASK.leading] == ["id", "conversation_id", "kind"]
+
+
+# --- what is not plain JSON data: the reference text, or its error ------------------
+
+
+@attrs.frozen
+class _Point:
+    x: int
+
+
+class _Color(enum.Enum):  # neither a string nor an integer enum
+    RED = "red"
+
+
+NOT_PLAIN = [
+    {"at": _Point(1)},  # an attrs object in a payload: the reference unstructures it
+    {"color": _Color.RED},
+    {_Color.RED: 1},  # a key JSON does not take as it is
+    {"set": {1, 2}},  # fails both ways
+    {"nan": math.nan},  # fails both ways
+    {"inf": [math.inf]},
+]
+
+
+@pytest.mark.parametrize("payload", NOT_PLAIN, ids=repr)
+@pytest.mark.parametrize("make", ["entry", "task", "terminal task", "revision", "event"])
+def test_a_payload_that_is_not_plain_gives_the_reference_text_or_error(payload: dict[Any, Any], make: str) -> None:
+    task = Task(id=5, conversation_id=2, kind="k", checkpoint=payload, status=TaskStatus.RUNNING)
+    if make == "event":
+        events = [TaskCommitRequested(now=1, ticket=1, task_id=5, status="running", checkpoint=payload)]
+        run = lambda: codec.events_json(events)  # noqa: E731
+        reference = lambda: codec.reference_events_json(events)  # noqa: E731
+    else:
+        w = {
+            "entry": PutEntry(entry=Entry(id=3, conversation_id=2, kind="x", data=payload)),
+            "task": PutTask(task=task),
+            "terminal task": PutTask(task=attrs.evolve(task, status=TaskStatus.TERMINAL, input=payload)),
+            "revision": PutDocument(document_id=4, revision=DocumentRevision(
+                scope=DocScope.TASK, owner=5, kind="k", version=1, history=DocHistory.LATEST,
+                fork=ForkPolicy.INITIAL, action=RevisionAction.BASE, value=payload,
+            )),
+        }[make]
+        run = lambda: base.encode_write_fast(w, 1)  # noqa: E731
+        reference = lambda: base.encode_write(w, 1)  # noqa: E731
+    try:
+        expected = reference()
+    except Exception as e:  # noqa: BLE001 - whatever the reference raises, the fast way raises too
+        with pytest.raises(type(e)):
+            run()
+    else:
+        assert run() == expected
+
+
+def test_a_bool_where_an_id_goes_takes_the_reference_way() -> None:
+    """JSON writes ``true`` where ``str`` would write ``True``: such a record
+    is encoded the reference way (which does not cut it)."""
+    w = PutEntry(entry=Entry(id=True, conversation_id=2, kind="x"))  # type: ignore[arg-type]
+    assert base.encode_write_fast(w, 1) == base.encode_write(w, 1)
