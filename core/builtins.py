@@ -47,7 +47,8 @@ is not stored and reads as its initial value.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -157,6 +158,32 @@ def _fields(cl: type) -> tuple[tuple[str, Any], ...]:
     return found
 
 
+#: A type's (name, default) fields and one C-level reader of all their
+#: values (``attrgetter``); None for a type that is not an attrs class.
+#: Read once per type: to_json and typed_ops run on most steps.
+_Shape = tuple[tuple[tuple[str, Any], ...], Callable[[Any], tuple[Any, ...]]]
+_SHAPES: dict[type, _Shape | None] = {}
+
+
+def _shape(cl: type) -> _Shape | None:
+    """``cl``'s fields (registered in ``_FIELDS``, as ``_fields``) and their
+    reader; None, remembered, for a type that is not an attrs class."""
+    if cl in _PLAIN or not attrs.has(cl):
+        _SHAPES[cl] = None
+        return None
+    fields = _fields(cl)
+    names = [name for name, _ in fields]
+    if len(names) == 1:
+        only = names[0]
+        read: Callable[[Any], tuple[Any, ...]] = lambda v: (getattr(v, only),)  # noqa: E731
+    elif names:
+        read = attrgetter(*names)
+    else:
+        read = lambda v: ()  # noqa: E731
+    shape = _SHAPES[cl] = (fields, read)
+    return shape
+
+
 #: The JSON of recently converted containers, by identity (the value is kept
 #: so its id is not reused): the core's values are immutable and a change
 #: keeps the parts it did not touch, so converting a new value reuses the
@@ -168,30 +195,56 @@ _MEMO_MAX = 4096
 _PLAIN = frozenset({type(None), bool, int, float, str})
 
 
+# How to_json converts a value of each type (``_KINDS``, filled as types are met).
+_AS_IS, _ENUM, _LIST, _MAPPING, _TUPLE, _RECORD = range(6)
+_KINDS: dict[type, int] = dict.fromkeys(_PLAIN, _AS_IS)
+
+
+def _kind(t: type) -> int:
+    if issubclass(t, enum.Enum):
+        kind = _ENUM
+    elif t is list:
+        kind = _LIST
+    elif t is dict or (t is not tuple and issubclass(t, Mapping)):
+        kind = _MAPPING
+    elif t is tuple:
+        kind = _TUPLE
+    else:
+        kind = _RECORD
+    _KINDS[t] = kind
+    return kind
+
+
 def to_json(value: Any) -> Json:
     """A built-in's typed value as JSON: attrs fields in declared order, those
     at their default left out; enums as their values, tuples as lists. The
     result is shared (see ``_MEMO``): never change it."""
     t = type(value)
-    if t in _PLAIN:
+    kind = _KINDS.get(t)
+    if kind is None:
+        kind = _kind(t)
+    if kind == _AS_IS:
         return value
-    if isinstance(value, enum.Enum):
+    if kind == _ENUM:
         return value.value
-    if t is dict or t is list or (t is not tuple and isinstance(value, Mapping)):
-        # containers that could change: converted every time, never remembered
-        if t is list:
-            return [to_json(v) for v in value]
+    # containers that could change (lists, mappings): converted every time, never remembered
+    if kind == _LIST:
+        return [to_json(v) for v in value]
+    if kind == _MAPPING:
         return {k: to_json(v) for k, v in value.items()}
     hit = _MEMO.get(id(value))
     if hit is not None and hit[0] is value:
         return hit[1]
     out: Json
-    if t is tuple:
+    if kind == _TUPLE:
         out = [to_json(v) for v in value]
     else:
+        shape = _SHAPES.get(t) or _shape(t)
+        if shape is None:
+            raise TypeError(f"{t.__name__} is not a built-in's value")
+        fields, read = shape
         out = {}
-        for name, default in _fields(t):
-            v = getattr(value, name)
+        for (name, default), v in zip(fields, read(value)):
             if v is default or v == default:
                 continue
             out[name] = to_json(v)
@@ -203,9 +256,10 @@ def to_json(value: Any) -> Json:
 
 def typed_ops(old: Any, new: Any, path: list[Json] | None = None) -> list[Json]:
     """The Chord ops that turn ``to_json(old)`` into ``to_json(new)``, found
-    on the typed values: an attrs value's fields and a same-length tuple's
-    items are compared by identity first (a change keeps what it did not
-    touch), so only what changed is converted and diffed (chord.diff): the
+    on the typed values: an attrs value's fields, a dict's members and a
+    same-length tuple's items are compared by identity first (a change keeps
+    what it did not touch), so only what changed is converted and diffed
+    (chord.diff): the
     same ops as ``chord.diff(to_json(old), to_json(new))``, in its order."""
     out: list[Json] = []
     _typed(old, new, path or [], out)
@@ -216,13 +270,13 @@ def _typed(old: Any, new: Any, path: list[Json], out: list[Json]) -> None:
     if old is new:
         return
     t = type(new)
-    fields = _FIELDS.get(t) if type(old) is t else None
-    if fields is None and type(old) is t and t not in _PLAIN and attrs.has(t):
-        fields = _fields(t)
-    if fields is not None:  # chord's order: the deleted keys, then the new value's keys in order
+    shape = None
+    if type(old) is t:
+        shape = _SHAPES[t] if t in _SHAPES else _shape(t)
+    if shape is not None:  # chord's order: the deleted keys, then the new value's keys in order
+        fields, read = shape
         changed = []
-        for name, default in fields:
-            a, b = getattr(old, name), getattr(new, name)
+        for (name, default), a, b in zip(fields, read(old), read(new)):
             if a is b:
                 continue
             a_default = a is default or a == default
@@ -236,6 +290,16 @@ def _typed(old: Any, new: Any, path: list[Json], out: list[Json]) -> None:
                 out.append(["s", [*path, name], to_json(b)])
             else:
                 _typed(a, b, [*path, name], out)
+        return
+    if t is dict and type(old) is dict:  # chord's order: the deleted keys, then the new keys in order
+        for name in old:
+            if name not in new:
+                out.append(["d", [*path, name]])
+        for name, b in new.items():
+            if name in old:
+                _typed(old[name], b, [*path, name], out)
+            else:
+                out.append(["s", [*path, name], to_json(b)])
         return
     if t is tuple and type(old) is tuple and len(old) == len(new):
         moved = [i for i, (a, b) in enumerate(zip(old, new)) if a is not b]

@@ -214,6 +214,21 @@ _CHANGES = [
     ((), (InboxItem(submission_id=SubmissionId(4), mode=InboxMode.STEER, content="x"),)),
     (Live(run=_RUN, tools=_SLOTS), Live(run=_RUN, tools=tuple(attrs.evolve(s, status=SlotStatus.DONE) for s in _SLOTS))),
     (Live(tools=_SLOTS, partial="ab"), Live(run=_RUN, tools=_SLOTS, attempt=3)),
+    # dicts are walked member by member: a member gone, one equal but not the same object, one new
+    (
+        UsageDoc(models={"p:a": UsageTotals(calls=1), "p:b": UsageTotals(calls=1)}),
+        UsageDoc(models={"p:b": UsageTotals(calls=1), "p:c": UsageTotals(calls=3)}),
+    ),
+    (UsageDoc(tools={"t": UsageTotals()}), UsageDoc(tools={"t": UsageTotals(calls=2)})),
+    (UsageDoc(tools={"t": UsageTotals(calls=2)}), UsageDoc()),
+    (
+        (InboxItem(submission_id=SubmissionId(4), mode=InboxMode.WRITE, content="x", data={"a": 1, "b": [1, 2], "c": {"d": "x"}}),),
+        (InboxItem(submission_id=SubmissionId(4), mode=InboxMode.WRITE, content="x", data={"b": [1, 2, 3], "c": {"d": "xy"}, "e": None}),),
+    ),
+    (
+        (InboxItem(submission_id=SubmissionId(4), mode=InboxMode.WRITE, content="x", data={"a": 1}),),
+        (InboxItem(submission_id=SubmissionId(4), mode=InboxMode.WRITE, content="x", data={"a": 1.0, "b": True}),),
+    ),
 ]
 
 
