@@ -27,10 +27,12 @@ guarantees, per effect kind:
   (logged to ``pidurable``); when it leaves, its scope is dropped and waiters
   wake, so an abort can join the work it stopped.
 - ``RunTool``: the bodies of one conversation's calls acted in one flush start
-  in the order the core emitted them, which is call order
-  (``_in_call_order``: Trio starts sibling tasks in no fixed order, so each
-  waits until the previous one has started). They still run concurrently and
-  finish in any order.
+  in the order the core emitted them, which is call order (Trio starts
+  sibling tasks in no fixed order, so only the first body's task is spawned
+  at act time and each body's task spawns the next one's as it starts:
+  ``_spawn_in_call_order``). Every body has its own cancel scope in
+  ``inflight`` from act time on. They still run concurrently and finish in
+  any order.
 - ``PrepareTool`` without hooks: inline (short, bounded); its answer is the
   next event. ``CancelDeferred``: a best-effort child, outside ``inflight``.
 - ``Cancel``: cancels the task's scope. The cancelled invocation reports
@@ -107,6 +109,27 @@ MAX_BATCH = 64
 
 log = logging.getLogger("pidurable")
 
+#: The effects acted as a child of the harness nursery, in a cancel scope kept
+#: in ``inflight`` (``Loop._spawn``).
+Spawned = (
+    CallModel
+    | PollModel
+    | Summarize
+    | PrepareTool
+    | RunTool
+    | RunPhase
+    | MigrateTask
+    | Sleep
+    | RenderSystem
+    | SelectCut
+    | RunAfterTools
+    | RunAbortHooks
+    | RunReconcile
+)
+#: The tool bodies of one conversation acted in one flush, in call order; a
+#: body's task is started with the round and its index (``_spawn_in_call_order``).
+_Round = list[Callable[["_Round | None", int], Awaitable[None]]]
+
 class Hooks:
     """Test seam. Production uses this no-op."""
 
@@ -157,8 +180,9 @@ class Loop:
         #: the state before the step that made it (what ``observe.py`` compares).
         self._commits: list[tuple[Commit, list[Event], State]] = []
         self._acts: list[Effect] = []
-        #: per conversation, the start of the tool body acted last in this flush
-        self._tool_starts: dict[ConversationId, trio.Event] = {}
+        #: per conversation, the tool bodies acted in this flush, in call order:
+        #: each one's task starts the next one's (``_spawn_in_call_order``)
+        self._tool_rounds: dict[ConversationId, _Round] = {}
 
     def start(self, nursery: trio.Nursery, interpreters: Interpreters) -> None:
         self.nursery, self.interpreters = nursery, interpreters
@@ -306,7 +330,7 @@ class Loop:
         self.waits.wake()
 
     def _act_all(self, acts: list[Effect]) -> None:
-        self._tool_starts = {}
+        self._tool_rounds = {}
         for effect in acts:
             self._before(effect)
             try:
@@ -351,7 +375,7 @@ class Loop:
                     do.tools.prepare(effect)
             case RunTool():
                 run = partial(do.tools.run, effect, self.state.settings.partial_interval_ms)
-                self._spawn(effect, self._in_call_order(effect.conversation_id, run))
+                self._spawn_in_call_order(effect, run)
             case RunPhase():
                 task = self.state.tasks.get(effect.task_id)  # a read-only snapshot, at dispatch
                 self._spawn(effect, partial(do.tasks.run_phase, effect, task))
@@ -379,31 +403,46 @@ class Loop:
             case _:
                 assert_never(effect)
 
-    def _spawn(
-        self,
-        effect: CallModel
-        | PollModel
-        | Summarize
-        | PrepareTool
-        | RunTool
-        | RunPhase
-        | MigrateTask
-        | Sleep
-        | RenderSystem
-        | SelectCut
-        | RunAfterTools
-        | RunAbortHooks
-        | RunReconcile,
-        job: Callable[[], Awaitable[None]],
-    ) -> None:
+    def _spawn(self, effect: Spawned, job: Callable[[], Awaitable[None]]) -> None:
         assert self.nursery is not None
+        self.nursery.start_soon(self._guarded(effect, job), None, 0)
+
+    def _spawn_in_call_order(self, effect: RunTool, job: Callable[[], Awaitable[None]]) -> None:
+        """``job`` (a tool body) as a child, started once the body acted before
+        it in this flush for the same conversation has started: the bodies of
+        a parallel round start in call order, deterministically (Trio runs
+        newly spawned tasks in an arbitrary order). Only the round's first
+        task is spawned here; each body's task spawns the next one's as it
+        starts (no event, no wait: the tasks start one scheduling pass apart,
+        as when each waited for the previous one). A body cancelled before it
+        started still lets the next one start, and never runs."""
+        assert self.nursery is not None
+        guarded = self._guarded(effect, job)
+        round_ = self._tool_rounds.get(effect.conversation_id)
+        if round_ is None:
+            round_ = self._tool_rounds[effect.conversation_id] = []
+            self.nursery.start_soon(guarded, round_, 0)
+        round_.append(guarded)
+
+    def _guarded(self, effect: Spawned, job: Callable[[], Awaitable[None]]) -> Callable[[_Round | None, int], Awaitable[None]]:
+        """The child running ``job`` in a cancel scope kept in ``inflight``
+        from now on; ``(round_, k)``: it is body ``k`` of a round of tool
+        bodies (``_spawn_in_call_order``), None for any other effect."""
         task_id = effect.task_id
         scope = trio.CancelScope()
         self.inflight[task_id] = scope
+        nursery = self.nursery
+        assert nursery is not None
 
-        async def guarded() -> None:
+        async def guarded(round_: _Round | None, k: int) -> None:
+            if round_ is not None and k + 1 < len(round_):
+                nursery.start_soon(round_[k + 1], round_, k + 1)  # the next body starts after this one
             try:
                 with scope:
+                    if round_ is not None and k > 0:
+                        # as a body waiting for the previous one's start would:
+                        # cancelled before it starts, it never runs
+                        await trio.lowlevel.checkpoint_if_cancelled()
                     await job()
             except Exception as e:  # a bug in one invocation faults its task only
                 self._invocation_failed(effect, e)
@@ -412,29 +451,7 @@ class Loop:
                     del self.inflight[task_id]
                     self.waits.wake()
 
-        self.nursery.start_soon(guarded)
-
-    def _in_call_order(
-        self, conversation_id: ConversationId, job: Callable[[], Awaitable[None]]
-    ) -> Callable[[], Awaitable[None]]:
-        """``job`` (a tool body) once the body acted before it in this flush
-        for the same conversation has started: the bodies of a parallel round
-        start in call order, deterministically (Trio runs newly spawned tasks
-        in an arbitrary order). A body whose wait is cancelled still lets the
-        next one start."""
-        after = self._tool_starts.get(conversation_id)
-        started = self._tool_starts[conversation_id] = trio.Event()
-
-        async def ordered() -> None:
-            try:
-                if after is not None:
-                    await after.wait()
-                started.set()
-                await job()
-            finally:
-                started.set()
-
-        return ordered
+        return guarded
 
     def _invocation_failed(self, effect: Effect, error: Exception) -> None:
         """Interpreting ``effect`` raised: report it, and fault its task (the

@@ -9,7 +9,10 @@ each time the loop calls :meth:`Waits.wake` (after every batch of commits and
 whenever an invocation leaves) and raises ``HarnessClosed`` once the harness
 closed. ``record()`` waits for one stored record: it reads storage once and
 then follows the versions the commits write (``watched``), so a waiter never
-re-reads storage per commit. Tickets pair a host request with the
+re-reads storage per commit; it is woken only when a commit writes that
+record (or at the close), not by every commit and invocation leaving (a
+waiter for a run's submission would otherwise wake several times per step
+to find nothing changed). Tickets pair a host request with the
 ``Respond`` that answers it (an act: never before its commit).
 """
 
@@ -51,6 +54,8 @@ class Waits:
         #: Records host calls wait for, by id: the newest committed version.
         self.watched: dict[int, Submission | Task | None] = {}
         self._watchers: dict[int, int] = {}
+        #: per watched record, set when a commit writes it (``committed``) or at the close
+        self._written: dict[int, trio.Event] = {}
         self._tickets: dict[int, Ticket] = {}
         self._next_ticket = 1
 
@@ -58,6 +63,9 @@ class Waits:
         """Every waiter wakes and raises ``HarnessClosed``."""
         self.closed = True
         self.wake()
+        for written in self._written.values():
+            written.set()
+        self._written.clear()
 
     def wake(self) -> None:
         self._changed.set()
@@ -98,12 +106,17 @@ class Waits:
         self.watched.setdefault(record_id, record)
         self._watchers[record_id] = self._watchers.get(record_id, 0) + 1
 
-        def settled() -> R | None:
-            now = self.watched.get(record_id)
-            return now if isinstance(now, kind) and done(now) else None
-
         try:
-            return await self.until(settled)
+            while True:
+                now = self.watched.get(record_id)
+                if isinstance(now, kind) and done(now):
+                    return now
+                if self.closed:
+                    raise HarnessClosed("Harness is closed")
+                written = self._written.get(record_id)
+                if written is None:
+                    written = self._written[record_id] = trio.Event()
+                await written.wait()
         finally:
             self._watchers[record_id] -= 1
             if not self._watchers[record_id]:
@@ -122,6 +135,14 @@ class Waits:
         for w in writes:
             if isinstance(w, PutSubmission) and w.submission.id in self.watched:
                 self.watched[w.submission.id] = w.submission
+                self._tell(w.submission.id)
             elif isinstance(w, PutTask) and w.task.id in self.watched:
                 # as the store reads it back (a terminal task without its checkpoint)
                 self.watched[w.task.id] = as_stored(w.task)
+                self._tell(w.task.id)
+
+    def _tell(self, record_id: int) -> None:
+        """Wake the waiters of a record a commit wrote."""
+        written = self._written.pop(record_id, None)
+        if written is not None:
+            written.set()

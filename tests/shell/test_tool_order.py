@@ -95,3 +95,34 @@ async def test_a_cancelled_wait_lets_the_next_body_start(autojump_clock: trio.te
             await conv.abort()
             settled = await handle.wait()
     assert settled.status == SubmissionStatus.UNANSWERED
+
+
+async def test_a_body_cancelled_before_it_starts_never_runs_and_the_next_starts() -> None:
+    """The loop spawns only a round's first body; each body's task starts
+    the next one's. A ``Cancel`` that reaches a later body before its task
+    started (its scope is in ``inflight`` from act time on) keeps its body
+    from running at all, and the bodies after it still start, in call order;
+    every scope leaves ``inflight``."""
+    from pidurable.core.effects import RunTool
+    from pidurable.core.model import ConversationId, TaskId
+    from pidurable.shell.loop import Loop
+
+    loop = Loop(storage=MemoryStorage(), store_id="test")
+    ran: list[int] = []
+
+    def body(k: int) -> Any:
+        async def job() -> None:
+            ran.append(k)  # before any checkpoint: the body's start
+            await trio.sleep(0)
+
+        return job
+
+    async with trio.open_nursery() as nursery:
+        loop.nursery = nursery
+        for k in range(1, 5):
+            effect = RunTool(task_id=TaskId(k), conversation_id=ConversationId(1), call_id=f"c{k}", name="t", arguments={})
+            loop._spawn_in_call_order(effect, body(k))
+        assert set(loop.inflight) == {1, 2, 3, 4}
+        loop.inflight[TaskId(2)].cancel()  # acted in the same flush, before any task ran
+    assert ran == [1, 3, 4]
+    assert loop.inflight == {}
