@@ -5,8 +5,11 @@ O(history) per step. The derivation (core/context.py) works segment by
 segment - a segment starts at each visible assistant message - so the messages
 of every segment before the newest one never change once the next assistant
 message exists. This cache keeps those *closed* messages, plus the entries of
-the open segment, and appends committed entries as they land. A request then
-costs O(size of the open segment) plus a list copy.
+the open segment, and appends committed entries as they land (O(1) each: the
+segment remembers whether it already holds a visible assistant message). A
+request then costs O(size of the open segment) plus copying the closed
+messages into one list that becomes the request's tuple, its system message
+first (``request``: no intermediate list, tuple or prepended copy).
 
 A request whose cutoff is older than the newest cached entry (rare: only a
 resend that must not see later entries) falls back to a full derivation.
@@ -22,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from pidurable.core.context import Message, active_range, context_messages, entry_message, is_marker, range_messages
-from pidurable.core.model import ConversationId, Entry
+from pidurable.core.model import ConversationId, Entry, EntryKind
 
 
 def counts_as_turn(entry: Entry) -> bool:
@@ -32,11 +35,16 @@ def counts_as_turn(entry: Entry) -> bool:
 
 
 class _Conv:
-    __slots__ = ("closed", "tail", "last_id", "turns")
+    __slots__ = ("closed", "tail", "answered", "shown", "last_id", "turns")
 
     def __init__(self) -> None:
         self.closed: list[Message] = []
         self.tail: list[Entry] = []
+        #: the open segment (``tail``) holds a visible assistant message:
+        #: the next one closes it
+        self.answered = False
+        #: the open segment's messages as last derived, while ``tail`` is unchanged
+        self.shown: list[Message] | None = None
         self.last_id = 0
         self.turns = 0
 
@@ -45,14 +53,23 @@ class _Conv:
             return
         if turn and counts_as_turn(entry):
             self.turns += 1
-        msg = entry_message(entry)
-        if msg is not None and msg.role == "assistant" and any(
-            (m := entry_message(e)) is not None and m.role == "assistant" for e in self.tail
-        ):
-            self.closed.extend(range_messages(self.tail))
-            self.tail = []
+        # only an assistant entry can make an assistant message (whether it
+        # is shown is entry_message's rule)
+        if entry.kind == EntryKind.ASSISTANT and (msg := entry_message(entry)) is not None and msg.role == "assistant":
+            if self.answered:
+                self.closed.extend(self.tail_messages())
+                self.tail = []
+            self.answered = True
         self.tail.append(entry)
+        self.shown = None
         self.last_id = entry.id
+
+    def tail_messages(self) -> list[Message]:
+        """The open segment's messages (derived once per change of it: a
+        request and the closing of its segment share them)."""
+        if self.shown is None:
+            self.shown = range_messages(self.tail)
+        return self.shown
 
 
 class ContextCache:
@@ -89,6 +106,31 @@ class ContextCache:
     def view(self, cid: ConversationId, cutoff: int) -> tuple[list[Message], int]:
         """The messages up to ``cutoff`` and the number of model turns
         (assistant entries, errors included, crash partials excluded) so far."""
+        conv = self._conv(cid)
+        if cutoff < conv.last_id:
+            return self._before(cid, cutoff)
+        return conv.closed + conv.tail_messages(), conv.turns
+
+    def request(self, cid: ConversationId, cutoff: int, head: tuple[Message, ...] = ()) -> tuple[tuple[Message, ...], int]:
+        """A request's messages: ``head`` (its system message), then the
+        messages up to ``cutoff``, gathered in one list made a tuple; and the
+        number of model turns so far (as ``view``)."""
+        conv = self._conv(cid)
+        if cutoff < conv.last_id:
+            found, turns = self._before(cid, cutoff)
+            return head + tuple(found), turns
+        out = list(head)
+        out += conv.closed
+        out += conv.tail_messages()
+        return tuple(out), conv.turns
+
+    def _before(self, cid: ConversationId, cutoff: int) -> tuple[list[Message], int]:
+        """The full derivation, for a cutoff older than the newest cached entry."""
+        entries = [e for e in self._load(cid) if e.id <= cutoff]
+        return context_messages(entries, cutoff), sum(1 for e in entries if counts_as_turn(e))
+
+    def _conv(self, cid: ConversationId) -> _Conv:
+        """The conversation's cache entry, built from storage if it has none."""
         conv = self._convs.get(cid)
         if conv is None:
             conv = _Conv()
@@ -106,7 +148,4 @@ class ContextCache:
                 self._convs.popitem(last=False)
         else:
             self._convs.move_to_end(cid)
-        if cutoff < conv.last_id:
-            entries = [e for e in self._load(cid) if e.id <= cutoff]
-            return context_messages(entries, cutoff), sum(1 for e in entries if counts_as_turn(e))
-        return conv.closed + range_messages(conv.tail), conv.turns
+        return conv

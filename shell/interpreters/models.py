@@ -178,13 +178,10 @@ class ModelInterpreter:
         return [ToolSpec(name=t.name, description=t.description, parameters=t.parameters) for t in tools]
 
     def _request(self, effect: CallModel | PollModel) -> ModelRequest:
-        messages: tuple[Message, ...] = ()
+        messages: tuple[Message, ...] = () if effect.system is None else (Message(role="system", text=effect.system),)
         turn = 0
         if effect.cutoff is not None:
-            found, turn = self.context.view(effect.conversation_id, effect.cutoff)
-            messages = tuple(found)
-        if effect.system is not None:
-            messages = (Message(role="system", text=effect.system), *messages)
+            messages, turn = self.context.request(effect.conversation_id, effect.cutoff, messages)
         return ModelRequest(
             turn=turn,
             model=effect.model,
