@@ -48,7 +48,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Mapping
-from operator import attrgetter
+from itertools import compress
+from operator import attrgetter, is_not
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -68,6 +69,7 @@ from .effects import (
     Write,
 )
 from .model import AgentConfig, ConversationId, Json
+from .records import evolve
 from .state import (
     AGENT_DOC,
     CONTEXT_DOC,
@@ -226,7 +228,7 @@ def to_json(value: Any) -> Json:
     if kind == _AS_IS:
         return value
     if kind == _ENUM:
-        return value.value
+        return value._value_  # (``.value`` is a property: a Python call)
     # containers that could change (lists, mappings): converted every time, never remembered
     if kind == _LIST:
         return [to_json(v) for v in value]
@@ -262,7 +264,7 @@ def typed_ops(old: Any, new: Any, path: list[Json] | None = None) -> list[Json]:
     (chord.diff): the
     same ops as ``chord.diff(to_json(old), to_json(new))``, in its order."""
     out: list[Json] = []
-    _typed(old, new, path or [], out)
+    _typed(old, new, list(path) if path else [], out)
     return out
 
 
@@ -275,21 +277,26 @@ def _typed(old: Any, new: Any, path: list[Json], out: list[Json]) -> None:
         shape = _SHAPES[t] if t in _SHAPES else _shape(t)
     if shape is not None:  # chord's order: the deleted keys, then the new value's keys in order
         fields, read = shape
-        changed = []
-        for (name, default), a, b in zip(fields, read(old), read(new)):
-            if a is b:
-                continue
-            a_default = a is default or a == default
-            b_default = b is default or b == default
-            if b_default and not a_default:
-                out.append(["d", [*path, name]])
-            elif not b_default:
-                changed.append((name, a, b, a_default))
-        for name, a, b, a_default in changed:
-            if a_default:
-                out.append(["s", [*path, name], to_json(b)])
+        olds, news = read(old), read(new)
+        changed = None
+        # only the fields that are not the same object are looked at (found in
+        # C: a change keeps the rest)
+        for i in compress(range(len(olds)), map(is_not, olds, news)):
+            name, default = fields[i]
+            a, b = olds[i], news[i]
+            if b is default or b == default:
+                if not (a is default or a == default):
+                    out.append(["d", [*path, name]])
+            elif changed is None:
+                changed = [(name, default, a, b)]
             else:
-                _typed(a, b, [*path, name], out)
+                changed.append((name, default, a, b))
+        if changed is not None:
+            for name, default, a, b in changed:
+                if a is default or a == default:
+                    out.append(["s", [*path, name], to_json(b)])
+                else:
+                    _typed(a, b, [*path, name], out)
         return
     if t is dict and type(old) is dict:  # chord's order: the deleted keys, then the new keys in order
         for name in old:
@@ -302,11 +309,11 @@ def _typed(old: Any, new: Any, path: list[Json], out: list[Json]) -> None:
                 out.append(["s", [*path, name], to_json(b)])
         return
     if t is tuple and type(old) is tuple and len(old) == len(new):
-        moved = [i for i, (a, b) in enumerate(zip(old, new)) if a is not b]
+        moved = list(compress(range(len(old)), map(is_not, old, new)))
         if len(moved) == 1 and type(old[moved[0]]) is type(new[moved[0]]) and type(new[moved[0]]) in _FIELDS:
             _typed(old[moved[0]], new[moved[0]], [*path, moved[0]], out)  # one item changed: followed, as chord does
             return
-    out.extend(chord.diff(to_json(old), to_json(new), path))
+    chord.diff_into(to_json(old), to_json(new), path, out)
 
 
 # --- revisions ----------------------------------------------------------------------------
@@ -360,7 +367,7 @@ def revise(tx: Tx, conv: ConvState, kind: str, new: Any) -> tuple[ConvState, Put
         value=to_json(new) if action is _BASE else None,
         ops=ops,
     )
-    changed = attrs.evolve(conv, **{spec.field: new, "stored": {**conv.stored, kind: deltas}})
+    changed = evolve(conv, **{spec.field: new, "stored": {**conv.stored, kind: deltas}})
     return changed, PutDocument(document_id=did, revision=revision)
 
 

@@ -233,6 +233,12 @@ def diff(old: Json, new: Json, path: Sequence[Json] = ()) -> tuple[Op, ...]:
     return tuple(out)
 
 
+def diff_into(old: Json, new: Json, path: list[Json], out: list[Op]) -> None:
+    """``diff``, appending its ops to ``out``; ``path`` is the caller's own
+    fresh list, which the ops may hold (builtins.typed_ops: no copies)."""
+    _diff(old, new, path, out)
+
+
 def _whole(path: list[Json], new: Json, out: list[Op]) -> None:
     out.append(["s", path, new] if path else ["r", new])
 

@@ -37,9 +37,14 @@ import attrs
 from .model import ConversationId, OutcomeStatus, Task, TaskId, TaskStatus
 
 
+# Members read once (a member read through its class is a descriptor call:
+# the index is kept on every put_task).
+_COMPLETING, _WAITING = TaskStatus.COMPLETING, TaskStatus.WAITING
+
+
 def needs_reconcile(task: Task) -> bool:
     """Abort-marked, or held ``completing`` (a cascade or a drain may be due)."""
-    return task.abort_requested or task.status is TaskStatus.COMPLETING
+    return task.abort_requested or task.status is _COMPLETING
 
 
 def has_intent(task: Task) -> bool:
@@ -122,6 +127,25 @@ class IndexDraft:
 
     def task(self, old: Task | None, new: Task | None) -> None:
         """``old`` (None: absent) became ``new`` (None: left the live map)."""
+        if old is None or new is None or new.owner != old.owner or new.conversation_id != old.conversation_id:
+            self._place(old, new)  # (most moves keep the task where it was)
+        old_on = old.on if old is not None and old.status is _WAITING else ()
+        new_on = new.on if new is not None and new.status is _WAITING else ()
+        if old_on != new_on:
+            waiters = self._owned("waiters")
+            for tid in old_on:
+                _remove(waiters, tid, old.id)  # type: ignore[union-attr]
+            for tid in new_on:
+                _add(waiters, tid, new.id)  # type: ignore[union-attr]
+        was = old is not None and needs_reconcile(old)
+        now = new is not None and needs_reconcile(new)
+        if was != now:
+            tid = (new or old).id  # type: ignore[union-attr]
+            self.intent = self.intent | {tid} if now else self.intent - {tid}
+
+    def _place(self, old: Task | None, new: Task | None) -> None:
+        """The owner and conversation indexes, for a task that appeared, left,
+        or changed its owner or conversation."""
         if old is not None and (new is None or new.owner != old.owner or new.conversation_id != old.conversation_id):
             if old.owner is not None:
                 _remove(self._owned("children"), old.owner, old.id)
@@ -136,19 +160,6 @@ class IndexDraft:
             _remove(self._owned("in_conversation"), old.conversation_id, old.id)
         if new is not None and (old is None or new.conversation_id != old.conversation_id):
             _add(self._owned("in_conversation"), new.conversation_id, new.id)
-        old_on = old.on if old is not None and old.status is TaskStatus.WAITING else ()
-        new_on = new.on if new is not None and new.status is TaskStatus.WAITING else ()
-        if old_on != new_on:
-            waiters = self._owned("waiters")
-            for tid in old_on:
-                _remove(waiters, tid, old.id)  # type: ignore[union-attr]
-            for tid in new_on:
-                _add(waiters, tid, new.id)  # type: ignore[union-attr]
-        was = old is not None and needs_reconcile(old)
-        now = new is not None and needs_reconcile(new)
-        if was != now:
-            tid = (new or old).id  # type: ignore[union-attr]
-            self.intent = self.intent | {tid} if now else self.intent - {tid}
 
     def conversation(self, cid: ConversationId, old_owner: TaskId | None, new_owner: TaskId | None) -> None:
         if old_owner == new_owner:

@@ -21,8 +21,6 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
-
 from .model import (
     CoreInvariantError,
     Outcome,
@@ -31,6 +29,7 @@ from .model import (
     Task,
     TaskStatus,
 )
+from .records import evolve
 from .state import SlotStatus, ToolSlot
 
 
@@ -210,20 +209,20 @@ def next_slot_status(status: SlotStatus | None, move: SlotMove) -> SlotStatus:
 
 def task_to(task: Task, move: TaskMove, **changes: Any) -> Task:
     """``task`` after ``move`` (checked against the table) and field changes."""
-    status = next_task_status(task.status, move)
-    if status in (TaskStatus.TERMINAL, TaskStatus.COMPLETING) and not isinstance(
-        changes.get("outcome", task.outcome), Outcome
-    ):
+    status = TASK_TRANSITIONS.get((task.status, move))
+    if status is None:
+        status = next_task_status(task.status, move)  # raises: not a transition
+    if (status is T or status is C) and not isinstance(changes.get("outcome", task.outcome), Outcome):
         raise CoreInvariantError(f"task {task.id} cannot finish without an outcome")
-    if status is not TaskStatus.WAITING and "on" not in changes:
+    if status is not W and "on" not in changes:
         changes["on"] = ()
-    return attrs.evolve(task, status=status, **changes)
+    return evolve(task, status=status, **changes)
 
 
 def submission_to(sub: Submission, move: SubmissionMove, **changes: Any) -> Submission:
-    return attrs.evolve(sub, status=next_submission_status(sub.status, move), **changes)
+    return evolve(sub, status=next_submission_status(sub.status, move), **changes)
 
 
 def slot_to(slot: ToolSlot, move: SlotMove, **changes: Any) -> ToolSlot:
     """``slot`` after ``move`` (checked against the slot table)."""
-    return attrs.evolve(slot, status=next_slot_status(slot.status, move), **changes)
+    return evolve(slot, status=next_slot_status(slot.status, move), **changes)

@@ -24,9 +24,8 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
-
 from .model import CoreInvariantError
+from .records import evolve
 from .state import Live
 
 
@@ -111,21 +110,28 @@ LIVE_TRANSITIONS: Mapping[tuple[Progress, LiveMove], Progress] = {
 }
 
 
+# Members read once (a member read through its class is a descriptor call:
+# progress and live_to run on most steps).
+_IDLE, _STARTED, _ASKING, _STREAMING = P.IDLE, P.STARTED, P.ASKING, P.STREAMING
+_RETRYING, _POLLING, _TOOLS = P.RETRYING, P.POLLING, P.TOOLS
+_START, _END = LiveMove.START, LiveMove.END
+
+
 def progress(live: Live) -> Progress:
     """The progress state ``live``'s fields amount to."""
     if live.run is None:
-        return P.IDLE
+        return _IDLE
     if live.retry_at is not None:
-        return P.RETRYING
+        return _RETRYING
     if live.poll_at is not None:
-        return P.POLLING
+        return _POLLING
     if live.partial is not None:
-        return P.STREAMING
+        return _STREAMING
     if live.tools is not None:
-        return P.TOOLS
+        return _TOOLS
     if live.attempt is not None:
-        return P.ASKING
-    return P.STARTED
+        return _ASKING
+    return _STARTED
 
 
 def next_progress(current: Progress, move: LiveMove) -> Progress:
@@ -139,13 +145,15 @@ def live_to(live: Live, move: LiveMove, **changes: Any) -> Live:
     """``live`` after ``move`` (checked against the table) with the field
     changes the move makes; ``start`` and ``end`` build a fresh document."""
     current = progress(live)
-    target = next_progress(current, move)
-    if move is LiveMove.START:
+    target = LIVE_TRANSITIONS.get((current, move))
+    if target is None:
+        target = next_progress(current, move)  # raises: not a transition
+    if move is _START:
         new = Live(**changes)
-    elif move is LiveMove.END:
+    elif move is _END:
         new = Live()
     else:
-        new = attrs.evolve(live, **changes)
+        new = evolve(live, **changes)
     if progress(new) is not target:
         raise CoreInvariantError(
             f"pi.live move {move.value!r} from {current.value!r} should reach {target.value!r}, "

@@ -46,6 +46,8 @@ from .settlement import fault
 #: The ``next`` of a row that ends the task (it settles, or is held).
 END = None
 
+_COMPLETING = TaskStatus.COMPLETING  # read once: every row run checks it
+
 
 class Turn:
     """One row being applied to one task (local to one ``Machine.run``)."""
@@ -133,7 +135,7 @@ class Machine:
         row.handler(Turn(tx, task, checkpoint, row.next), event)
         after = tx.tasks.get(task.id)
         if row.next is END:
-            if after is not None and after.status is not TaskStatus.COMPLETING:
+            if after is not None and after.status is not _COMPLETING:
                 raise CoreInvariantError(f"task {task.id}: row ({checkpoint.PHASE}, {move}) must end it")
         elif after is None or after.phase != row.next:
             raise CoreInvariantError(f"task {task.id}: row ({checkpoint.PHASE}, {move}) must lead to {row.next}")

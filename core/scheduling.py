@@ -51,6 +51,11 @@ ABORT: Mapping[str, Callable[[Tx, Task], None]] = {
 }
 
 
+# Members read once (a member read through its class is a descriptor call:
+# the pass runs on every step).
+_PENDING, _WAITING = TaskStatus.PENDING, TaskStatus.WAITING
+
+
 def is_runnable(tx: Tx, task: Task) -> bool:
     if task.id in tx.invocations:
         return False  # its host code is still out in the shell
@@ -58,10 +63,15 @@ def is_runnable(tx: Tx, task: Task) -> bool:
         return cancellation.abort_ready(tx, task)
     if task.kind not in RESERVE and custom.blocked_reason(tx, task) is not None:
         return False  # blocked: stays live and visible, never dropped
-    if task.status is TaskStatus.PENDING:
+    status = task.status
+    if status is _PENDING:
         return True
-    if task.status is TaskStatus.WAITING:
-        return all(t not in tx.tasks for t in task.on)
+    if status is _WAITING:
+        tasks = tx.tasks
+        for t in task.on:
+            if t in tasks:
+                return False
+        return True
     return False
 
 
@@ -86,7 +96,8 @@ def _candidates(tx: Tx) -> list[TaskId]:
         tx.rescan = False
         tx.touched.clear()
         return sorted(tx.tasks)
-    ids = sorted(t for t in tx.touched if t in tx.tasks)
+    tasks = tx.tasks
+    ids = sorted([t for t in tx.touched if t in tasks])
     tx.touched.clear()
     return ids
 
@@ -120,11 +131,11 @@ def run_pass(tx: Tx) -> None:
             return
         for task in ready:
             current = tx.tasks.get(task.id)
-            if current is None or current != task or not is_runnable(tx, current):
+            if current is None or (current is not task and current != task) or not is_runnable(tx, current):
                 continue  # an earlier phase in this pass changed it
             _dispatch(tx, task)
             after = tx.tasks.get(task.id)
-            if after is not None and after == current and is_runnable(tx, after):
+            if after is not None and (after is current or after == current) and is_runnable(tx, after):
                 raise CoreInvariantError(f"task {task.id} is still runnable after its phase ran")
 
 

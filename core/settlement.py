@@ -33,6 +33,9 @@ from .ownership import has_owned_work
 from .runs import end_run
 
 
+_COMPLETED = OutcomeStatus.COMPLETED  # read once: every outcome checks it
+
+
 def finish_task(tx: Tx, task: Task, outcome: Outcome) -> Task:
     """Record ``task``'s outcome (memos are dropped). Terminal at once, or
     held ``completing`` while it still owns live work (it becomes terminal when
@@ -42,7 +45,7 @@ def finish_task(tx: Tx, task: Task, outcome: Outcome) -> Task:
     else:
         done = task_to(task, TaskMove.FINISH, outcome=outcome, memos=None, ended_at=tx.now)
     tx.put_task(done)
-    if outcome.status is not OutcomeStatus.COMPLETED:
+    if outcome.status is not _COMPLETED:
         fail_fast(tx, done)
     return done
 
