@@ -43,8 +43,8 @@ from .effects import (
     Refused,
     Respond,
     Step,
+    WRITE_KEYS,
     Write,
-    write_key,
 )
 from .model import (
     ExtensionInfo,
@@ -76,6 +76,8 @@ from .state import (
     State,
     UsageDoc,
 )
+
+_TERMINAL = TaskStatus.TERMINAL  # read once: put_task runs several times a step
 
 #: State fields the draft does not carry: ``next_seq`` is advanced by
 #: ``finish`` (one per Commit), ``opened`` only by ``on_opened``.
@@ -133,10 +135,28 @@ class Tx:
     @state.setter
     def state(self, state: State) -> None:
         self._base = state
-        # setattr, not __dict__.update: touching __dict__ would turn off
-        # CPython's fast attribute access for every later tx.<field>.
-        for name, value in zip(DRAFT_FIELDS, _read_drafted(state)):
-            setattr(self, name, value)
+        # One unpacking, in DRAFT_FIELDS' order (a loop of setattr costs a
+        # step ten times as much; tests/core/test_draft.py checks every field
+        # lands where it belongs). Not __dict__.update: touching __dict__
+        # would turn off CPython's fast attribute access for every later
+        # tx.<field>.
+        (
+            self.next_id,
+            self.conversations,
+            self.tasks,
+            self.submissions,
+            self.catalog,
+            self.task_catalog,
+            self.extensions,
+            self.invocations,
+            self.failed_migrations,
+            self.scheduling,
+            self.settings,
+            self.documents,
+            self.keep_settled,
+            self.settled,
+            self.task_index,
+        ) = _read_drafted(state)
         self._own: set[str] = set()
         self._ix: IndexDraft | None = None
         #: Tasks this step changed, or whose readiness a change may have
@@ -175,7 +195,8 @@ class Tx:
 
     # records ---------------------------------------------------------------
     def write(self, w: Write) -> None:
-        self._writes[write_key(w)] = w
+        name, read = WRITE_KEYS[type(w)]  # write_key, without a call: most steps write several
+        self._writes[(name, read(w))] = w
 
     def put_task(self, task: Task, *, durable: bool = True) -> None:
         """Replace a task in the draft; ``durable=False`` changes only memory
@@ -184,7 +205,7 @@ class Tx:
         old = tasks.get(task.id)
         ix = self.index
         self.touched.add(task.id)
-        if task.status is TaskStatus.TERMINAL:
+        if task.status is _TERMINAL:
             if old is not None:
                 # whoever waited on it, owned it or owns its conversation may now run
                 self.touched.update(ix.waiters.get(task.id, ()))

@@ -20,7 +20,9 @@ into is :class:`~pidurable.core.draft.Tx`, in ``draft.py``.
 from __future__ import annotations
 
 import enum
-from typing import ClassVar, TypeAlias, get_args
+from collections.abc import Callable, Mapping
+from operator import attrgetter
+from typing import Any, ClassVar, TypeAlias, get_args
 
 import attrs
 
@@ -160,30 +162,27 @@ Write: TypeAlias = (
 WRITE_TYPES: tuple[type, ...] = get_args(Write)
 
 
+#: What record each kind of write replaces: the key's name, and how to read
+#: the record's id from the write (later writes of the same key win).
+WRITE_KEYS: Mapping[type, tuple[str, Callable[[Any], int]]] = {
+    PutConversation: ("conversation", attrgetter("conversation.id")),
+    PutEntry: ("entry", attrgetter("entry.id")),
+    PutSubmission: ("submission", attrgetter("submission.id")),
+    PutTask: ("task", attrgetter("task.id")),
+    PutAgent: ("pi.agent", attrgetter("conversation_id")),
+    PutLive: ("pi.live", attrgetter("conversation_id")),
+    PutInbox: ("pi.inbox", attrgetter("conversation_id")),
+    PutUsage: ("pi.usage", attrgetter("conversation_id")),
+    PutContext: ("pi.context", attrgetter("conversation_id")),
+    PutDocument: ("document", attrgetter("document_id")),
+}
+assert set(WRITE_KEYS) == set(WRITE_TYPES), "every write type needs its key"
+
+
 def write_key(w: Write) -> tuple[str, int]:
     """The record a write replaces: later writes of the same key win."""
-    match w:
-        case PutConversation(conversation=c):
-            return ("conversation", c.id)
-        case PutEntry(entry=e):
-            return ("entry", e.id)
-        case PutSubmission(submission=s):
-            return ("submission", s.id)
-        case PutTask(task=t):
-            return ("task", t.id)
-        case PutAgent(conversation_id=c):
-            return ("pi.agent", c)
-        case PutLive(conversation_id=c):
-            return ("pi.live", c)
-        case PutInbox(conversation_id=c):
-            return ("pi.inbox", c)
-        case PutUsage(conversation_id=c):
-            return ("pi.usage", c)
-        case PutContext(conversation_id=c):
-            return ("pi.context", c)
-        case PutDocument(document_id=d):
-            return ("document", d)
-    raise AssertionError(w)  # pragma: no cover
+    name, read = WRITE_KEYS[type(w)]
+    return (name, read(w))
 
 
 # --- effects ---------------------------------------------------------------

@@ -111,8 +111,15 @@ def rule_name(handler: Callable[..., None]) -> str:
     return f"{handler.__module__.rsplit('.', 1)[-1]}.{handler.__name__}"
 
 
+#: ``rule_name`` of each handler routed to so far (named once, not per step).
+_RULE_NAMES: dict[Callable[..., None], str] = {}
+
+
 def _route(tx: Tx, handler: Callable[[Tx, Any], None], ev: Any) -> None:
-    tx.rules.append(rule_name(handler))
+    name = _RULE_NAMES.get(handler)
+    if name is None:
+        name = _RULE_NAMES[handler] = rule_name(handler)
+    tx.rules.append(name)
     handler(tx, ev)
 
 

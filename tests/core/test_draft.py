@@ -23,6 +23,19 @@ def test_draft_fields_are_the_state_fields() -> None:
     assert set(DRAFT_FIELDS) <= set(get_type_hints(Tx))
 
 
+def test_the_draft_takes_each_field_from_its_own_state_field() -> None:
+    """Tx reads the drafted fields in one unpacking (its order written out):
+    each field gets its own value, and finish gives each back."""
+    state = State()
+    marked = {name: object() for name in DRAFT_FIELDS}
+    for name, value in marked.items():
+        object.__setattr__(state, name, value)
+    tx = Tx(state, 0)
+    assert {name: getattr(tx, name) for name in DRAFT_FIELDS} == marked
+    frozen = tx._freeze(state.next_seq)
+    assert {name: getattr(frozen, name) for name in DRAFT_FIELDS} == marked
+
+
 def test_draft_round_trips_the_state_without_touching_it() -> None:
     """A draft with no decisions gives back an equal state; the input is unchanged."""
     state = opened_state()
