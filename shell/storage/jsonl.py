@@ -50,8 +50,9 @@ re-encoded into its row: about 20 µs a write), the tables stay in memory
 
 Commit protocol (``commit_many``):
 
-1. Validate and encode everything, lay out the lines of each file: a
-   failure does no I/O and leaves the store usable.
+1. Validate and encode everything, lay out the lines of each file
+   (``jsonl_sidecars.lay_out``): a failure does no I/O and leaves the store
+   usable.
 2. Append each touched sidecar's records (one ``write`` per file, to an
    ``O_APPEND`` descriptor; in write order), then ``fsync`` them (and the
    directory, for a new file) if ``fsync=True``.
@@ -73,8 +74,8 @@ reopened): the tables were not touched, and open decides from the files.
 batch but the last carries ``"more":true``; at open, a batch without its
 last line is cut off whole.
 
-Open (everything is checked before anything is repaired, so a damaged store
-is left as it was):
+Open (jsonl_recovery.py reads and checks; everything is checked before
+anything is repaired, so a damaged store is left as it was):
 
 - A torn tail of ``main.jsonl`` (the bytes after the last newline, or an
   unparsable last line) is truncated at the exact byte offset where its line
@@ -120,28 +121,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from pidurable.core.effects import Write
 from pidurable.core.events import Event
 from pidurable.core.model import ConversationId
 
 from . import codec, owner
+from . import jsonl_recovery as recovery
 from . import jsonl_sidecars as sidecars
 from .base import (
     DamagedRecord,
     Loaded,
     NotAStore,
-    Row,
     StorageError,
     StoreFenced,
     StoreLocked,
     StoreMissing,
-    _DECODE_ERRORS,
-    _why,
-    encode_write,
 )
-from .jsonl_sidecars import Position, split as _split
+from .jsonl_recovery import CommitLine, Found, read_commit, read_sidecars
+from .jsonl_sidecars import Plan, split as _split
 from .memory import Encoded, MemoryStorage
 
 log = logging.getLogger("pidurable")
@@ -157,42 +154,8 @@ HEADER_PREFIX = b'{"pidurable":"jsonl","schema":'
 #: ``main.jsonl``; 6: sidecars (a store of 5 or less is upgraded at open: its
 #: lines stay as they are, its header says 6, new commits use sidecars).
 LAYOUT = 6
-#: The first layout whose ``main.jsonl`` may hold sidecar markers.
-SIDECAR_LAYOUT = 6
 #: Sidecar descriptors kept open (the most recently written ones).
 OPEN_SIDECARS = 32
-
-
-@attrs.frozen(kw_only=True)
-class _Ref:
-    """A marker of a main line: its write's record is in ``file``."""
-
-    file: str
-    ordinal: int
-
-
-@attrs.frozen(kw_only=True)
-class _Read:
-    """A commit line read at open, before its sidecar records are."""
-
-    number: int  #: its line in main.jsonl
-    seq: int
-    format: int
-    digest: str
-    events: str
-    slots: list[Row | _Ref]
-
-
-@attrs.frozen(kw_only=True)
-class _Plan:
-    """A batch, encoded and laid out, before any I/O."""
-
-    encoded: list[Encoded]
-    main: bytes  #: the batch's main lines
-    appends: dict[str, list[bytes]]  #: sidecar -> its new record lines, in write order
-    bases: dict[str, int]  #: sidecar -> index in ``appends`` of its newest reclaiming base
-    terminal: dict[str, bool]  #: a task's sidecar -> is the task's last version in the batch terminal?
-    retired: list[str]  #: sidecars of documents retired for good (their revisions go)
 
 
 class JsonlStorage(MemoryStorage):
@@ -295,8 +258,8 @@ class JsonlStorage(MemoryStorage):
         rewritten), so a damaged store is left as it was."""
         lines = _split(data)
         keep = len(data)
-        commits: list[_Read] = []
-        pending: list[_Read] = []  # an unfinished batch's commits
+        commits: list[CommitLine] = []
+        pending: list[CommitLine] = []  # an unfinished batch's commits
         batch_start = 0  # where that batch's first line starts
         last_seq = 0
         layout = LAYOUT
@@ -315,7 +278,7 @@ class JsonlStorage(MemoryStorage):
             if number == 1:
                 layout = self._header(obj)
                 continue
-            commit, more = self._commit_of(number, obj, last_seq, layout)
+            commit, more = read_commit(self.main, number, obj, last_seq, layout)
             last_seq = commit.seq
             if not pending:
                 batch_start = start
@@ -325,10 +288,12 @@ class JsonlStorage(MemoryStorage):
                 pending = []
         if pending:  # a batch without its last line never counted
             keep = min(keep, batch_start)
-        found = self._sidecars(commits)
+        found = read_sidecars(self.dir, self.main, commits)
+        records = self._tables["document_records"]
         for c in commits:
-            self._apply_read(c, found)
-        self._created_seqs(commits)
+            rows = recovery.commit_rows(c, found, records)
+            self._apply(Encoded(seq=c.seq, rows=rows, events=c.events, writes="", digest=c.digest, format=c.format))
+        recovery.mend_created_seqs(commits, records)
         # checked: now repair
         if keep < len(data):
             self._truncate(keep, len(data))
@@ -354,137 +319,7 @@ class JsonlStorage(MemoryStorage):
         self._store_id = store_id
         return schema
 
-    def _commit_of(self, number: int, obj: Any, last_seq: int, layout: int) -> tuple[_Read, bool]:
-        """The commit on line ``number``: its inline writes rebuilt into rows,
-        its markers kept to be filled from the sidecars."""
-        where = f"Store file {self.main} line {number}"
-        if not isinstance(obj, dict):
-            raise DamagedRecord(f"{where}: not a commit")
-        seq, fmt, digest = obj.get("seq"), obj.get("format"), obj.get("digest")
-        events, writes, more = obj.get("events"), obj.get("writes"), obj.get("more", False)
-        if not (type(seq) is int and type(fmt) is int and isinstance(digest, str)):
-            raise DamagedRecord(f"{where}: damaged commit (seq, format or digest)")
-        if not (isinstance(events, list) and isinstance(writes, list) and isinstance(more, bool)):
-            raise DamagedRecord(f"{where}: damaged commit (events, writes or more)")
-        if fmt > codec.FORMAT_VERSION:
-            raise StorageError(f"{where}: journal format {fmt} is newer than this pidurable reads; upgrade pidurable")
-        if seq <= last_seq:
-            raise DamagedRecord(f"{where}: seq {seq} does not increase (the line before has {last_seq})")
-        slots: list[Row | _Ref] = []
-        try:
-            for ordinal, data in enumerate(writes):
-                marker = sidecars.marker_of(data)
-                if marker is None:
-                    slots.append(encode_write(codec.write_from_data(data), seq)[0])
-                    continue
-                kind, ident, said = marker
-                if layout < SIDECAR_LAYOUT:
-                    raise ValueError(f"a {kind} marker in a store of schema {layout} (before sidecars)")
-                if said != ordinal:
-                    raise ValueError(f"a {kind} marker with ordinal {said} at write {ordinal}")
-                slots.append(_Ref(file=sidecars.file_name(kind, ident), ordinal=ordinal))
-            events_text = codec.dumps(events)
-        except _DECODE_ERRORS as e:
-            raise DamagedRecord(f"{where}: damaged record in commit {seq}: {_why(e)}") from e
-        return _Read(number=number, seq=seq, format=fmt, digest=digest, events=events_text, slots=slots), more
-
-    def _sidecars(self, commits: list[_Read]) -> dict[str, tuple[sidecars.Sidecar | None, dict[Position, Row]]]:
-        """Read every sidecar file (and every one main refers to): its
-        confirmed records decoded into rows; a record main refers to must be
-        there unless it was reclaimed (a later terminal task record, a later
-        reclaiming base or retirement of its document)."""
-        refs: dict[str, dict[Position, int]] = {}
-        main_rows: list[tuple[Position, Row]] = []
-        for c in commits:
-            for ordinal, slot in enumerate(c.slots):
-                if isinstance(slot, _Ref):
-                    refs.setdefault(slot.file, {})[(c.seq, ordinal)] = c.number
-                else:
-                    main_rows.append(((c.seq, ordinal), slot))
-        try:
-            names = {n for n in os.listdir(self.dir) if sidecars.NAME.fullmatch(n)}
-        except OSError as e:
-            raise StorageError(f"Cannot open store {self.path}: {e.strerror or e}") from e
-        found: dict[str, tuple[sidecars.Sidecar | None, dict[Position, Row]]] = {}
-        side_rows: list[tuple[Position, Row]] = []
-        for name in sorted(names | refs.keys()):
-            if name not in names:
-                found[name] = (None, {})
-                continue
-            path = self.dir / name
-            try:
-                data = path.read_bytes()
-            except OSError as e:
-                raise StorageError(f"Cannot open store {self.path}: reading {path}: {e.strerror or e}") from e
-            side = sidecars.read(path, data, set(refs.get(name, {})))
-            rows: dict[Position, Row] = {}
-            for rec in side.records:
-                try:
-                    w = codec.write_from_data(rec.write)
-                    row = encode_write(w, rec.seq)[0]
-                except _DECODE_ERRORS as e:
-                    raise DamagedRecord(f"Store file {path} line {rec.line}: damaged record in commit {rec.seq}: {_why(e)}") from e
-                owner_of = sidecars.sidecar_of(w)
-                if owner_of is None or sidecars.file_name(*owner_of) != name:
-                    raise DamagedRecord(f"Store file {path} line {rec.line}: a record of another file ({type(w).__name__})")
-                rows[(rec.seq, rec.ordinal)] = row
-                side_rows.append(((rec.seq, rec.ordinal), row))
-            found[name] = (side, rows)
-        tasks, docs = sidecars.reclaimed_points(main_rows, side_rows)
-        for name, wanted in refs.items():
-            kind, ident = _parse_name(name)
-            gone = (tasks if kind == "task" else docs).get(ident, (0, -1))
-            rows = found[name][1]
-            for pos, number in wanted.items():
-                if pos not in rows and pos >= gone:
-                    raise DamagedRecord(
-                        f"Store file {self.dir / name}: missing confirmed sidecar record (seq {pos[0]}, ordinal "
-                        f"{pos[1]}) that {self.main} line {number} refers to"
-                    )
-        return found
-
-    def _apply_read(self, c: _Read, found: dict[str, tuple[sidecars.Sidecar | None, dict[Position, Row]]]) -> None:
-        rows = []
-        for ordinal, slot in enumerate(c.slots):
-            if isinstance(slot, _Ref):
-                row = found[slot.file][1].get((c.seq, ordinal))
-                if row is None:
-                    continue  # reclaimed: a later record of main or of its file supersedes it
-            else:
-                row = slot
-            if row.table == "document_revisions" and row.columns["action"] == "retire":
-                self._record_of_retired(row.columns)
-            rows.append(row)
-        self._apply(Encoded(seq=c.seq, rows=rows, events=c.events, writes="", digest=c.digest, format=c.format))
-
-    def _record_of_retired(self, col: dict[str, Any]) -> None:
-        """A retired current-only document whose every revision was reclaimed
-        has no base to make its record row from: its retirement holds the
-        same fields (``created_seq`` is mended by :meth:`_created_seqs`)."""
-        records = self._tables["document_records"]
-        did = col["document_id"]
-        if (did,) not in records:
-            records[(did,)] = {
-                "id": did, "scope": col["scope"], "owner": col["owner"], "kind": col["kind"],
-                "version": col["version"], "history": col["history"], "fork": col["fork"],
-                "created_seq": col["seq"], "retired_seq": None,
-            }
-
-    def _created_seqs(self, commits: list[_Read]) -> None:
-        """A document was created by its first revision, even one reclaimed
-        since (its record row was made from a later base)."""
-        first: dict[int, int] = {}
-        for c in commits:
-            for slot in c.slots:
-                if isinstance(slot, _Ref) and slot.file.startswith("doc-"):
-                    first.setdefault(_parse_name(slot.file)[1], c.seq)
-        records = self._tables["document_records"]
-        for did, seq in first.items():
-            row = records.get((did,))
-            if row is not None and seq < row["created_seq"]:
-                records[(did,)] = {**row, "created_seq": seq}
-
-    def _repair_sidecars(self, found: dict[str, tuple[sidecars.Sidecar | None, dict[Position, Row]]]) -> None:
+    def _repair_sidecars(self, found: Found) -> None:
         """Cut unconfirmed tails, drop stray ``.reclaim`` files, and finish
         reclamation a crash interrupted (terminal tasks' sidecars, retired
         current-only documents' files, revisions before a newest base)."""
@@ -508,29 +343,16 @@ class JsonlStorage(MemoryStorage):
                 except OSError as e:
                     raise StorageError(f"Store {self.path}: cannot truncate {side.path}: {e.strerror or e}") from e
             self._files.add(name)
-            if side.keep == 0 or self._reclaimable(name) == "delete":
+            what = recovery.reclaimable(name, self._tables)
+            if side.keep == 0 or what == "delete":
                 self._delete(name)
                 continue
-            kind, ident = _parse_name(name)
+            kind, ident = sidecars.parse_name(name)
             revisions = self._by_document.get(ident, {}) if kind == "doc" else {}
-            if self._reclaimable(name) == "rewrite" and side.records and revisions and side.records[0].seq < min(revisions):
+            if what == "rewrite" and side.records and revisions and side.records[0].seq < min(revisions):
                 first = next(r for r in side.records if r.seq >= min(revisions))
                 data = side.path.read_bytes()[first.start : side.keep]
                 self._replace(name, data)
-
-    def _reclaimable(self, name: str) -> str:
-        """What may go of a sidecar, by its task or document as now stored:
-        ``delete`` (a terminal task; a retired current-only document),
-        ``rewrite`` (a live current-only document: revisions before its
-        newest base), ``keep`` (a live task; a rewindable document)."""
-        kind, ident = _parse_name(name)
-        if kind == "task":
-            row = self._tables["tasks"].get((ident,))
-            return "delete" if row is not None and row["status"] == "terminal" else "keep"
-        record = self._tables["document_records"].get((ident,))
-        if record is None or not (record["history"] == "latest" or record["scope"] == "task"):
-            return "keep"
-        return "delete" if record["retired_seq"] is not None else "rewrite"
 
     def _upgrade(self, old_header: bytes) -> None:
         """A store of the one-file layout: its header says the sidecar
@@ -613,60 +435,13 @@ class JsonlStorage(MemoryStorage):
         self._descriptor()
         if self._poisoned is not None:
             raise StorageError(f"Store {self.path}: {self._poisoned}; reopen the store")
-        plan = self._prepare(batch)
+        plan = sidecars.lay_out(batch, self._journal[-1].seq if self._journal else 0, self._tables["entries"])
         self._write(plan)
         for c in plan.encoded:
             self._apply(c)
         self._reclaim(plan)
 
-    def _prepare(self, batch: Sequence[tuple[int, Sequence[Write], Sequence[Event]]]) -> _Plan:
-        """Validate, encode and lay out every commit of ``batch`` (which
-        write goes to which sidecar) before any I/O: a failure leaves the
-        store untouched and usable."""
-        last = self._journal[-1].seq if self._journal else 0
-        encoded: list[Encoded] = []
-        lines: list[bytes] = []
-        appends: dict[str, list[bytes]] = {}
-        bases: dict[str, int] = {}
-        terminal: dict[str, bool] = {}
-        retired: list[str] = []
-        entries: set[Any] = set()
-        for i, (seq, writes, events) in enumerate(batch):
-            if seq <= last:
-                raise StorageError(f"Commit seq {seq} does not increase (last is {last})")
-            last = seq
-            rows, pieces, main = [], [], []
-            for ordinal, w in enumerate(writes):
-                row, piece = encode_write(w, seq)
-                rows.append(row)
-                pieces.append(piece)
-                side = sidecars.sidecar_of(w)
-                if side is not None:
-                    name = sidecars.file_name(*side)
-                    main.append(sidecars.marker_text(side[0], side[1], ordinal))
-                    mine = appends.setdefault(name, [])
-                    if row.table == "tasks":
-                        terminal[name] = False
-                    elif row.columns["reclaims"]:  # a base of a current-only document
-                        bases[name] = len(mine)
-                    mine.append(sidecars.record_line(seq, ordinal, piece))
-                    continue
-                main.append(piece)
-                if row.table == "tasks":  # inline: terminal
-                    terminal[sidecars.file_name(sidecars.TASK_MARKER, row.key[0])] = True
-                elif row.table == "document_revisions" and row.columns["action"] == "retire" and row.columns["reclaims"]:
-                    retired.append(sidecars.file_name(sidecars.DOC_MARKER, row.key[0]))
-                elif row.table == "entries":  # written once (SQLite's plain INSERT refuses a rewrite too)
-                    if row.key in self._tables["entries"] or row.key in entries:
-                        raise StorageError(f"Entry {row.key[0]} already exists: entries are written once")
-                    entries.add(row.key)
-            digest = codec.writes_digest(codec.journal_writes(pieces))
-            c = Encoded(seq=seq, rows=rows, events=codec.events_json(events), writes="", digest=digest)
-            encoded.append(c)
-            lines.append(_line(c, codec.journal_writes(main), more=i < len(batch) - 1))
-        return _Plan(encoded=encoded, main=b"".join(lines), appends=appends, bases=bases, terminal=terminal, retired=retired)
-
-    def _write(self, plan: _Plan) -> None:
+    def _write(self, plan: Plan) -> None:
         """Sidecars first (flushed if ``fsync``), then the main lines: a
         commit counts once main holds it, and then its records are there.
         Any failure poisons the store: what landed is sorted out at open."""
@@ -712,7 +487,7 @@ class JsonlStorage(MemoryStorage):
         if fd is not None:
             os.close(fd)
 
-    def _reclaim(self, plan: _Plan) -> None:
+    def _reclaim(self, plan: Plan) -> None:
         """After the commit counts: delete the sidecars of tasks now terminal
         and of retired current-only documents; a current-only document's
         file becomes its newest base and what follows. Best effort: a failure
@@ -762,20 +537,6 @@ class JsonlStorage(MemoryStorage):
         finally:
             os.close(fd)
         os.replace(tmp, self.dir / name)
-
-
-def _parse_name(name: str) -> tuple[str, int]:
-    m = sidecars.NAME.fullmatch(name)
-    assert m is not None, name
-    return m.group(1), int(m.group(2))
-
-
-def _line(c: Encoded, writes: str, *, more: bool) -> bytes:
-    """A commit's main line: the codec's texts spliced into one object
-    (``writes``: the inline writes and the markers)."""
-    head = codec.dumps({"seq": c.seq, "format": c.format, "digest": c.digest})[:-1]
-    tail = ',"more":true}\n' if more else "}\n"
-    return (head + ',"events":' + c.events + ',"writes":' + writes + tail).encode("utf-8")
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -1,7 +1,8 @@
 """The sidecar files of a JSONL store (see jsonl.py's module comment): which
 write goes to which file, the marker that stands for it in ``main.jsonl``,
-and how ``open`` reads a sidecar back, cuts its unconfirmed tail and decides
-which records may be missing.
+how a batch is laid out into lines before any I/O (:func:`lay_out`), and
+how ``open`` reads a sidecar back, cuts its unconfirmed tail and decides
+which records may be missing (with jsonl_recovery.py).
 
 A sidecar line is one record::
 
@@ -17,16 +18,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from pidurable.core.effects import PutDocument, PutTask, RevisionAction, Write
+from pidurable.core.events import Event
 from pidurable.core.model import TaskStatus
 
-from .base import DamagedRecord, Row
+from . import codec
+from .base import DamagedRecord, Row, StorageError, encode_write
+from .memory import Encoded
 
 TASK_MARKER = "task.sidecar"
 DOC_MARKER = "document.sidecar"
@@ -46,6 +50,13 @@ Position = tuple[int, int]
 
 def file_name(marker: str, ident: int) -> str:
     return f"{PREFIXES[marker]}-{ident}.jsonl"
+
+
+def parse_name(name: str) -> tuple[str, int]:
+    """``("task" | "doc", id)`` of a sidecar's file name."""
+    m = NAME.fullmatch(name)
+    assert m is not None, name
+    return m.group(1), int(m.group(2))
 
 
 def sidecar_of(w: Write) -> tuple[str, int] | None:
@@ -78,6 +89,77 @@ def marker_of(data: Any) -> tuple[str, int, int] | None:
             raise ValueError(f"damaged {data.get('type')} marker")
         return data["type"], ident, ordinal
     return None
+
+
+@attrs.frozen(kw_only=True)
+class Plan:
+    """A batch, encoded and laid out, before any I/O."""
+
+    encoded: list[Encoded]
+    main: bytes  #: the batch's main lines
+    appends: dict[str, list[bytes]]  #: sidecar -> its new record lines, in write order
+    bases: dict[str, int]  #: sidecar -> index in ``appends`` of its newest reclaiming base
+    terminal: dict[str, bool]  #: a task's sidecar -> is the task's last version in the batch terminal?
+    retired: list[str]  #: sidecars of documents retired for good (their revisions go)
+
+
+def lay_out(
+    batch: Sequence[tuple[int, Sequence[Write], Sequence[Event]]], last: int, entries: Mapping[Any, Any]
+) -> Plan:
+    """Validate, encode and lay out every commit of ``batch`` (which write
+    goes to which sidecar, each file's lines) before any I/O: a failure
+    leaves the store untouched and usable. ``last``: the newest seq stored;
+    ``entries``: the entries table (an entry is written once, as SQLite's
+    plain INSERT refuses a rewrite)."""
+    encoded: list[Encoded] = []
+    lines: list[bytes] = []
+    appends: dict[str, list[bytes]] = {}
+    bases: dict[str, int] = {}
+    terminal: dict[str, bool] = {}
+    retired: list[str] = []
+    new_entries: set[Any] = set()
+    for i, (seq, writes, events) in enumerate(batch):
+        if seq <= last:
+            raise StorageError(f"Commit seq {seq} does not increase (last is {last})")
+        last = seq
+        rows, pieces, main = [], [], []
+        for ordinal, w in enumerate(writes):
+            row, piece = encode_write(w, seq)
+            rows.append(row)
+            pieces.append(piece)
+            side = sidecar_of(w)
+            if side is not None:
+                name = file_name(*side)
+                main.append(marker_text(side[0], side[1], ordinal))
+                mine = appends.setdefault(name, [])
+                if row.table == "tasks":
+                    terminal[name] = False
+                elif row.columns["reclaims"]:  # a base of a current-only document
+                    bases[name] = len(mine)
+                mine.append(record_line(seq, ordinal, piece))
+                continue
+            main.append(piece)
+            if row.table == "tasks":  # inline: terminal
+                terminal[file_name(TASK_MARKER, row.key[0])] = True
+            elif row.table == "document_revisions" and row.columns["action"] == "retire" and row.columns["reclaims"]:
+                retired.append(file_name(DOC_MARKER, row.key[0]))
+            elif row.table == "entries":
+                if row.key in entries or row.key in new_entries:
+                    raise StorageError(f"Entry {row.key[0]} already exists: entries are written once")
+                new_entries.add(row.key)
+        digest = codec.writes_digest(codec.journal_writes(pieces))
+        c = Encoded(seq=seq, rows=rows, events=codec.events_json(events), writes="", digest=digest)
+        encoded.append(c)
+        lines.append(main_line(c, codec.journal_writes(main), more=i < len(batch) - 1))
+    return Plan(encoded=encoded, main=b"".join(lines), appends=appends, bases=bases, terminal=terminal, retired=retired)
+
+
+def main_line(c: Encoded, writes: str, *, more: bool) -> bytes:
+    """A commit's main line: the codec's texts spliced into one object
+    (``writes``: the inline writes and the markers)."""
+    head = codec.dumps({"seq": c.seq, "format": c.format, "digest": c.digest})[:-1]
+    tail = ',"more":true}\n' if more else "}\n"
+    return (head + ',"events":' + c.events + ',"writes":' + writes + tail).encode("utf-8")
 
 
 @attrs.frozen(kw_only=True)

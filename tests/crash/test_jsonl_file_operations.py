@@ -134,7 +134,7 @@ def test_a_crash_after_any_file_operation_opens_to_the_commits_that_counted(tmp_
     final = open_jsonl_storage(store)
     journal = final.journal()
     final.close()
-    assert snaps.taken > 50 and len(journal) > 10
+    assert snaps.taken > 50 and len(journal) > 5
     seen = set()
     for copy in sorted(out.iterdir()):
         reopened: JsonlStorage = open_jsonl_storage(copy)
@@ -153,4 +153,7 @@ def test_a_crash_after_any_file_operation_opens_to_the_commits_that_counted(tmp_
         before = {n: (copy / n).read_bytes() for n in os.listdir(copy) if n not in SKIP}
         open_jsonl_storage(copy).close()
         assert {n: (copy / n).read_bytes() for n in os.listdir(copy) if n not in SKIP} == before, copy.name
-    assert len(seen) > 10  # the copies span the run
+    boundaries = {0}
+    for batch in batches:
+        boundaries.add(max(boundaries) + len(batch))
+    assert seen == boundaries  # a copy of the store after every batch (and before the first)

@@ -84,12 +84,8 @@ def test_a_torn_last_line_is_truncated_at_its_exact_offset(tmp_path: Path, cut: 
 
 
 def _next_lines(path: Path, seq: int, writes: list[PutEntry]) -> bytes:
-    """The main line a commit of ``writes`` at ``seq`` would append (laid out by a scratch store)."""
-    scratch = open_jsonl_storage(path.with_name(path.name + "-scratch"))
-    try:
-        return scratch._prepare([(seq, writes, [])]).main
-    finally:
-        scratch.close()
+    """The main line a commit of ``writes`` at ``seq`` would append."""
+    return jsonl.sidecars.lay_out([(seq, writes, [])], seq - 1, {}).main
 
 
 def test_a_batch_without_its_last_line_is_dropped_whole(tmp_path: Path) -> None:
