@@ -32,8 +32,8 @@ them; nothing else writes a built-in checkpoint.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from typing import Any, ClassVar, TypeAlias
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeAlias, get_args
 
 import attrs
 
@@ -233,154 +233,212 @@ def _opt_id(value: Any) -> TaskId | None:
     return None if value is None else TaskId(int(value))
 
 
+def _prepare_dict(cp: PrepareCheckpoint, phase: str) -> dict[str, Json]:
+    out: dict[str, Json] = {"phase": phase, "attempt": cp.attempt}
+    if cp.compacted is not None:
+        out["compacted"] = cp.compacted
+        if cp.threshold:
+            out["threshold"] = True
+        if cp.overflow is not None:
+            out["overflow"] = cp.overflow
+            out["head"] = cp.head
+    return out
+
+
+def _request_dict(cp: RequestCheckpoint, phase: str) -> dict[str, Json]:
+    out: dict[str, Json] = {"phase": phase, "attempt": cp.attempt, "model": _model_dict(cp.model), "cutoff": cp.cutoff}
+    return _compacted(out, cp.compacted, cp.threshold)
+
+
+def _retry_dict(cp: RetryCheckpoint, phase: str) -> dict[str, Json]:
+    return _compacted({"phase": phase, "attempt": cp.attempt, "until": cp.until}, cp.compacted, cp.threshold)
+
+
+def _poll_dict(cp: PollCheckpoint, phase: str) -> dict[str, Json]:
+    out: dict[str, Json] = {
+        "phase": phase,
+        "attempt": cp.attempt,
+        "model": _model_dict(cp.model),
+        "cutoff": cp.cutoff,
+        "handle": cp.handle,
+        "poll_at": cp.poll_at,
+    }
+    return _compacted(out, cp.compacted, cp.threshold)
+
+
+def _tools_dict(cp: ToolsCheckpoint, phase: str) -> dict[str, Json]:
+    return {"phase": phase, "assistant": cp.assistant, "tools": list(cp.tools), "pending": list(cp.pending)}
+
+
+def _phase_only(cp: CallCheckpoint | SelectCheckpoint, phase: str) -> dict[str, Json]:
+    return {"phase": phase}
+
+
+def _execute_dict(cp: ExecuteCheckpoint, phase: str) -> dict[str, Json]:
+    # Payload dicts are treated as immutable: shared, never copied here.
+    out: dict[str, Json] = {"phase": phase, "arguments": cp.arguments, "replay": _WIRE_REPLAY[cp.replay]}
+    if cp.process is not None:
+        out["process"] = cp.process
+    if cp.reconciled:
+        out["reconciled"] = True
+    return out
+
+
+def _reconcile_dict(cp: ReconcileCheckpoint, phase: str) -> dict[str, Json]:
+    return {"phase": phase, "arguments": cp.arguments, "replay": _WIRE_REPLAY[cp.replay]}
+
+
+def _summarize_dict(cp: SummarizeCheckpoint, phase: str) -> dict[str, Json]:
+    return {
+        "phase": phase,
+        "attempt": cp.attempt,
+        "model": _model_dict(cp.model),
+        "max_tokens": cp.max_tokens,
+        "tail": cp.tail,
+        "first_kept": cp.first_kept,
+    }
+
+
+def _summarize_retry_dict(cp: SummarizeRetryCheckpoint, phase: str) -> dict[str, Json]:
+    return {
+        "phase": phase,
+        "attempt": cp.attempt,
+        "model": _model_dict(cp.model),
+        "max_tokens": cp.max_tokens,
+        "tail": cp.tail,
+        "first_kept": cp.first_kept,
+        "until": cp.until,
+    }
+
+
+#: Each checkpoint record's stored JSON object (key order as the store has
+#: it), by its type: one lookup, where a match tried the classes in turn
+#: (to_dict runs on every stored phase of a built-in task).
+_TO_DICT: Mapping[type, Callable[[Any, str], dict[str, Json]]] = {
+    PrepareCheckpoint: _prepare_dict,
+    RequestCheckpoint: _request_dict,
+    RetryCheckpoint: _retry_dict,
+    PollCheckpoint: _poll_dict,
+    ToolsCheckpoint: _tools_dict,
+    CallCheckpoint: _phase_only,
+    ExecuteCheckpoint: _execute_dict,
+    ReconcileCheckpoint: _reconcile_dict,
+    SelectCheckpoint: _phase_only,
+    SummarizeCheckpoint: _summarize_dict,
+    SummarizeRetryCheckpoint: _summarize_retry_dict,
+}
+assert set(_TO_DICT) == {
+    *get_args(GenerationCheckpoint), *get_args(ToolCheckpoint), *get_args(CompactionCheckpoint)
+}, "every checkpoint record needs its stored form"
+
+
 def to_dict(cp: Checkpoint) -> dict[str, Json]:
     """The stored JSON object of ``cp`` (key order as the store has it)."""
-    phase = _WIRE_PHASE[cp.PHASE]
-    out: dict[str, Json]
-    match cp:
-        case PrepareCheckpoint(attempt=attempt, compacted=compacted):
-            out = {"phase": phase, "attempt": attempt}
-            if compacted is not None:
-                out["compacted"] = compacted
-                if cp.threshold:
-                    out["threshold"] = True
-                if cp.overflow is not None:
-                    out["overflow"] = cp.overflow
-                    out["head"] = cp.head
-            return out
-        case RequestCheckpoint(attempt=attempt, model=model, cutoff=cutoff):
-            out = {"phase": phase, "attempt": attempt, "model": _model_dict(model), "cutoff": cutoff}
-            return _compacted(out, cp.compacted, cp.threshold)
-        case RetryCheckpoint(attempt=attempt, until=until):
-            return _compacted({"phase": phase, "attempt": attempt, "until": until}, cp.compacted, cp.threshold)
-        case PollCheckpoint():
-            out = {
-                "phase": phase,
-                "attempt": cp.attempt,
-                "model": _model_dict(cp.model),
-                "cutoff": cp.cutoff,
-                "handle": cp.handle,
-                "poll_at": cp.poll_at,
-            }
-            return _compacted(out, cp.compacted, cp.threshold)
-        case ToolsCheckpoint(assistant=assistant, tools=tools, pending=pending):
-            return {"phase": phase, "assistant": assistant, "tools": list(tools), "pending": list(pending)}
-        case CallCheckpoint():
-            return {"phase": phase}
-        case ExecuteCheckpoint(arguments=arguments, replay=replay, process=process):
-            # Payload dicts are treated as immutable: shared, never copied here.
-            out = {"phase": phase, "arguments": arguments, "replay": _WIRE_REPLAY[replay]}
-            if process is not None:
-                out["process"] = process
-            if cp.reconciled:
-                out["reconciled"] = True
-            return out
-        case ReconcileCheckpoint(arguments=arguments, replay=replay):
-            return {"phase": phase, "arguments": arguments, "replay": _WIRE_REPLAY[replay]}
-        case SelectCheckpoint():
-            return {"phase": phase}
-        case SummarizeCheckpoint():
-            return {
-                "phase": phase,
-                "attempt": cp.attempt,
-                "model": _model_dict(cp.model),
-                "max_tokens": cp.max_tokens,
-                "tail": cp.tail,
-                "first_kept": cp.first_kept,
-            }
-        case SummarizeRetryCheckpoint():
-            return {
-                "phase": phase,
-                "attempt": cp.attempt,
-                "model": _model_dict(cp.model),
-                "max_tokens": cp.max_tokens,
-                "tail": cp.tail,
-                "first_kept": cp.first_kept,
-                "until": cp.until,
-            }
+    return _TO_DICT[type(cp)](cp, _WIRE_PHASE[cp.PHASE])
 
 
 def _model(m: Mapping[str, Any]) -> ModelRef:
     return ModelRef(provider=m["provider"], model_id=m["model_id"])
 
 
-def _generation(phase: GenerationPhase, cp: Mapping[str, Any]) -> GenerationCheckpoint:
-    match phase:
-        case GenerationPhase.PREPARE:
-            head = cp.get("head")
-            return PrepareCheckpoint(
-                attempt=int(cp.get("attempt", 1)),
-                compacted=_opt_id(cp.get("compacted")),
-                threshold=bool(cp.get("threshold", False)),
-                overflow=None if cp.get("overflow") is None else str(cp["overflow"]),
-                head=None if head is None else EntryId(int(head)),
-            )
-        case GenerationPhase.REQUEST:
-            return RequestCheckpoint(
-                attempt=int(cp["attempt"]),
-                model=_model(cp["model"]),
-                cutoff=EntryId(int(cp["cutoff"])),
-                compacted=_opt_id(cp.get("compacted")),
-                threshold=bool(cp.get("threshold", False)),
-            )
-        case GenerationPhase.RETRY:
-            return RetryCheckpoint(
-                attempt=int(cp["attempt"]),
-                until=int(cp["until"]),
-                compacted=_opt_id(cp.get("compacted")),
-                threshold=bool(cp.get("threshold", False)),
-            )
-        case GenerationPhase.POLL:
-            return PollCheckpoint(
-                attempt=int(cp["attempt"]),
-                model=_model(cp["model"]),
-                cutoff=EntryId(int(cp["cutoff"])),
-                handle=cp["handle"],
-                poll_at=int(cp["poll_at"]),
-                compacted=_opt_id(cp.get("compacted")),
-                threshold=bool(cp.get("threshold", False)),
-            )
-        case GenerationPhase.TOOLS:
-            return ToolsCheckpoint(
-                assistant=EntryId(int(cp["assistant"])),
-                tools=tuple(TaskId(int(t)) for t in cp.get("tools", [])),
-                pending=tuple(str(c) for c in cp.get("pending", [])),
-            )
+def _prepare(cp: Mapping[str, Any]) -> PrepareCheckpoint:
+    head = cp.get("head")
+    return PrepareCheckpoint(
+        attempt=int(cp.get("attempt", 1)),
+        compacted=_opt_id(cp.get("compacted")),
+        threshold=bool(cp.get("threshold", False)),
+        overflow=None if cp.get("overflow") is None else str(cp["overflow"]),
+        head=None if head is None else EntryId(int(head)),
+    )
 
 
-def _tool(phase: ToolPhase, cp: Mapping[str, Any]) -> ToolCheckpoint:
-    match phase:
-        case ToolPhase.CALL:
-            return CallCheckpoint()
-        case ToolPhase.EXECUTE:
-            # Anything but a stored "safe" promise is treated as unsafe: an
-            # interrupted call is then settled, never re-run.
-            replay = Replay.SAFE if cp.get("replay") == "safe" else Replay.UNSAFE
-            return ExecuteCheckpoint(
-                arguments=cp.get("arguments", {}),
-                replay=replay,
-                process=cp.get("process"),
-                reconciled=cp.get("reconciled") is True,
-            )
-        case ToolPhase.RECONCILE:
-            replay = Replay.SAFE if cp.get("replay") == "safe" else Replay.UNSAFE
-            return ReconcileCheckpoint(arguments=cp.get("arguments", {}), replay=replay)
+def _request(cp: Mapping[str, Any]) -> RequestCheckpoint:
+    return RequestCheckpoint(
+        attempt=int(cp["attempt"]),
+        model=_model(cp["model"]),
+        cutoff=EntryId(int(cp["cutoff"])),
+        compacted=_opt_id(cp.get("compacted")),
+        threshold=bool(cp.get("threshold", False)),
+    )
 
 
-# Plain-dict lookups instead of Enum(value) calls and ``.value`` reads:
-# parse and to_dict run on every step of a built-in task.
-_GENERATION_PHASES: dict[str, GenerationPhase] = {str(p.value): p for p in GenerationPhase}
-_TOOL_PHASES: dict[str, ToolPhase] = {str(p.value): p for p in ToolPhase}
+def _retry(cp: Mapping[str, Any]) -> RetryCheckpoint:
+    return RetryCheckpoint(
+        attempt=int(cp["attempt"]),
+        until=int(cp["until"]),
+        compacted=_opt_id(cp.get("compacted")),
+        threshold=bool(cp.get("threshold", False)),
+    )
+
+
+def _poll(cp: Mapping[str, Any]) -> PollCheckpoint:
+    return PollCheckpoint(
+        attempt=int(cp["attempt"]),
+        model=_model(cp["model"]),
+        cutoff=EntryId(int(cp["cutoff"])),
+        handle=cp["handle"],
+        poll_at=int(cp["poll_at"]),
+        compacted=_opt_id(cp.get("compacted")),
+        threshold=bool(cp.get("threshold", False)),
+    )
+
+
+def _tools(cp: Mapping[str, Any]) -> ToolsCheckpoint:
+    return ToolsCheckpoint(
+        assistant=EntryId(int(cp["assistant"])),
+        tools=tuple(TaskId(int(t)) for t in cp.get("tools", [])),
+        pending=tuple(str(c) for c in cp.get("pending", [])),
+    )
+
+
+_SAFE, _UNSAFE = Replay.SAFE, Replay.UNSAFE
+
+
+def _call(cp: Mapping[str, Any]) -> CallCheckpoint:
+    return CallCheckpoint()
+
+
+def _execute(cp: Mapping[str, Any]) -> ExecuteCheckpoint:
+    # Anything but a stored "safe" promise is treated as unsafe: an
+    # interrupted call is then settled, never re-run.
+    return ExecuteCheckpoint(
+        arguments=cp.get("arguments", {}),
+        replay=_SAFE if cp.get("replay") == "safe" else _UNSAFE,
+        process=cp.get("process"),
+        reconciled=cp.get("reconciled") is True,
+    )
+
+
+def _reconcile(cp: Mapping[str, Any]) -> ReconcileCheckpoint:
+    return ReconcileCheckpoint(arguments=cp.get("arguments", {}), replay=_SAFE if cp.get("replay") == "safe" else _UNSAFE)
+
+
+#: The typed record of each stored phase, by its wire name (one lookup; parse
+#: runs on every event and reservation of a built-in task).
+_GENERATION_PARSERS: Mapping[str, Callable[[Mapping[str, Any]], GenerationCheckpoint]] = {
+    GenerationPhase.PREPARE.value: _prepare,
+    GenerationPhase.REQUEST.value: _request,
+    GenerationPhase.RETRY.value: _retry,
+    GenerationPhase.POLL.value: _poll,
+    GenerationPhase.TOOLS.value: _tools,
+}
+_TOOL_PARSERS: Mapping[str, Callable[[Mapping[str, Any]], ToolCheckpoint]] = {
+    ToolPhase.CALL.value: _call,
+    ToolPhase.EXECUTE.value: _execute,
+    ToolPhase.RECONCILE.value: _reconcile,
+}
+assert set(_GENERATION_PARSERS) == {p.value for p in GenerationPhase}, "every generation phase needs its parser"
+assert set(_TOOL_PARSERS) == {p.value for p in ToolPhase}, "every tool phase needs its parser"
 
 
 def parse_generation(cp: Mapping[str, Any]) -> GenerationCheckpoint | None:
     """The typed checkpoint of a generation task; None for an unknown phase
     (the task faults). A known phase with damaged fields is a loud error."""
     phase = cp.get("phase")
-    if not isinstance(phase, str) or phase not in _GENERATION_PHASES:
+    if not isinstance(phase, str) or phase not in _GENERATION_PARSERS:
         return None
     try:
-        return _generation(_GENERATION_PHASES[phase], cp)
+        return _GENERATION_PARSERS[phase](cp)
     except (KeyError, TypeError, ValueError) as e:
         raise CoreInvariantError(f"damaged {phase} checkpoint {cp!r}: {e!r}") from None
 
@@ -388,10 +446,10 @@ def parse_generation(cp: Mapping[str, Any]) -> GenerationCheckpoint | None:
 def parse_tool(cp: Mapping[str, Any]) -> ToolCheckpoint | None:
     """The typed checkpoint of a tool task; None for an unknown phase."""
     phase = cp.get("phase")
-    if not isinstance(phase, str) or phase not in _TOOL_PHASES:
+    if not isinstance(phase, str) or phase not in _TOOL_PARSERS:
         return None
     try:
-        return _tool(_TOOL_PHASES[phase], cp)
+        return _TOOL_PARSERS[phase](cp)
     except (KeyError, TypeError, ValueError) as e:
         raise CoreInvariantError(f"damaged {phase} checkpoint {cp!r}: {e!r}") from None
 
