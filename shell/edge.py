@@ -196,6 +196,7 @@ def clean_usage(usage: Any, where: str) -> Usage | None:
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
+_RECORDS: dict[type, bool] = {}
 
 
 def _fields(cls: type) -> tuple[str, ...]:
@@ -203,6 +204,14 @@ def _fields(cls: type) -> tuple[str, ...]:
     if names is None:
         names = _FIELDS[cls] = tuple(f.name for f in attrs.fields(cls))
     return names
+
+
+def _is_record(cls: type) -> bool:
+    """``attrs.has(cls)``, remembered per class (asked for every field of every event)."""
+    known = _RECORDS.get(cls)
+    if known is None:
+        known = _RECORDS[cls] = attrs.has(cls)
+    return known
 
 
 def _clean_fields(obj: Any, where: str) -> Any:
@@ -220,9 +229,11 @@ def _clean_fields(obj: Any, where: str) -> Any:
             continue
         elif name == "usage":
             new = clean_usage(v, where)
-        elif attrs.has(t):
+        elif (t is tuple or t is dict) and not v:
+            continue  # an empty container is clean
+        elif _is_record(t):
             new = _clean_fields(v, where)
-        elif t is tuple and any(x is None or attrs.has(type(x)) for x in v):
+        elif t is tuple and any(x is None or _is_record(type(x)) for x in v):
             new = tuple(_clean_fields(x, where) if x is not None else None for x in v)
             if all(a is b for a, b in zip(new, v)):
                 new = v

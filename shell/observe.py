@@ -189,15 +189,17 @@ class Observer:
     def committed(self, commits: Sequence[tuple[Commit, Sequence[Event], State]], now: State | None = None) -> None:
         """Every commit of a flush, in order, once all are durable (``now``:
         the state after the last of them; each one's is the next one's before)."""
-        afters = [before for _, _, before in commits[1:]] + [now if now is not None else commits[-1][2]] if commits else []
         otel = self.otel if self.otel is not None and self.otel.active else None
         if otel is None and not log.isEnabledFor(logging.WARNING):
             return  # the cheap path: nobody listens
+        afters = [before for _, _, before in commits[1:]] + [now if now is not None else commits[-1][2]] if commits else []
         if otel is None and not log.isEnabledFor(logging.INFO):
             # warnings only (Python's default): look just at what can warn
             for (commit, events, before), after in zip(commits, afters):
-                if any(_may_warn(w, after) for w in commit.writes):
-                    _Commit(commit, events, before, None, self.started, after).observe()
+                for w in commit.writes:
+                    if _may_warn(w, after):
+                        _Commit(commit, events, before, None, self.started, after).observe()
+                        break
             return
         for (commit, events, before), after in zip(commits, afters):
             _Commit(commit, events, before, otel, self.started, after).observe()
@@ -396,14 +398,21 @@ def _may_warn(w: Write, after: State) -> bool:
     """A write that can make a WARNING record: a run ending (its inputs may
     have settled in trouble), a task entering a retry phase, a task ending
     faulted or orphaned."""
-    if isinstance(w, PutDocument):
-        return any(after.conversations[cid].live.run is None for cid in _lives((w,), after))
     if isinstance(w, PutTask):
         t = w.task
         if t.checkpoint.get("phase") in RETRYING:
             return True
-        return t.outcome is not None and t.outcome.status in (OutcomeStatus.FAULTED, OutcomeStatus.ORPHANED)
+        return t.outcome is not None and t.outcome.status in _TROUBLE_OUTCOMES
+    if isinstance(w, PutDocument):
+        address = builtin_address(w.document_id)
+        if address is None or address[1] != LIVE_DOC:
+            return False
+        conv = after.conversations.get(address[0])
+        return conv is not None and conv.live.run is None
     return False
+
+
+_TROUBLE_OUTCOMES = frozenset({OutcomeStatus.FAULTED, OutcomeStatus.ORPHANED})
 
 
 def _ids(task: Task) -> dict[str, Any]:

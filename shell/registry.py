@@ -469,6 +469,11 @@ class Registry:
     def __init__(self) -> None:
         self._extensions: dict[str, Extension] = {}
         self._listeners: list[Callable[[], None]] = []
+        #: Bumped by every install and uninstall: what a cache of the
+        #: installed tools is keyed by.
+        self.version = 0
+        #: ``tools()`` as of ``version`` (every tool call and request reads it)
+        self._tools: dict[str, ToolDefinition] | None = None
 
     def install(
         self, item: Extension | ToolDefinition | TaskDefinition | DocDefinition | Iterable[ToolDefinition]
@@ -517,17 +522,23 @@ class Registry:
 
     def tools(self) -> dict[str, ToolDefinition]:
         """Installed tools by name; a later extension's tool replaces an earlier one."""
-        out: dict[str, ToolDefinition] = {}
-        for ext in self._extensions.values():
-            for t in ext.tools:
-                out[t.name] = t
-        return out
+        return dict(self._installed())
 
     def tool(self, name: str) -> ToolDefinition | None:
-        return self.tools().get(name)
+        return self._installed().get(name)
 
     def catalog(self) -> tuple[ToolInfo, ...]:
-        return tuple(t.info() for t in self.tools().values())
+        return tuple(t.info() for t in self._installed().values())
+
+    def _installed(self) -> dict[str, ToolDefinition]:
+        """``tools()``, built once per change (never handed out: callers copy)."""
+        if self._tools is None:
+            out: dict[str, ToolDefinition] = {}
+            for ext in self._extensions.values():
+                for t in ext.tools:
+                    out[t.name] = t
+            self._tools = out
+        return self._tools
 
     def task(self, kind: str) -> TaskDefinition | None:
         for ext in self._extensions.values():
@@ -563,5 +574,7 @@ class Registry:
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None
 
     def _changed(self) -> None:
+        self.version += 1
+        self._tools = None
         for listener in list(self._listeners):
             listener()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -61,6 +62,8 @@ class ModelInterpreter:
     registry: Registry
     hooks: HookRunner
     context: ContextCache
+    #: ``_offered`` per (registry version, tool filter)
+    _specs: dict[tuple[int, tuple[str, ...] | None], tuple[ToolSpec, ...]] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     async def call(self, effect: CallModel, interval_ms: int) -> None:
         provider = self.models.resolve(effect.model) if self.models is not None else None
@@ -170,12 +173,20 @@ class ModelInterpreter:
 
         return best_effort
 
-    def _offered(self, allowed: tuple[str, ...] | None) -> list[ToolSpec]:
+    def _offered(self, allowed: tuple[str, ...] | None) -> tuple[ToolSpec, ...]:
         """The tools a request offers: every installed one, or exactly the
-        agent's filter, in its order (names not installed are skipped)."""
-        installed = self.registry.tools()
-        tools = list(installed.values()) if allowed is None else [installed[n] for n in allowed if n in installed]
-        return [ToolSpec(name=t.name, description=t.description, parameters=t.parameters) for t in tools]
+        agent's filter, in its order (names not installed are skipped).
+        Built once per filter and registry version (``_specs``), not per request."""
+        key = (self.registry.version, allowed)
+        specs = self._specs.get(key)
+        if specs is None:
+            installed = self.registry.tools()
+            tools = list(installed.values()) if allowed is None else [installed[n] for n in allowed if n in installed]
+            specs = tuple(ToolSpec(name=t.name, description=t.description, parameters=t.parameters) for t in tools)
+            if len(self._specs) >= 64 or any(v != key[0] for v, _ in self._specs):
+                self._specs.clear()  # an older registry version's, or too many filters
+            self._specs[key] = specs
+        return specs
 
     def _request(self, effect: CallModel | PollModel) -> ModelRequest:
         messages: tuple[Message, ...] = () if effect.system is None else (Message(role="system", text=effect.system),)
@@ -186,7 +197,7 @@ class ModelInterpreter:
             turn=turn,
             model=effect.model,
             messages=messages,
-            tools=tuple(self._offered(effect.tools)),
+            tools=self._offered(effect.tools),
             conversation_id=effect.conversation_id,
             task_id=effect.task_id,
             attempt=effect.attempt,
@@ -212,19 +223,19 @@ class ModelInterpreter:
         latest: list[str | None] = [None]
         interval = max(interval_ms, 1) / 1000
         # the pump starts with the first partial (a reply that does not stream
-        # costs no task), beside the call, and stops with it
-        pumping = trio.CancelScope()
-        started = done = False
+        # costs no task and no cancel scope), beside the call, and stops with it
+        pumping: trio.CancelScope | None = None
+        done = False
 
         def on_partial(text: str) -> None:
-            nonlocal started
+            nonlocal pumping
             if text:
                 latest[0] = text
-                if not started:
-                    started = True
-                    loop.background(pump)
+                if pumping is None:
+                    pumping = trio.CancelScope()
+                    loop.background(partial(pump, pumping))
 
-        async def pump() -> None:
+        async def pump(pumping: trio.CancelScope) -> None:
             # trailing-edge throttle: at most one partial per interval, and
             # each one goes through the reducer (one commit in flight)
             sent: str | None = None
@@ -253,7 +264,8 @@ class ModelInterpreter:
             failure = e
         finally:
             done = True
-            pumping.cancel()
+            if pumping is not None:
+                pumping.cancel()
         task_id, attempt = effect.task_id, effect.attempt
         if isinstance(failure, ModelError):
             reason = "context_overflow" if failure.overflow else "model_error"

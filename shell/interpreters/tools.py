@@ -104,13 +104,24 @@ def check_call(
 ) -> tuple[ToolDefinition, ToolCall] | Rejection:
     """The one validation of a tool call: its tool and the call with its
     coerced arguments, or why it cannot run."""
+    checked = _checked(registry, call, allowed)
+    if isinstance(checked, Rejection):
+        return checked
+    tool, arguments = checked
+    return tool, attrs.evolve(call, arguments=arguments)
+
+
+def _checked(
+    registry: Registry, call: ToolCall, allowed: tuple[str, ...] | None
+) -> tuple[ToolDefinition, dict[str, Json]] | Rejection:
+    """``check_call`` without the new call: the tool and the coerced arguments."""
     tool = offered_tool(registry, call.name, allowed)
     if tool is None:
         return Rejection(str(ResultCode.TOOL_UNAVAILABLE), unavailable_message(call.name))
     checked = check_arguments(tool, call.arguments)
     if isinstance(checked, Rejection):
         return checked
-    return tool, attrs.evolve(call, arguments=checked)
+    return tool, checked
 
 
 def prepared_calls(
@@ -128,12 +139,12 @@ def prepared_calls(
         return ()
     out: list[PreparedCall | None] = []
     for call in calls:
-        checked = check_call(registry, call, allowed)
+        checked = _checked(registry, call, allowed)  # check_call's validation
         if isinstance(checked, Rejection):
             out.append(None)
         else:
-            tool, coerced = checked
-            out.append(PreparedCall(arguments=dict(coerced.arguments), replay=tool.replay))
+            tool, arguments = checked
+            out.append(PreparedCall(arguments=dict(arguments), replay=tool.replay))
     return tuple(out)
 
 
@@ -336,6 +347,8 @@ class ToolInterpreter:
     async def _bound(self, task_id: TaskId, text: str, limits: OutputLimits) -> tuple[str, dict[str, Json] | None]:
         """``text`` within ``limits`` and the record of the cut, the full
         text spilled; an untruncated text unchanged and None."""
+        if len(text) <= limits.max_lines and 4 * len(text) <= limits.max_bytes:
+            return text, None  # fits whatever it holds: a line has a character, a character <= 4 UTF-8 bytes
         b = bound(text, limits)
         if not b.truncated:
             return text, None
