@@ -54,8 +54,8 @@ Commit protocol (``commit_many``):
    (``jsonl_sidecars.lay_out``): a failure does no I/O and leaves the store
    usable.
 2. Append each touched sidecar's records (one ``write`` per file, to an
-   ``O_APPEND`` descriptor; in write order), then ``fsync`` them (and the
-   directory, for a new file) if ``fsync=True``.
+   ``O_APPEND`` descriptor; in write order), each ``fsync``ed after its
+   append if ``fsync=True`` (then the directory, if a file is new).
 3. Append the batch's main lines in one ``write`` (``fsync`` if asked).
    A commit counts once ``main.jsonl`` holds its whole line; its sidecar
    records are there before it.
@@ -446,19 +446,18 @@ class JsonlStorage(MemoryStorage):
         commit counts once main holds it, and then its records are there.
         Any failure poisons the store: what landed is sorted out at open."""
         try:
-            step = "append to a sidecar"
-            fds, created = [], False
+            created = False
             for name, lines in plan.appends.items():
+                step = f"append to {name}"
                 fd, new = self._sidecar_fd(name)
                 created |= new
                 _write_all(fd, b"".join(lines))
-                fds.append(fd)
-            if self.fsync:
-                step = "fsync a sidecar"
-                for fd in fds:
+                if self.fsync:  # now: a batch of many files may close this descriptor (OPEN_SIDECARS)
+                    step = f"fsync {name}"
                     os.fsync(fd)
-                if created:
-                    _fsync_dir(self.dir)
+            if created and self.fsync:
+                step = "fsync the store directory"
+                _fsync_dir(self.dir)
             step = f"append to {MAIN}"
             _write_all(self._descriptor(), plan.main)
             if self.fsync:

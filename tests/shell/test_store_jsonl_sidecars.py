@@ -231,6 +231,26 @@ def test_the_exact_order_of_operations(tmp_path: Path, monkeypatch: pytest.Monke
     store.close()
 
 
+def test_a_batch_of_more_sidecars_than_open_descriptors_flushes_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With fsync, every sidecar a commit touches is flushed, even when
+    writing the later ones closed the earlier ones' descriptors
+    (OPEN_SIDECARS), before main is written; all are read back."""
+    monkeypatch.setattr(jsonl, "OPEN_SIDECARS", 2)
+    store = _store(tmp_path / "s", fsync=True)
+    ops = _record_ops(monkeypatch, store)
+    store.commit(2, [_task(tid=t) for t in (5, 6, 7, 8)], [])
+    monkeypatch.undo()
+    files = [f"task-{t}.jsonl" for t in (5, 6, 7, 8)]
+    assert ops == [op for f in files for op in (f"write {f}", f"fsync {f}")] + [
+        "fsync s", "write main.jsonl", "fsync main.jsonl",
+    ]
+    store = _reopen(store)
+    try:
+        assert [t.id for t in store.load().tasks] == [5, 6, 7, 8]
+    finally:
+        store.close()
+
+
 def test_later_deltas_append_to_the_replaced_file(tmp_path: Path) -> None:
     """After a base replaced a document's file, the next deltas go to the
     new file (not to a descriptor of the old one), and open reads them."""
