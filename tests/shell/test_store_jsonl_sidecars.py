@@ -37,9 +37,9 @@ def _task(status: TaskStatus = TaskStatus.RUNNING, phase: str = "a", tid: int = 
     return PutTask(task=Task(id=TaskId(tid), conversation_id=C1, kind="custom", status=status, checkpoint={"phase": phase}))
 
 
-def _doc(action: RevisionAction, history: DocHistory = DocHistory.LATEST, did: int = 16, **kw: Any) -> PutDocument:
+def _doc(action: RevisionAction, history: DocHistory = DocHistory.LATEST, did: int = 16, kind: str = "todo", **kw: Any) -> PutDocument:
     revision = DocumentRevision(
-        scope=DocScope.CONVERSATION, owner=C1, kind="todo", version=1, history=history,
+        scope=DocScope.CONVERSATION, owner=C1, kind=kind, version=1, history=history,
         fork=ForkPolicy.INITIAL if history is DocHistory.LATEST else ForkPolicy.AS_OF, action=action, **kw,
     )
     return PutDocument(document_id=did, revision=revision)
@@ -620,5 +620,84 @@ def test_a_store_of_the_one_file_layout_opens_upgrades_and_takes_sidecar_commits
     try:
         result = check(store.journal())
         assert result.ok and result.lives == 4
+    finally:
+        store.close()
+
+
+# --- any sequence of commits, reopened after each ------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+#: (action, which): task versions (running or terminal) of tasks 5-7, revisions
+#: of document 16 (current-only) and 17 (rewindable): base, delta, retire.
+ACTIONS = st.lists(
+    st.lists(st.tuples(st.sampled_from(["run", "end", "base", "delta", "retire", "entry"]), st.integers(0, 2)), min_size=1, max_size=3),
+    min_size=1,
+    max_size=12,
+)
+
+
+def _writes(actions: list[tuple[str, int]], state: dict[str, Any]) -> list[Any]:
+    """Valid writes for ``actions`` (one revision per document per commit,
+    a delta only after a base, nothing after a retirement)."""
+    writes: list[Any] = []
+    touched: set[int] = set()
+    for action, which in actions:
+        tid, did = 5 + which, 16 + which % 2
+        history, kind = (DocHistory.LATEST, "todo") if did == 16 else (DocHistory.REWINDABLE, "log")
+        if action in ("run", "end") and tid not in state["ended"]:
+            status = TaskStatus.TERMINAL if action == "end" else TaskStatus.RUNNING
+            state["phase"] += 1
+            writes.append(_task(status, f"p{state['phase']}", tid))
+            if action == "end":
+                state["ended"].add(tid)
+        elif action == "entry":
+            state["entry"] += 1
+            writes.append(_entry(state["entry"]))
+        elif did in touched or did in state["retired"]:
+            continue
+        elif action == "base" or (action == "delta" and did not in state["based"]):
+            writes.append(_doc(RevisionAction.BASE, history, did=did, kind=kind, value={"items": []}))
+            state["based"].add(did)
+            touched.add(did)
+        elif action == "delta":
+            writes.append(_doc(RevisionAction.DELTA, history, did=did, kind=kind, ops=(["p", ["items"], 0, 0, [state["entry"]]],)))
+            touched.add(did)
+        elif action == "retire" and did in state["based"]:
+            writes.append(_doc(RevisionAction.RETIRE, history, did=did, kind=kind))
+            state["retired"].add(did)
+            touched.add(did)
+    return writes
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(commits=ACTIONS)
+def test_any_commits_reopened_after_each_read_as_the_memory_store(tmp_path_factory: pytest.TempPathFactory, commits: list[Any]) -> None:
+    """Whatever the sequence of task versions, entries and revisions, a
+    JSONL store reopened after every commit reads as a memory store given
+    the same commits (load, tasks, journal, current and past documents), and
+    no terminal task or retired current-only document keeps a sidecar."""
+    path = tmp_path_factory.mktemp("any") / "s"
+    memory = MemoryStorage()
+    memory.commit(1, [PutConversation(conversation=Conversation(id=C1))], [])
+    store = _store(path)
+    state: dict[str, Any] = {"ended": set(), "based": set(), "retired": set(), "phase": 0, "entry": 100}
+    try:
+        for seq, actions in enumerate(commits, start=2):
+            writes = _writes(actions, state)
+            memory.commit(seq, writes, [])
+            store.commit(seq, writes, [])
+            store = _reopen(store)
+            assert attrs.evolve(store.load(), store_id="") == attrs.evolve(memory._loaded(), store_id="")
+            assert store.tasks() == memory.tasks() and store.journal() == memory.journal()
+            assert store._tables["document_records"] == memory._tables["document_records"]
+            revisions = lambda s: {d: r for d, r in s._by_document.items() if r}  # noqa: E731 (an emptied index is no revision)
+            assert revisions(store) == revisions(memory)
+            for at in range(1, seq + 1):  # the rewindable document's whole history
+                assert store.document_at(C1, "log", at) == memory.document_at(C1, "log", at)
+        names = _sidecars(path)
+        assert not {f"task-{t}.jsonl" for t in state["ended"]} & set(names)
+        assert not ("doc-16.jsonl" in names and 16 in state["retired"])
     finally:
         store.close()
