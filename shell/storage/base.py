@@ -372,14 +372,15 @@ def _revision_row(did: int, r: DocumentRevision, seq: int, content: str) -> Row:
 def _lean_revision_row(did: int, r: DocumentRevision, seq: int, lean: str) -> Row:
     """The row of revision ``r`` with its lean text (:func:`_lean_revision`)."""
     # "reclaims": the revisions before this one go (a base or a retirement of a current-only document)
-    action = r.action.value
-    reclaims = action != "delta" and (r.history is DocHistory.LATEST or r.scope is DocScope.TASK)
+    # (``_value_``: an enum member's value, without the ``value`` property's call)
+    action, scope, history = r.action._value_, r.scope, r.history
+    reclaims = action != "delta" and (history is DocHistory.LATEST or scope is DocScope.TASK)
     return Row(
         table="document_revisions",
         key=(did, seq),
         columns={
-            "document_id": did, "seq": seq, "action": action, "scope": r.scope.value, "owner": r.owner,
-            "kind": r.kind, "version": r.version, "history": r.history.value, "fork": r.fork.value,
+            "document_id": did, "seq": seq, "action": action, "scope": scope._value_, "owner": r.owner,
+            "kind": r.kind, "version": r.version, "history": history._value_, "fork": r.fork._value_,
             "reclaims": reclaims, "content": lean,
         },
     )
@@ -462,38 +463,37 @@ def _leading(cl: type, columns: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
-@attrs.frozen(kw_only=True)
-class _Spliced:
-    """How one record class's text is put back together around its row's text."""
-
-    hook: Callable[[Any], dict[str, Any]]  #: ``codec.plain``'s unstructure hook
-    leading: tuple[tuple[str, str], ...]  #: (field, ``"field":``) cut off the row's text
-    journal: str  #: the write's journal text before the record: ``{"type":"entry","entry":``
-
-
-def _spliced(put: type, cl: type, table: str) -> _Spliced:
-    wire = codec.WRITE_WIRE[put]
-    assert not wire.keys, f"{put.__name__}: a write with key fields is spliced by hand"
-    return _Spliced(
-        hook=codec.plain.get_unstructure_hook(cl),
-        leading=tuple((name, codec.dumps(name) + ":") for name in _leading(cl, ROW_COLUMNS[table])),
-        journal=wire.head + wire.record_key,
-    )
-
-
-_ENTRY = _spliced(PutEntry, Entry, "entries")
-_TASK = _spliced(PutTask, Task, "tasks")
-_REVISION_HOOK = codec.plain.get_unstructure_hook(DocumentRevision)
+#: The fields :func:`_fast_entry` and :func:`_fast_task` splice in front of
+#: the row's text (checked against the classes and ROW_COLUMNS here).
+_ENTRY_LEADING = ("id", "conversation_id")
+_TASK_LEADING = ("id", "conversation_id", "kind")
+assert _leading(Entry, ROW_COLUMNS["entries"]) == _ENTRY_LEADING
+assert _leading(Task, ROW_COLUMNS["tasks"]) == _TASK_LEADING
+#: ``codec.plain``'s hooks without the spliced fields (the row's text, whole).
+_ENTRY_REST = codec.plain_hook(Entry, _ENTRY_LEADING)
+_TASK_REST = codec.plain_hook(Task, _TASK_LEADING)
+#: A revision's row text leaves out what its ``document_records`` row holds
+#: (:func:`_lean_revision`); its version goes in front of both texts.
+_REVISION_REST = codec.plain_hook(DocumentRevision, ("scope", "owner", "kind", "version", "history", "fork"))
+#: The journal text of a write before its record (``{"type":"entry","entry":``).
+_ENTRY_JOURNAL = codec.WRITE_WIRE[PutEntry].head + codec.WRITE_WIRE[PutEntry].record_key
+_TASK_JOURNAL = codec.WRITE_WIRE[PutTask].head + codec.WRITE_WIRE[PutTask].record_key
 _DOCUMENT_WIRE = codec.WRITE_WIRE[PutDocument]
-#: What a revision's row text leaves out (its ``document_records`` row holds it).
-_REVISION_RECORD_FIELDS = ("scope", "owner", "kind", "history", "fork")
+assert not codec.WRITE_WIRE[PutEntry].keys and not codec.WRITE_WIRE[PutTask].keys
+assert [attr for attr, _ in _DOCUMENT_WIRE.keys] == ["document_id"]
 
 
-def _split(spliced: _Spliced, data: dict[str, Any]) -> tuple[str, str]:
-    """The record text and the row text of ``data`` (an unstructured record,
-    emptied of its leading fields)."""
-    head = "{" + ",".join(key + codec.plain_scalar(data.pop(name)) for name, key in spliced.leading)
-    rest = codec.plain_dumps(data)
+def _int(value: Any) -> int:
+    """An id spliced into a text with ``str`` (what JSON writes for an int;
+    a bool or an int subclass goes the reference way)."""
+    if type(value) is not int:
+        raise codec.NotPlain(f"{type(value).__name__} is not an int")
+    return value
+
+
+def _splice(head: str, rest: str) -> tuple[str, str]:
+    """The record text (``head`` = its leading fields, ``{"id":1,...``) and
+    the row text (``rest``, the other fields' object)."""
     if rest == "{}":  # nothing but the columns: the row keeps the whole text, as _cut does
         record = head + "}"
         return record, record
@@ -502,35 +502,37 @@ def _split(spliced: _Spliced, data: dict[str, Any]) -> tuple[str, str]:
 
 def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
     e = w.entry
-    record, lean = _split(_ENTRY, _ENTRY.hook(e))
+    record, lean = _splice(
+        f'{{"id":{_int(e.id)},"conversation_id":{_int(e.conversation_id)}', codec.plain_dumps(_ENTRY_REST(e))
+    )
     columns = {"id": e.id, "conversation_id": e.conversation_id, "seq": seq, "record": lean}
-    return Row(table="entries", key=(e.id,), columns=columns), _ENTRY.journal + record + "}"
+    return Row(table="entries", key=(e.id,), columns=columns), _ENTRY_JOURNAL + record + "}"
 
 
 def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
     t = w.task
-    data = _TASK.hook(t)
-    record, lean = _split(_TASK, data)
-    if t.status is TaskStatus.TERMINAL:
+    data = _TASK_REST(t)
+    head = f'{{"id":{_int(t.id)},"conversation_id":{_int(t.conversation_id)},"kind":{codec.plain_scalar(t.kind)}'
+    record, lean = _splice(head, codec.plain_dumps(data))
+    status = t.status
+    if status is TaskStatus.TERMINAL:
         lean = codec.plain_dumps({k: v for k, v in data.items() if k not in TERMINAL_DROPS})
-    columns = {"id": t.id, "conversation_id": t.conversation_id, "kind": t.kind, "status": t.status.value, "owner": t.owner, "record": lean}
-    return Row(table="tasks", key=(t.id,), columns=columns), _TASK.journal + record + "}"
+    columns = {"id": t.id, "conversation_id": t.conversation_id, "kind": t.kind, "status": status._value_, "owner": t.owner, "record": lean}
+    return Row(table="tasks", key=(t.id,), columns=columns), _TASK_JOURNAL + record + "}"
 
 
 def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
     r = w.revision
-    data = _REVISION_HOOK(r)
-    scope, owner, kind, history, fork = (codec.plain_scalar(data.pop(name)) for name in _REVISION_RECORD_FIELDS)
-    version = codec.plain_scalar(data.pop("version"))
-    rest = codec.plain_dumps(data)[1:]  # '"action":...}': the action is always written
-    lean = '{"version":' + version + "," + rest
+    rest = codec.plain_dumps(_REVISION_REST(r))[1:]  # '"action":...}': the action is always written
+    version = _int(r.version)
+    scalar = codec.plain_scalar
     record = (
-        '{"scope":' + scope + ',"owner":' + owner + ',"kind":' + kind + ',"version":' + version
-        + ',"history":' + history + ',"fork":' + fork + "," + rest
+        f'{{"scope":{scalar(r.scope)},"owner":{_int(r.owner)},"kind":{scalar(r.kind)},"version":{version},'
+        f'"history":{scalar(r.history)},"fork":{scalar(r.fork)},{rest}'
     )
     wire = _DOCUMENT_WIRE
     journal = wire.head + wire.keys[0][1] + str(w.document_id) + wire.record_key + record + "}"
-    return _lean_revision_row(w.document_id, r, seq, lean), journal
+    return _lean_revision_row(w.document_id, r, seq, f'{{"version":{version},{rest}'), journal
 
 
 #: The writes every step makes, encoded once; the others go through :func:`encode_write`.

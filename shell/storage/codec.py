@@ -32,6 +32,7 @@ whole-value writes (``PutLive``...): replay compares an older row with
 from __future__ import annotations
 
 import base64
+import binascii
 import enum
 import hashlib
 import json
@@ -100,7 +101,12 @@ def _lean_prepared(hook: Callable[[Any], dict[str, Any]]) -> Callable[[Any], dic
 
 def _same_json(a: Any, b: Any) -> bool:
     """Equal and with the same key order (a decoded copy must encode alike)."""
-    return a == b and _encode(a) == _encode(b)
+    if a != b:
+        return False
+    try:
+        return plain_dumps(a) == plain_dumps(b)
+    except NotPlain:
+        return _encode(a) == _encode(b)
 
 
 def _fill_prepared(data: dict[str, Any]) -> dict[str, Any]:
@@ -381,7 +387,11 @@ def writes_digest(text: str) -> str:
     characters (issue 11: a lean journal; rows written before keep ``b2:``
     and 128 bits in hex, 35 characters, and are checked as they are)."""
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=12).digest()
-    return SHORT_DIGEST_PREFIX + base64.urlsafe_b64encode(digest).decode("ascii")
+    # base64.urlsafe_b64encode, without its Python wrapper (12 bytes: no padding)
+    return SHORT_DIGEST_PREFIX + binascii.b2a_base64(digest, newline=False).translate(_URLSAFE).decode("ascii")
+
+
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
 def _long_digest(text: str) -> str:
@@ -478,6 +488,17 @@ plain = cattrs.Converter(omit_if_default=True, forbid_extra_keys=False)
 plain.register_unstructure_hook_func(_as_is, identity)
 _configure(plain)
 _PLAIN_EVENT = plain.get_unstructure_hook(Event)
+
+
+def plain_hook(cl: type, leave_out: tuple[str, ...]) -> Callable[[Any], dict[str, Any]]:
+    """:data:`plain`'s unstructure hook of attrs class ``cl`` without the
+    fields ``leave_out`` (its other fields as ``plain`` writes them: every
+    field at its default left out, as ``stored`` does; for a class whose
+    hook :func:`_configure` wraps - ModelResponded - this is not it)."""
+    assert cl is not ModelResponded
+    return make_dict_unstructure_fn(
+        cl, plain, _cattrs_omit_if_default=True, **{name: override(omit=True) for name in leave_out}
+    )
 
 
 def _refuse(value: Any) -> Any:

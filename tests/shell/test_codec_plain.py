@@ -179,8 +179,15 @@ def test_the_plain_way_is_taken_for_what_every_step_writes(monkeypatch: pytest.M
 
 
 def test_the_spliced_fields_are_the_ones_the_reference_cuts() -> None:
-    assert base._ENTRY.leading == (("id", '"id":'), ("conversation_id", '"conversation_id":'))
-    assert [name for name, _ in base._TASK.leading] == ["id", "conversation_id", "kind"]
+    """The reference row text of an entry or a live task is its record
+    without exactly the fields the plain way splices back in front."""
+    entry = Entry(id=3, conversation_id=2, kind="user", text="hi")
+    task = Task(id=5, conversation_id=2, kind="k", owner=1, status=TaskStatus.RUNNING, checkpoint={"phase": "p"})
+    for w, record, leading in ((PutEntry(entry=entry), entry, base._ENTRY_LEADING), (PutTask(task=task), task, base._TASK_LEADING)):
+        data = codec.stored.unstructure(record)
+        assert list(data)[: len(leading)] == list(leading)
+        row, _ = base.encode_write(w, 1)
+        assert row.columns["record"] == codec.dumps({k: v for k, v in data.items() if k not in leading})
 
 
 # --- what is not plain JSON data: the reference text, or its error ------------------
