@@ -260,9 +260,11 @@ class Loop:
             loaded = loading.load(self.storage, away, events[0].now, held)
             if loaded is not None:
                 self._step(loaded)
-        for event in events:
-            # one evicted again within the batch (more than KEEP_SETTLED settled)
-            away = loading.away(event, self.state, self.documents)
+        for i, event in enumerate(events):
+            # one evicted again within the batch (more than KEEP_SETTLED settled);
+            # not for the first event: nothing but that read was stepped before
+            # it, so what it names is held now or is not stored at all
+            away = loading.away(event, self.state, self.documents) if i else []
             if away:  # a settled conversation the core does not hold (loading.py)
                 await self._flush()  # the read must see every earlier decision
                 loaded = loading.load(self.storage, away, event.now)
