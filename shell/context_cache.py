@@ -7,9 +7,12 @@ of every segment before the newest one never change once the next assistant
 message exists. This cache keeps those *closed* messages, plus the entries of
 the open segment, and appends committed entries as they land (O(1) each: the
 segment remembers whether it already holds a visible assistant message). A
-request then costs O(size of the open segment) plus copying the closed
-messages into one list that becomes the request's tuple, its system message
-first (``request``: no intermediate list, tuple or prepended copy).
+request then costs O(size of the open segment) plus ONE copy of the messages
+into the request's tuple: the next request usually extends the previous
+request's tuple (its open segment has since closed unchanged), else the
+messages are gathered into one list made a tuple, the system message first
+(``request``; ``ModelRequest.messages`` is a tuple, so one copy per request
+is the least).
 
 A request whose cutoff is older than the newest cached entry (rare: only a
 resend that must not see later entries) falls back to a full derivation.
@@ -24,6 +27,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
+import attrs
+
 from pidurable.core.context import Message, active_range, context_messages, entry_message, is_marker, range_messages
 from pidurable.core.model import ConversationId, Entry, EntryKind
 
@@ -34,8 +39,19 @@ def counts_as_turn(entry: Entry) -> bool:
     return entry.kind == "assistant" and entry.stop_reason != "aborted"
 
 
+@attrs.frozen
+class _Sent:
+    """The newest request's messages: ``head``, ``closed[:count]``, then
+    ``shown`` (the open segment's messages as they were then)."""
+
+    head: tuple[Message, ...]
+    count: int
+    shown: list[Message]
+    messages: tuple[Message, ...]
+
+
 class _Conv:
-    __slots__ = ("closed", "tail", "answered", "shown", "last_id", "turns")
+    __slots__ = ("closed", "tail", "answered", "shown", "sent", "last_id", "turns")
 
     def __init__(self) -> None:
         self.closed: list[Message] = []
@@ -45,6 +61,8 @@ class _Conv:
         self.answered = False
         #: the open segment's messages as last derived, while ``tail`` is unchanged
         self.shown: list[Message] | None = None
+        #: the newest request built from this cache (``ContextCache.request``)
+        self.sent: _Sent | None = None
         self.last_id = 0
         self.turns = 0
 
@@ -113,16 +131,31 @@ class ContextCache:
 
     def request(self, cid: ConversationId, cutoff: int, head: tuple[Message, ...] = ()) -> tuple[tuple[Message, ...], int]:
         """A request's messages: ``head`` (its system message), then the
-        messages up to ``cutoff``, gathered in one list made a tuple; and the
-        number of model turns so far (as ``view``)."""
+        messages up to ``cutoff``; and the number of model turns so far (as
+        ``view``). Usually the previous request's tuple plus what came since
+        (one copy); else gathered in one list made a tuple."""
         conv = self._conv(cid)
         if cutoff < conv.last_id:
             found, turns = self._before(cid, cutoff)
             return head + tuple(found), turns
+        shown = conv.tail_messages()
+        closed = conv.closed
+        sent = conv.sent
+        if sent is not None and sent.head == head:
+            # the usual next request: the segment it showed open has closed
+            # as it was (the same messages) - extend its tuple instead of
+            # copying every closed message again
+            start, end = sent.count, sent.count + len(sent.shown)
+            if len(closed) >= end and all(a is b for a, b in zip(closed[start:end], sent.shown)):
+                messages = sent.messages + tuple(closed[end:] + shown)
+                conv.sent = _Sent(head, len(closed), shown, messages)
+                return messages, conv.turns
         out = list(head)
-        out += conv.closed
-        out += conv.tail_messages()
-        return tuple(out), conv.turns
+        out += closed
+        out += shown
+        messages = tuple(out)
+        conv.sent = _Sent(head, len(closed), shown, messages)
+        return messages, conv.turns
 
     def _before(self, cid: ConversationId, cutoff: int) -> tuple[list[Message], int]:
         """The full derivation, for a cutoff older than the newest cached entry."""

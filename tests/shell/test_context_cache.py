@@ -12,6 +12,7 @@ so far, for the newest cutoff and for an older one (the fallback).
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,13 +28,14 @@ STEPS = st.lists(
     st.one_of(
         st.tuples(st.just("user"), st.sampled_from(["hi", ""])),
         st.tuples(st.just("assistant"), st.integers(0, 3), st.sampled_from(["stop", "tool_use", "error", "aborted"])),
-        st.tuples(st.just("result"), st.booleans()),
+        st.tuples(st.just("result"), st.sampled_from([True, True, True, False])),
         st.tuples(st.just("system"), st.sampled_from(["", "prompt changed"])),
         st.tuples(st.just("marker"), st.sampled_from([EntryKind.COMPACTION, EntryKind.RESET]), st.integers(0, 5)),
         st.tuples(st.just("host"), st.just("note")),
-        st.tuples(st.just("request"), st.booleans()),
+        st.tuples(st.just("request"), st.sampled_from([True, True, True, False])),
     ),
-    max_size=40,
+    min_size=4,
+    max_size=60,
 )
 
 
@@ -131,3 +133,48 @@ def test_a_request_copies_nothing_it_shares() -> None:
     second, turns = cache.request(CID, 4, SYSTEM)
     assert first == second == SYSTEM + tuple(context_messages(committed, 4))
     assert turns == 2
+
+
+def _assistant(i: int, calls: list[str]) -> Entry:
+    return Entry(
+        id=EntryId(i), conversation_id=CID, kind=EntryKind.ASSISTANT, text=f"a{i}",
+        tool_calls=tuple(ToolCall(id=c, name="t") for c in calls), stop_reason="tool_use" if calls else "stop",
+    )
+
+
+def _result(i: int, call: str) -> Entry:
+    return Entry(id=EntryId(i), conversation_id=CID, kind=EntryKind.TOOL_RESULT, text=f"r{i}", tool_call_id=call, tool_name="t")
+
+
+USER = Entry(id=EntryId(1), conversation_id=CID, kind=EntryKind.USER, text="go")
+
+
+@pytest.mark.parametrize(
+    "sequence",
+    [
+        # a request while a call is still open (its result synthesized), then the result, then the next answer:
+        # the next request must show the real result, not extend the first request's tuple
+        [USER, _assistant(2, ["x", "y"]), _result(3, "x"), "request", _result(4, "y"), _assistant(5, []), "request"],
+        # two rounds between requests: the next request holds both (the first one's open segment and the one after it)
+        [USER, _assistant(2, ["x"]), _result(3, "x"), "request", _assistant(4, ["y"]), _result(5, "y"), _assistant(6, ["z"]),
+         _result(7, "z"), "request"],
+        # one request per round, as a run makes them
+        [USER, _assistant(2, ["x"]), _result(3, "x"), "request", _assistant(4, ["y"]), _result(5, "y"), "request",
+         _assistant(6, []), "request", "request"],
+    ],
+    ids=["late-result", "two-rounds", "every-round"],
+)
+def test_a_request_extends_the_previous_one_only_when_it_may(sequence: list[Entry | str]) -> None:
+    """``request`` extends the previous request's tuple only when the
+    segment that request showed open closed as it was shown; every request
+    equals the full derivation."""
+    committed: list[Entry] = []
+    cache = ContextCache(lambda cid: list(committed))
+    for item in sequence:
+        if isinstance(item, str):
+            newest = committed[-1].id
+            expected = SYSTEM + tuple(context_messages(committed, newest))
+            assert cache.request(CID, newest, SYSTEM)[0] == expected
+        else:
+            committed.append(item)
+            cache.on_entry(item)
