@@ -122,6 +122,7 @@ class Waits:
             if not self._watchers[record_id]:
                 del self._watchers[record_id]
                 self.watched.pop(record_id, None)
+                self._written.pop(record_id, None)  # its last waiter left (a cancelled wait, too)
 
     async def next_commit(self) -> None:
         """Wait for the next wake (a commit, an invocation leaving, the close)."""

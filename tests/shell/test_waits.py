@@ -64,3 +64,13 @@ async def test_the_close_wakes_a_record_waiter() -> None:
         await trio.testing.wait_all_tasks_blocked()
         waits.close()
     assert waits.watched == {}
+
+
+async def test_a_cancelled_record_wait_leaves_nothing_behind(autojump_clock: trio.testing.MockClock) -> None:
+    """A waiter that gives up (a host's timeout) leaves no watched record
+    and no wake-up event behind: many such waits do not grow the Waits."""
+    waits = Waits()
+    for sid in range(1, 4):
+        with trio.move_on_after(1):
+            await waits.record(Submission, sid, lambda: submission(sid, SubmissionStatus.QUEUED), lambda rec: rec.settled)
+    assert waits.watched == {} and waits._written == {} and waits._watchers == {}
