@@ -126,12 +126,6 @@ class Tx:
     def state(self) -> State:
         return self._freeze(self._base.next_seq)
 
-    def _freeze(self, next_seq: int) -> State:
-        """The draft as a State whose ``next_seq`` is ``next_seq``."""
-        if self._ix is not None:
-            self.task_index = self._ix.freeze()
-        return State(next_seq=next_seq, opened=self._base.opened, **dict(zip(DRAFT_FIELDS, _read_drafted(self))))
-
     @state.setter
     def state(self, state: State) -> None:
         self._base = state
@@ -168,6 +162,12 @@ class Tx:
         #: Conversations this step changed, or whose work may have ended: the
         #: ones the end-of-step pass may find settled (holding.py).
         self.changed: set[ConversationId] = set()
+
+    def _freeze(self, next_seq: int) -> State:
+        """The draft as a State whose ``next_seq`` is ``next_seq``."""
+        if self._ix is not None:
+            self.task_index = self._ix.freeze()
+        return State(next_seq=next_seq, opened=self._base.opened, **dict(zip(DRAFT_FIELDS, _read_drafted(self))))
 
     @property
     def index(self) -> IndexDraft:

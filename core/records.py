@@ -50,7 +50,7 @@ def evolve(inst: T, **changes: Any) -> T:
     args, read = known
     values = dict(zip(args, read(inst)))
     values.update(changes)
-    return cls(**values)  # type: ignore[no-any-return]
+    return cls(**values)
 
 
 __all__ = ["evolve"]
