@@ -36,6 +36,7 @@ from .model import (
     ToolCall,
     Usage,
 )
+from .records import evolve
 from .runs import end_run
 from .settlement import finish_task
 from .state import UsageTotals
@@ -73,7 +74,7 @@ def count_usage(tx: Tx, cid: ConversationId, model: ModelRef, usage: Usage | Non
     key = str(model)
     doc = tx.conv(cid).usage
     total = doc.models.get(key, UsageTotals()) + UsageTotals.one_call(usage)
-    tx.set_usage(cid, attrs.evolve(doc, models={**doc.models, key: total}))
+    tx.set_usage(cid, evolve(doc, models={**doc.models, key: total}))
 
 
 def unique_call_ids(entry_id: EntryId, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:

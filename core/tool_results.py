@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import attrs
-
 from . import diagnostics
 from .checkpoints import ExecuteCheckpoint
 from .diagnostics import aborted_message
@@ -29,6 +27,7 @@ from .lifecycle import SlotMove, slot_to
 from .live import LiveMove, live_to
 from .model import Diagnostic, Entry, EntryId, EntryKind, Json, Outcome, OutcomeStatus, ResultCode, Task, Usage
 from .reconcile_events import Verdict
+from .records import evolve
 from .settlement import finish_task
 from .state import ToolSlot, UsageTotals
 
@@ -100,7 +99,7 @@ def settle(
         name = str(task.input["name"])
         doc = tx.conv(task.conversation_id).usage
         total = doc.tools.get(name, UsageTotals()) + UsageTotals.one_call(usage)
-        tx.set_usage(task.conversation_id, attrs.evolve(doc, tools={**doc.tools, name: total}))
+        tx.set_usage(task.conversation_id, evolve(doc, tools={**doc.tools, name: total}))
 
 
 def move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = None, **changes: Json) -> None:
