@@ -1,9 +1,10 @@
 """SQLite storage via sqlite-utils: one transaction per commit, WAL by default.
 
 The layout, its migrations and the check that a file has it are in
-:mod:`.sqlite_layout`. A commit is ``db.atomic()`` (BEGIN ... COMMIT) around
-plain ``INSERT OR REPLACE`` statements; ``with db.conn:`` is not used because
-it is not atomic around sqlite-utils writes.
+:mod:`.sqlite_layout`. A commit is BEGIN ... COMMIT (what ``db.atomic()``
+does, written out: :meth:`SqliteStorage.commit_many`) around plain ``INSERT
+OR REPLACE`` statements, rolled back on any error; ``with db.conn:`` is not
+used because it is not atomic around sqlite-utils writes.
 
 Opening checks before it writes anything, in this order:
 
@@ -50,10 +51,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sqlite3
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +85,20 @@ from .sqlite_layout import MIGRATIONS, SQLITE_MAGIC, UPSERT, Found, inspect_stor
 from . import sqlite_retention
 
 log = logging.getLogger("pidurable")
+
+
+def _positional(sql: str) -> tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]]:
+    """``sql`` with ``?`` for its ``:name`` parameters, and what picks their
+    values from a row's columns in that order: sqlite3 binds a named
+    parameter by building and hashing a string of its name on every execute
+    (issue 11 item 2: a cheap write path)."""
+    names = re.findall(r":(\w+)", sql)
+    assert len(names) > 1, sql  # (itemgetter of one name gives the value, not a tuple)
+    return re.sub(r":\w+", "?", sql), itemgetter(*names)
+
+
+#: :data:`.sqlite_layout.UPSERT` with positional parameters: (sql, the row's values in order).
+_UPSERT = {table: _positional(sql) for table, sql in UPSERT.items()}
 
 
 def _wal_has_content(file: Path) -> bool:
@@ -497,9 +514,21 @@ class SqliteStorage(
         db = self.db
         conn = db.conn
         try:
-            with db.atomic():
-                for seq, rows, ev_text, wr_text in encoded:
-                    self._write_one(conn, seq, rows, ev_text, wr_text)
+            if conn.in_transaction:  # inside a transaction already: a savepoint (db.atomic() makes one)
+                with db.atomic():
+                    self._write_all(conn, encoded)
+            else:
+                # what db.atomic() does outside a transaction, without its two
+                # generator frames per commit (issue 11 item 2)
+                conn.execute("BEGIN")
+                try:
+                    self._write_all(conn, encoded)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    # (a no-op if the error already ended the transaction, so
+                    # the original exception propagates)
+                    db.rollback()
+                    raise
         except sqlite3.IntegrityError as e:
             # rolled back: a duplicate entry id or a seq that does not increase
             raise StorageError(f"Store {self.path} refused the commit (nothing was written): {e}") from e
@@ -515,13 +544,19 @@ class SqliteStorage(
             else:
                 self._commits_since_prune = since + len(batch)
 
+    @classmethod
+    def _write_all(cls, conn: sqlite3.Connection, encoded: list[tuple[int, list[Any], str, str]]) -> None:
+        for seq, rows, ev_text, wr_text in encoded:
+            cls._write_one(conn, seq, rows, ev_text, wr_text)
+
     @staticmethod
     def _write_one(conn: sqlite3.Connection, seq: int, rows: list[Any], ev_text: str, wr_text: str) -> None:
         for row in rows:
             if row.table == "document_revisions":
                 sqlite_documents.write(conn, row.columns)
             else:
-                conn.execute(UPSERT[row.table], row.columns)
+                sql, values = _UPSERT[row.table]
+                conn.execute(sql, values(row.columns))
         conn.execute(
             "INSERT INTO journal (seq, format, events, writes) VALUES (?, ?, ?, ?)",
             (seq, codec.FORMAT_VERSION, ev_text, wr_text),
