@@ -23,29 +23,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, assert_never, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import attrs
 import cattrs
 from cattrs.errors import BaseValidationError
 
 from pidurable.core.builtins import BUILTINS, builtin_address
-from pidurable.core.builtins import base_revision as builtin_base
 from pidurable.core.chord import OpError, rebuild
-from pidurable.core.effects import (
-    DocumentRevision,
-    PutAgent,
-    PutDocument,
-    PutConversation,
-    PutEntry,
-    PutInbox,
-    PutLive,
-    PutSubmission,
-    PutTask,
-    PutUsage,
-    PutContext,
-    Write,
-)
+from pidurable.core.effects import DocumentRevision, Write
 from pidurable.core.events import Event
 from pidurable.core.model import (
     AgentConfig,
@@ -57,7 +43,6 @@ from pidurable.core.model import (
     SubmissionId,
     Task,
     TaskId,
-    TaskStatus,
 )
 from pidurable.core.state import (
     AGENT_DOC,
@@ -244,316 +229,21 @@ def sees(lineage: Lineage, entry: Entry) -> bool:
     return any(entry.conversation_id == c and (cap is None or entry.id <= cap) for c, cap in lineage)
 
 
-# --- row encoding shared by the adapters ------------------------------------
+# --- row encoding shared by the adapters: rows.py (re-exported here) -----------
 
-
-@attrs.frozen(kw_only=True)
-class Row:
-    """One write as a table row: ``table`` and its column values."""
-
-    table: str
-    key: tuple[Any, ...]
-    columns: dict[str, Any]
-
-
-#: Schema 4 (issue 11: a lean store): the fields of a task or entry that its
-#: row holds as columns, left out of the row's record text and put back when
-#: the row is read (:func:`decode_row`). The journal (and its digest) still
-#: encodes the whole record.
-ROW_COLUMNS: dict[str, tuple[str, ...]] = {
-    "tasks": ("id", "conversation_id", "kind", "status", "owner"),
-    "entries": ("id", "conversation_id"),
-}
-#: The task columns a read selects before ``record`` (SQL).
-TASK_COLUMNS = ", ".join(ROW_COLUMNS["tasks"])
-#: What a terminal task's row leaves out besides: the execution state only a
-#: live task reads (its checkpoint - a tool's arguments are in the assistant
-#: entry, its result in the result entry -, what it waited on, its memos).
-#: It keeps its kind, owner, input, outcome and times: what ``inspect``,
-#: ``transcript``, the recovery report and a host's ``harness.task`` read.
-TERMINAL_DROPS = frozenset({"checkpoint", "on", "memos", *ROW_COLUMNS["tasks"]})
-
-
-def as_stored(task: Task) -> Task:
-    """``task`` as a store reads it back (schema 4): a terminal task without
-    its execution state (:data:`TERMINAL_DROPS`), a live one whole."""
-    if task.status is not TaskStatus.TERMINAL:
-        return task
-    return attrs.evolve(task, checkpoint={}, on=(), memos=None)
-
-
-def encode_write(w: Write, seq: int) -> tuple[Row, str]:
-    """The row a write upserts, and its journal text; the codec encodes the
-    record once for both (same for every adapter), and the row keeps the
-    lean part of it (:data:`ROW_COLUMNS`)."""
-    rec, journal = codec.encode_write(w)
-    return _row(w, seq, _lean(w, rec)), journal
-
-
-def _lean(w: Write, rec: str) -> str:
-    """A record's row text: without what the row's columns hold (a prefix of
-    the text, as attrs orders the fields: cut, not encoded again) and, for a
-    terminal task, without its execution state (encoded again: a small
-    record once per task)."""
-    match w:
-        case PutEntry(entry=e):
-            return _cut(rec, f'{{"id":{e.id},"conversation_id":{e.conversation_id},')
-        case PutTask(task=t) if t.status is TaskStatus.TERMINAL:
-            data = codec.stored.unstructure(t)
-            return codec.dumps({k: v for k, v in data.items() if k not in TERMINAL_DROPS})
-        case PutTask(task=t):
-            return _cut(rec, f'{{"id":{t.id},"conversation_id":{t.conversation_id},"kind":{codec.dumps(t.kind)},')
-    return rec
-
-
-def _cut(rec: str, prefix: str) -> str:
-    return "{" + rec[len(prefix) :] if rec.startswith(prefix) else rec
-
-
-def _row(w: Write, seq: int, rec: str) -> Row:
-    """The table row of ``w``, whose record is the JSON text ``rec``."""
-    match w:
-        case PutConversation(conversation=c):
-            return Row(
-                table="conversations",
-                key=(c.id,),
-                columns={
-                    "id": c.id,
-                    "owner_task_id": c.owner_task_id,
-                    "parent_id": c.parent_id,
-                    "fork_at": c.fork_at,
-                    "record": rec,
-                },
-            )
-        case PutEntry(entry=e):
-            return Row(
-                table="entries",
-                key=(e.id,),
-                columns={"id": e.id, "conversation_id": e.conversation_id, "seq": seq, "record": rec},
-            )
-        case PutSubmission(submission=s):
-            return Row(
-                table="submissions",
-                key=(s.id,),
-                columns={
-                    "id": s.id,
-                    "conversation_id": s.conversation_id,
-                    "request_id": s.request_id,
-                    "status": s.status.value,
-                    "record": rec,
-                },
-            )
-        case PutTask(task=t):
-            return Row(
-                table="tasks",
-                key=(t.id,),
-                columns={
-                    "id": t.id,
-                    "conversation_id": t.conversation_id,
-                    "kind": t.kind,
-                    "status": t.status.value,
-                    "owner": t.owner,
-                    "record": rec,
-                },
-            )
-        case PutAgent() | PutLive() | PutInbox() | PutUsage() | PutContext():
-            # a whole-value write of journal formats 1-3 (a JSONL line): a base
-            return legacy_row(w, seq)
-        case PutDocument(document_id=did, revision=r):
-            return _revision_row(did, r, seq, rec)
-    assert_never(w)
-
-
-def _revision_row(did: int, r: DocumentRevision, seq: int, content: str) -> Row:
-    """The row of revision ``r``, whose whole record is the JSON text ``content``."""
-    return _lean_revision_row(did, r, seq, _lean_revision(r, content))
-
-
-def _lean_revision_row(did: int, r: DocumentRevision, seq: int, lean: str) -> Row:
-    """The row of revision ``r`` with its lean text (:func:`_lean_revision`)."""
-    # "reclaims": the revisions before this one go (a base or a retirement of a current-only document)
-    # (``_value_``: an enum member's value, without the ``value`` property's call)
-    action, scope, history = r.action._value_, r.scope, r.history
-    reclaims = action != "delta" and (history is DocHistory.LATEST or scope is DocScope.TASK)
-    return Row(
-        table="document_revisions",
-        key=(did, seq),
-        columns={
-            "document_id": did, "seq": seq, "action": action, "scope": scope._value_, "owner": r.owner,
-            "kind": r.kind, "version": r.version, "history": history._value_, "fork": r.fork._value_,
-            "reclaims": reclaims, "content": lean,
-        },
-    )
-
-
-def _lean_revision(r: DocumentRevision, rec: str) -> str:
-    """A revision row's text without what its ``document_records`` row holds
-    (scope, owner, kind, history, fork: ``{"version":1,"action":"delta",
-    "ops":[...]}``, cut from the record's text, not encoded again); a
-    revision reads back with them (:func:`document_state`). The journal keeps
-    the whole write."""
-    head = f'{{"scope":{codec.dumps(r.scope.value)},"owner":{r.owner},"kind":{codec.dumps(r.kind)},"version":{r.version},'
-    if not rec.startswith(head):
-        return rec
-    rest = rec[len(head) :]
-    for name, value in (("history", r.history.value), ("fork", r.fork.value)):
-        rest = rest.removeprefix(f'"{name}":{codec.dumps(value)},')
-    return f'{{"version":{r.version},' + rest
-
-
-_LEGACY_KINDS: dict[type, tuple[str, str]] = {PutAgent: (AGENT_DOC, "agent"), PutLive: (LIVE_DOC, "live"),
-    PutInbox: (INBOX_DOC, "items"), PutUsage: (USAGE_DOC, "usage"), PutContext: (CONTEXT_DOC, "context")}
-
-
-def legacy_row(w: Write, seq: int) -> Row:
-    """The row of a built-in's whole-value write (journal formats 1-3, the
-    ``documents`` table of schema 3 and before): a base revision of it."""
-    kind, field = _LEGACY_KINDS[type(w)]
-    did, revision = builtin_base(w.conversation_id, kind, getattr(w, field))  # type: ignore[union-attr]
-    return _revision_row(did, revision, seq, codec.dumps(codec.stored.unstructure(revision)))
-
-
-def writes_json(writes: Sequence[Write], seq: int = 0, fmt: int = codec.FORMAT_VERSION) -> str:
-    """The journal text of a commit's writes (what replay compares); ``seq``
-    only goes into rows, never into the journal text."""
-    return codec.writes_json(writes, fmt)
-
-
-def encode_commit(seq: int, writes: Sequence[Write], events: Sequence[Event]) -> tuple[list[Row], str, str]:
-    """Everything a commit stores, encoded before any I/O (so an encoding
-    failure leaves the store untouched): rows, events text, writes digest."""
-    rows, events_text, writes_text = encode_commit_text(seq, writes, events)
-    # the journal keeps the events and a digest of the writes (format 2)
-    return rows, events_text, codec.writes_digest(writes_text)
-
-
-def encode_commit_text(seq: int, writes: Sequence[Write], events: Sequence[Event]) -> tuple[list[Row], str, str]:
-    """Like :func:`encode_commit`, with the writes' JSON itself (what the
-    digest is of; the JSONL store keeps it to rebuild its tables)."""
-    rows, pieces = [], []
-    for w in writes:
-        row, piece = encode_write_fast(w, seq)
-        rows.append(row)
-        pieces.append(piece)
-    return rows, codec.events_json(events), codec.journal_writes(pieces)
-
-
-# --- the write path, encoded once (issue 11 item 2: a cheap write path) ---------
-#
-# :func:`encode_write` encodes a record whole, then cuts its row's lean text
-# out of that text (or, for a terminal task, unstructures and encodes it a
-# second time). The writes of every step (entries, tasks, document
-# revisions) go the other way round: the record is unstructured once with
-# ``codec.plain``, the fields its row's columns hold are taken out of that
-# dict, the rest is encoded once (the row's text), and the journal's text is
-# that text with the fields spliced back in front - the same bytes
-# :func:`encode_write` gives (tests/shell/test_codec_plain.py). A value that
-# is not plain JSON data (``codec.NotPlain``) goes the reference way.
-
-
-def _leading(cl: type, columns: tuple[str, ...]) -> tuple[str, ...]:
-    """The fields a record's text starts with that its row's columns hold:
-    its first fields (attrs order) while they are columns without a default
-    (so always written) - what :func:`_lean` cuts off."""
-    out = []
-    for f in attrs.fields(cl):
-        if f.name not in columns or f.default is not attrs.NOTHING:
-            break
-        out.append(f.name)
-    return tuple(out)
-
-
-#: The fields :func:`_fast_entry` and :func:`_fast_task` splice in front of
-#: the row's text (checked against the classes and ROW_COLUMNS here).
-_ENTRY_LEADING = ("id", "conversation_id")
-_TASK_LEADING = ("id", "conversation_id", "kind")
-assert _leading(Entry, ROW_COLUMNS["entries"]) == _ENTRY_LEADING
-assert _leading(Task, ROW_COLUMNS["tasks"]) == _TASK_LEADING
-#: ``codec.plain``'s hooks without the spliced fields (the row's text, whole).
-_ENTRY_REST = codec.plain_hook(Entry, _ENTRY_LEADING)
-_TASK_REST = codec.plain_hook(Task, _TASK_LEADING)
-#: A revision's row text leaves out what its ``document_records`` row holds
-#: (:func:`_lean_revision`); its version goes in front of both texts.
-_REVISION_REST = codec.plain_hook(DocumentRevision, ("scope", "owner", "kind", "version", "history", "fork"))
-#: The journal text of a write before its record (``{"type":"entry","entry":``).
-_ENTRY_JOURNAL = codec.WRITE_WIRE[PutEntry].head + codec.WRITE_WIRE[PutEntry].record_key
-_TASK_JOURNAL = codec.WRITE_WIRE[PutTask].head + codec.WRITE_WIRE[PutTask].record_key
-_DOCUMENT_WIRE = codec.WRITE_WIRE[PutDocument]
-assert not codec.WRITE_WIRE[PutEntry].keys and not codec.WRITE_WIRE[PutTask].keys
-assert [attr for attr, _ in _DOCUMENT_WIRE.keys] == ["document_id"]
-
-
-def _int(value: Any) -> int:
-    """An id spliced into a text with ``str`` (what JSON writes for an int;
-    a bool or an int subclass goes the reference way)."""
-    if type(value) is not int:
-        raise codec.NotPlain(f"{type(value).__name__} is not an int")
-    return value
-
-
-def _splice(head: str, rest: str) -> tuple[str, str]:
-    """The record text (``head`` = its leading fields, ``{"id":1,...``) and
-    the row text (``rest``, the other fields' object)."""
-    if rest == "{}":  # nothing but the columns: the row keeps the whole text, as _cut does
-        record = head + "}"
-        return record, record
-    return head + "," + rest[1:], rest
-
-
-def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
-    e = w.entry
-    record, lean = _splice(
-        f'{{"id":{_int(e.id)},"conversation_id":{_int(e.conversation_id)}', codec.plain_dumps(_ENTRY_REST(e))
-    )
-    columns = {"id": e.id, "conversation_id": e.conversation_id, "seq": seq, "record": lean}
-    return Row(table="entries", key=(e.id,), columns=columns), _ENTRY_JOURNAL + record + "}"
-
-
-def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
-    t = w.task
-    data = _TASK_REST(t)
-    head = f'{{"id":{_int(t.id)},"conversation_id":{_int(t.conversation_id)},"kind":{codec.plain_scalar(t.kind)}'
-    record, lean = _splice(head, codec.plain_dumps(data))
-    status = t.status
-    if status is TaskStatus.TERMINAL:
-        lean = codec.plain_dumps({k: v for k, v in data.items() if k not in TERMINAL_DROPS})
-    columns = {"id": t.id, "conversation_id": t.conversation_id, "kind": t.kind, "status": status._value_, "owner": t.owner, "record": lean}
-    return Row(table="tasks", key=(t.id,), columns=columns), _TASK_JOURNAL + record + "}"
-
-
-def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
-    r = w.revision
-    rest = codec.plain_dumps(_REVISION_REST(r))[1:]  # '"action":...}': the action is always written
-    version = _int(r.version)
-    scalar = codec.plain_scalar
-    record = (
-        f'{{"scope":{scalar(r.scope)},"owner":{_int(r.owner)},"kind":{scalar(r.kind)},"version":{version},'
-        f'"history":{scalar(r.history)},"fork":{scalar(r.fork)},{rest}'
-    )
-    wire = _DOCUMENT_WIRE
-    journal = wire.head + wire.keys[0][1] + str(w.document_id) + wire.record_key + record + "}"
-    return _lean_revision_row(w.document_id, r, seq, f'{{"version":{version},{rest}'), journal
-
-
-#: The writes every step makes, encoded once; the others go through :func:`encode_write`.
-_FAST_WRITES: dict[type, Callable[[Any, int], tuple[Row, str]]] = {
-    PutEntry: _fast_entry,
-    PutTask: _fast_task,
-    PutDocument: _fast_document,
-}
-
-
-def encode_write_fast(w: Write, seq: int) -> tuple[Row, str]:
-    """:func:`encode_write`'s row and journal text, each record encoded once
-    (the reference way for a write of another type or a value that is not
-    plain JSON data)."""
-    fast = _FAST_WRITES.get(type(w))
-    if fast is not None:
-        try:
-            return fast(w, seq)
-        except codec.NotPlain:
-            pass
-    return encode_write(w, seq)
+from .rows import (  # noqa: E402  (re-exported: every adapter imports them from here)
+    ROW_COLUMNS as ROW_COLUMNS,
+    TASK_COLUMNS as TASK_COLUMNS,
+    TERMINAL_DROPS as TERMINAL_DROPS,
+    Row as Row,
+    as_stored as as_stored,
+    encode_commit as encode_commit,
+    encode_commit_text as encode_commit_text,
+    encode_write as encode_write,
+    encode_write_fast as encode_write_fast,
+    legacy_row as legacy_row,
+    writes_json as writes_json,
+)
 
 
 DOC_TYPES: dict[str, Any] = {

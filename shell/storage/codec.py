@@ -38,7 +38,7 @@ import hashlib
 import json
 import types
 from collections.abc import Callable, Iterable, Sequence
-from json.encoder import c_make_encoder, encode_basestring
+from json.encoder import encode_basestring
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import attrs
@@ -496,8 +496,9 @@ def plain_hook(cl: type, leave_out: tuple[str, ...]) -> Callable[[Any], dict[str
     field at its default left out, as ``stored`` does; for a class whose
     hook :func:`_configure` wraps - ModelResponded - this is not it)."""
     assert cl is not ModelResponded
+    leave_out_overrides: dict[str, Any] = {name: override(omit=True) for name in leave_out}
     return make_dict_unstructure_fn(
-        cl, plain, _cattrs_omit_if_default=True, **{name: override(omit=True) for name in leave_out}
+        cl, plain, _cattrs_omit_if_default=True, **leave_out_overrides
     )
 
 
@@ -509,16 +510,20 @@ def _refuse(value: Any) -> Any:
 #: made once, without the cycle check (a cycle ends in RecursionError, which
 #: :func:`plain_dumps` turns into NotPlain; the reference way names it) and
 #: without a ``default`` (:func:`_refuse`).
-if c_make_encoder is not None:
-    _plain_chunks = c_make_encoder(None, _refuse, encode_basestring, None, ":", ",", False, False, False)
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # (not in typeshed)
+if _c_make_encoder is not None:
+    _plain_chunks = _c_make_encoder(None, _refuse, encode_basestring, None, ":", ",", False, False, False)
 
     def _plain_encode(value: Any) -> str:
         return "".join(_plain_chunks(value, 0))
 
 else:  # pragma: no cover - a Python without the C accelerator
-    _plain_encode = json.JSONEncoder(
+    _plain_encoder = json.JSONEncoder(
         separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False, default=_refuse
-    ).encode
+    )
+
+    def _plain_encode(value: Any) -> str:
+        return _plain_encoder.encode(value)
 
 
 def plain_dumps(value: Any) -> str:

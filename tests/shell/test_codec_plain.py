@@ -24,7 +24,7 @@ from pidurable.core.effects import DocumentRevision, PutDocument, PutEntry, PutT
 from pidurable.core.events import EVENT_TYPES, TaskCommitRequested
 from pidurable.core.model import Entry, Outcome, Task, TaskStatus
 from pidurable.core.state import DocHistory, DocScope, ForkPolicy
-from pidurable.shell.storage import base, codec
+from pidurable.shell.storage import base, codec, rows
 
 # --- strategies from declared types ----------------------------------------------
 
@@ -147,9 +147,9 @@ def test_events_encode_to_the_reference_text(events: list[Any]) -> None:
 
 @given(writes=st.lists(WRITES, max_size=5), seq=SEQS)
 def test_a_commit_encodes_as_its_writes_one_by_one_the_reference_way(writes: list[Any], seq: int) -> None:
-    rows, _, text = base.encode_commit_text(seq, writes, ())
+    got, _, text = base.encode_commit_text(seq, writes, ())
     reference = [base.encode_write(w, seq) for w in writes]
-    assert rows == [row for row, _ in reference]
+    assert got == [row for row, _ in reference]
     assert text == codec.journal_writes(piece for _, piece in reference)
 
 
@@ -174,7 +174,7 @@ def test_the_plain_way_is_taken_for_what_every_step_writes(monkeypatch: pytest.M
     def refuse(w: Any, seq: int) -> Any:
         raise AssertionError(f"{type(w).__name__} took the reference way")
 
-    monkeypatch.setattr(base, "encode_write", refuse)
+    monkeypatch.setattr(rows, "encode_write", refuse)
     assert [base.encode_write_fast(w, 3) for w in writes] == expected
 
 
@@ -183,7 +183,7 @@ def test_the_spliced_fields_are_the_ones_the_reference_cuts() -> None:
     without exactly the fields the plain way splices back in front."""
     entry = Entry(id=3, conversation_id=2, kind="user", text="hi")
     task = Task(id=5, conversation_id=2, kind="k", owner=1, status=TaskStatus.RUNNING, checkpoint={"phase": "p"})
-    for w, record, leading in ((PutEntry(entry=entry), entry, base._ENTRY_LEADING), (PutTask(task=task), task, base._TASK_LEADING)):
+    for w, record, leading in ((PutEntry(entry=entry), entry, rows._ENTRY_LEADING), (PutTask(task=task), task, rows._TASK_LEADING)):
         data = codec.stored.unstructure(record)
         assert list(data)[: len(leading)] == list(leading)
         row, _ = base.encode_write(w, 1)
