@@ -7,12 +7,10 @@ of every segment before the newest one never change once the next assistant
 message exists. This cache keeps those *closed* messages, plus the entries of
 the open segment, and appends committed entries as they land (O(1) each: the
 segment remembers whether it already holds a visible assistant message). A
-request then costs O(size of the open segment) plus ONE copy of the messages
-into the request's tuple: the next request usually extends the previous
-request's tuple (its open segment has since closed unchanged), else the
-messages are gathered into one list made a tuple, the system message first
-(``request``; ``ModelRequest.messages`` is a tuple, so one copy per request
-is the least).
+request then costs O(size of the open segment): its messages are a
+:class:`MessageView` - the system message, a prefix of the closed messages
+(a list that only grows, so a prefix never changes) and the open segment's
+messages - not a copy of the transcript (``request``).
 
 A request whose cutoff is older than the newest cached entry (rare: only a
 resend that must not see later entries) falls back to a full derivation.
@@ -25,9 +23,9 @@ request rebuilds them from storage, starting at the newest marker.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
-
-import attrs
+from collections.abc import Callable, Iterator, Sequence
+from itertools import islice
+from typing import overload
 
 from pidurable.core.context import Message, active_range, context_messages, entry_message, is_marker, range_messages
 from pidurable.core.model import ConversationId, Entry, EntryKind
@@ -39,19 +37,67 @@ def counts_as_turn(entry: Entry) -> bool:
     return entry.kind == "assistant" and entry.stop_reason != "aborted"
 
 
-@attrs.frozen
-class _Sent:
-    """The newest request's messages: ``head``, ``closed[:count]``, then
-    ``shown`` (the open segment's messages as they were then)."""
+class MessageView(Sequence[Message]):
+    """A request's messages: ``head``, then ``closed[:count]``, then
+    ``shown`` - an immutable sequence over the cache's list of closed
+    messages, which only ever grows (a head marker makes a new one), so a
+    prefix of it never changes. Building one is O(open segment), not
+    O(transcript): no per-request copy of every message, nothing to free,
+    and the cyclic GC traverses three references instead of one per message
+    (a tuple of the whole transcript made every young collection O(n): a
+    long run slowed down, docs/performance.md). It compares equal to a tuple
+    (or any view) of the same messages; a slice or ``+`` gives a tuple."""
 
-    head: tuple[Message, ...]
-    count: int
-    shown: list[Message]
-    messages: tuple[Message, ...]
+    __slots__ = ("_head", "_closed", "_count", "_shown")
+
+    def __init__(self, head: tuple[Message, ...], closed: list[Message], count: int, shown: tuple[Message, ...]) -> None:
+        self._head, self._closed, self._count, self._shown = head, closed, count, shown
+
+    def __len__(self) -> int:
+        return len(self._head) + self._count + len(self._shown)
+
+    @overload
+    def __getitem__(self, i: int) -> Message: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Message, ...]: ...
+    def __getitem__(self, i: int | slice) -> Message | tuple[Message, ...]:
+        if isinstance(i, slice):
+            return tuple(self)[i]
+        n = len(self)
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise IndexError("message index out of range")
+        h = len(self._head)
+        if j < h:
+            return self._head[j]
+        j -= h
+        return self._closed[j] if j < self._count else self._shown[j - self._count]
+
+    def __iter__(self) -> Iterator[Message]:
+        yield from self._head
+        yield from islice(self._closed, self._count)
+        yield from self._shown
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, (tuple, MessageView)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __add__(self, other: Sequence[Message]) -> tuple[Message, ...]:
+        return (*self, *other)
+
+    def __radd__(self, other: Sequence[Message]) -> tuple[Message, ...]:
+        return (*other, *self)
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
 
 
 class _Conv:
-    __slots__ = ("closed", "tail", "answered", "shown", "sent", "last_id", "turns")
+    __slots__ = ("closed", "tail", "answered", "shown", "last_id", "turns")
 
     def __init__(self) -> None:
         self.closed: list[Message] = []
@@ -61,8 +107,6 @@ class _Conv:
         self.answered = False
         #: the open segment's messages as last derived, while ``tail`` is unchanged
         self.shown: list[Message] | None = None
-        #: the newest request built from this cache (``ContextCache.request``)
-        self.sent: _Sent | None = None
         self.last_id = 0
         self.turns = 0
 
@@ -129,33 +173,16 @@ class ContextCache:
             return self._before(cid, cutoff)
         return conv.closed + conv.tail_messages(), conv.turns
 
-    def request(self, cid: ConversationId, cutoff: int, head: tuple[Message, ...] = ()) -> tuple[tuple[Message, ...], int]:
+    def request(self, cid: ConversationId, cutoff: int, head: tuple[Message, ...] = ()) -> tuple[Sequence[Message], int]:
         """A request's messages: ``head`` (its system message), then the
         messages up to ``cutoff``; and the number of model turns so far (as
-        ``view``). Usually the previous request's tuple plus what came since
-        (one copy); else gathered in one list made a tuple."""
+        ``view``). Usually a :class:`MessageView` of the cache (O(open
+        segment)); a tuple for a cutoff older than the newest entry."""
         conv = self._conv(cid)
         if cutoff < conv.last_id:
             found, turns = self._before(cid, cutoff)
             return head + tuple(found), turns
-        shown = conv.tail_messages()
-        closed = conv.closed
-        sent = conv.sent
-        if sent is not None and sent.head == head:
-            # the usual next request: the segment it showed open has closed
-            # as it was (the same messages) - extend its tuple instead of
-            # copying every closed message again
-            start, end = sent.count, sent.count + len(sent.shown)
-            if len(closed) >= end and all(a is b for a, b in zip(closed[start:end], sent.shown)):
-                messages = sent.messages + tuple(closed[end:] + shown)
-                conv.sent = _Sent(head, len(closed), shown, messages)
-                return messages, conv.turns
-        out = list(head)
-        out += closed
-        out += shown
-        messages = tuple(out)
-        conv.sent = _Sent(head, len(closed), shown, messages)
-        return messages, conv.turns
+        return MessageView(head, conv.closed, len(conv.closed), tuple(conv.tail_messages())), conv.turns
 
     def _before(self, cid: ConversationId, cutoff: int) -> tuple[list[Message], int]:
         """The full derivation, for a cutoff older than the newest cached entry."""

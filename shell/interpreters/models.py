@@ -16,7 +16,7 @@ is read from it by the loop and passed in.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
@@ -189,10 +189,11 @@ class ModelInterpreter:
         return specs
 
     def _request(self, effect: CallModel | PollModel) -> ModelRequest:
-        messages: tuple[Message, ...] = () if effect.system is None else (Message(role="system", text=effect.system),)
+        head: tuple[Message, ...] = () if effect.system is None else (Message(role="system", text=effect.system),)
+        messages: Sequence[Message] = head
         turn = 0
         if effect.cutoff is not None:
-            messages, turn = self.context.request(effect.conversation_id, effect.cutoff, messages)
+            messages, turn = self.context.request(effect.conversation_id, effect.cutoff, head)
         return ModelRequest(
             turn=turn,
             model=effect.model,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -47,7 +47,7 @@ ANTHROPIC_STOP = {
 }
 
 
-def anthropic_messages(messages: tuple[Message, ...]) -> tuple[str, list[dict[str, Any]]]:
+def anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
     """``(system, messages)`` in the Messages API shape."""
     system: list[str] = []
     out: list[dict[str, Any]] = []

@@ -8,7 +8,7 @@ model is not available (the run then ends ``unanswered/no_model``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -27,7 +27,10 @@ class ToolSpec:
 @attrs.frozen(kw_only=True)
 class ModelRequest:
     model: ModelRef
-    messages: tuple[Message, ...]
+    #: The context, system message first: an immutable sequence (a tuple,
+    #: or the context cache's ``MessageView``, which compares equal to the
+    #: tuple of its messages; a slice or ``+`` of it is a tuple).
+    messages: Sequence[Message]
     tools: tuple[ToolSpec, ...] = ()
     conversation_id: int = 0
     task_id: int = 0

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -209,7 +209,7 @@ def parse_arguments(raw: str, name: str, call_id: str, stop: str | None = None) 
 # --- OpenAI chat completions --------------------------------------------------------
 
 
-def chat_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+def chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for m in messages:
         if m.role == "assistant":

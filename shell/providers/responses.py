@@ -30,7 +30,7 @@ error) after ``max_poll_errors`` in a row.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -45,7 +45,7 @@ from .openai import DEFAULT_TIMEOUT, HTTPAdapter, parse_arguments
 PENDING = frozenset({"queued", "in_progress"})
 
 
-def response_input(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+def response_input(messages: Sequence[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for m in messages:
         if m.role == "assistant":
