@@ -240,7 +240,7 @@ from .rows import (  # noqa: E402  (re-exported: every adapter imports them from
     encode_commit as encode_commit,
     encode_commit_text as encode_commit_text,
     encode_write as encode_write,
-    encode_write_fast as encode_write_fast,
+    encode_write_reference as encode_write_reference,
     legacy_row as legacy_row,
     writes_json as writes_json,
 )

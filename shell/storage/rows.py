@@ -73,10 +73,11 @@ def as_stored(task: Task) -> Task:
     return attrs.evolve(task, checkpoint={}, on=(), memos=None)
 
 
-def encode_write(w: Write, seq: int) -> tuple[Row, str]:
-    """The row a write upserts, and its journal text; the codec encodes the
-    record once for both (same for every adapter), and the row keeps the
-    lean part of it (:data:`ROW_COLUMNS`)."""
+def encode_write_reference(w: Write, seq: int) -> tuple[Row, str]:
+    """The row a write upserts, and its journal text, the reference way: the
+    codec encodes the record once for both, and the row keeps the lean part
+    of it (:data:`ROW_COLUMNS`). :func:`encode_write` gives the same bytes
+    cheaper; this is what it falls back to and is tested against."""
     rec, journal = codec.encode_write(w)
     return _row(w, seq, _lean(w, rec)), journal
 
@@ -223,7 +224,7 @@ def encode_commit_text(seq: int, writes: Sequence[Write], events: Sequence[Event
     digest is of; the JSONL store keeps it to rebuild its tables)."""
     rows, pieces = [], []
     for w in writes:
-        row, piece = encode_write_fast(w, seq)
+        row, piece = encode_write(w, seq)
         rows.append(row)
         pieces.append(piece)
     return rows, codec.events_json(events), codec.journal_writes(pieces)
@@ -231,14 +232,14 @@ def encode_commit_text(seq: int, writes: Sequence[Write], events: Sequence[Event
 
 # --- the write path, encoded once (issue 11 item 2: a cheap write path) ---------
 #
-# :func:`encode_write` encodes a record whole, then cuts its row's lean text
+# :func:`encode_write_reference` encodes a record whole, then cuts its row's lean text
 # out of that text (or, for a terminal task, unstructures and encodes it a
 # second time). The writes of every step (entries, tasks, document
 # revisions) go the other way round: the record is unstructured once with
 # ``codec.plain``, the fields its row's columns hold are taken out of that
 # dict, the rest is encoded once (the row's text), and the journal's text is
 # that text with the fields spliced back in front - the same bytes
-# :func:`encode_write` gives (tests/shell/test_codec_plain.py). A value that
+# :func:`encode_write_reference` gives (tests/shell/test_codec_plain.py). A value that
 # is not plain JSON data (``codec.NotPlain``) goes the reference way.
 
 
@@ -326,7 +327,7 @@ def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
     return _lean_revision_row(w.document_id, r, seq, f'{{"version":{version},{rest}'), journal
 
 
-#: The writes every step makes, encoded once; the others go through :func:`encode_write`.
+#: The writes every step makes, encoded once; the others go through :func:`encode_write_reference`.
 _FAST_WRITES: dict[type, Callable[[Any, int], tuple[Row, str]]] = {
     PutEntry: _fast_entry,
     PutTask: _fast_task,
@@ -334,14 +335,15 @@ _FAST_WRITES: dict[type, Callable[[Any, int], tuple[Row, str]]] = {
 }
 
 
-def encode_write_fast(w: Write, seq: int) -> tuple[Row, str]:
-    """:func:`encode_write`'s row and journal text, each record encoded once
-    (the reference way for a write of another type or a value that is not
-    plain JSON data)."""
+def encode_write(w: Write, seq: int) -> tuple[Row, str]:
+    """The row a write upserts, and its journal text (the same for every
+    adapter): :func:`encode_write_reference`'s bytes, each record encoded
+    once (the reference way for a write of another type or a value that is
+    not plain JSON data)."""
     fast = _FAST_WRITES.get(type(w))
     if fast is not None:
         try:
             return fast(w, seq)
         except codec.NotPlain:
             pass
-    return encode_write(w, seq)
+    return encode_write_reference(w, seq)

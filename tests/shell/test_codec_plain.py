@@ -1,6 +1,6 @@
 """The write path's plain encoding (issue 11 item 2) gives the reference
-encoding's bytes: ``base.encode_write_fast`` (records unstructured once with
-``codec.plain``, row and journal texts spliced) against ``base.encode_write``
+encoding's bytes: ``base.encode_write`` (records unstructured once with
+``codec.plain``, row and journal texts spliced) against ``base.encode_write_reference``
 (``codec.stored`` + ``codec.dumps``, then cut), and ``codec.events_json``
 against ``codec.reference_events_json``, over records and events generated
 from their declared types with strict JSON payloads (finite floats, strings
@@ -137,7 +137,7 @@ WRITES = st.one_of(
 
 @given(w=WRITES, seq=SEQS)
 def test_a_write_encodes_to_the_reference_row_and_journal_text(w: Any, seq: int) -> None:
-    assert base.encode_write_fast(w, seq) == base.encode_write(w, seq)
+    assert base.encode_write(w, seq) == base.encode_write_reference(w, seq)
 
 
 @given(events=st.lists(st.one_of([records(cl) for cl in EVENT_TYPES]), max_size=3))
@@ -148,7 +148,7 @@ def test_events_encode_to_the_reference_text(events: list[Any]) -> None:
 @given(writes=st.lists(WRITES, max_size=5), seq=SEQS)
 def test_a_commit_encodes_as_its_writes_one_by_one_the_reference_way(writes: list[Any], seq: int) -> None:
     got, _, text = base.encode_commit_text(seq, writes, ())
-    reference = [base.encode_write(w, seq) for w in writes]
+    reference = [base.encode_write_reference(w, seq) for w in writes]
     assert got == [row for row, _ in reference]
     assert text == codec.journal_writes(piece for _, piece in reference)
 
@@ -169,13 +169,13 @@ def test_the_plain_way_is_taken_for_what_every_step_writes(monkeypatch: pytest.M
         PutTask(task=Task(id=8, conversation_id=1, kind="pi.generation")),  # nothing but its columns
         PutDocument(document_id=-10, revision=revision),
     ]
-    expected = [base.encode_write(w, 3) for w in writes]
+    expected = [base.encode_write_reference(w, 3) for w in writes]
 
     def refuse(w: Any, seq: int) -> Any:
         raise AssertionError(f"{type(w).__name__} took the reference way")
 
     monkeypatch.setattr(rows, "encode_write", refuse)
-    assert [base.encode_write_fast(w, 3) for w in writes] == expected
+    assert [base.encode_write(w, 3) for w in writes] == expected
 
 
 def test_the_spliced_fields_are_the_ones_the_reference_cuts() -> None:
@@ -186,7 +186,7 @@ def test_the_spliced_fields_are_the_ones_the_reference_cuts() -> None:
     for w, record, leading in ((PutEntry(entry=entry), entry, rows._ENTRY_LEADING), (PutTask(task=task), task, rows._TASK_LEADING)):
         data = codec.stored.unstructure(record)
         assert list(data)[: len(leading)] == list(leading)
-        row, _ = base.encode_write(w, 1)
+        row, _ = base.encode_write_reference(w, 1)
         assert row.columns["record"] == codec.dumps({k: v for k, v in data.items() if k not in leading})
 
 
@@ -230,8 +230,8 @@ def test_a_payload_that_is_not_plain_gives_the_reference_text_or_error(payload: 
                 fork=ForkPolicy.INITIAL, action=RevisionAction.BASE, value=payload,
             )),
         }[make]
-        run = lambda: base.encode_write_fast(w, 1)  # noqa: E731
-        reference = lambda: base.encode_write(w, 1)  # noqa: E731
+        run = lambda: base.encode_write(w, 1)  # noqa: E731
+        reference = lambda: base.encode_write_reference(w, 1)  # noqa: E731
     try:
         expected = reference()
     except Exception as e:  # noqa: BLE001 - whatever the reference raises, the fast way raises too
@@ -245,4 +245,4 @@ def test_a_bool_where_an_id_goes_takes_the_reference_way() -> None:
     """JSON writes ``true`` where ``str`` would write ``True``: such a record
     is encoded the reference way (which does not cut it)."""
     w = PutEntry(entry=Entry(id=True, conversation_id=2, kind="x"))  # type: ignore[arg-type]
-    assert base.encode_write_fast(w, 1) == base.encode_write(w, 1)
+    assert base.encode_write(w, 1) == base.encode_write_reference(w, 1)
