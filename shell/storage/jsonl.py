@@ -5,32 +5,31 @@ Theory of operation
 -------------------
 Layout of a store directory (pi-durable-spec §2.8, in this codec's terms)::
 
-    main.jsonl        line 1: {"pidurable":"jsonl","schema":6,"store_id":"…"}
-                      then one line per commit, oldest first:
-                      {"seq":7,"format":4,"digest":"b3:…","events":[…],"writes":[…]}
+    main.jsonl        line 1: {"pidurable":"jsonl","schema":7,"store_id":"…"}
+                      then one line per commit, oldest first (jsonl_lines.py):
+                      [7,4,"b3:…",[events…],[writes…]]  (seq, format, digest, …)
     task-<id>.jsonl   a live task's versions: {"seq":7,"ordinal":2,"write":{…}}
     doc-<id>.jsonl    one document incarnation's revisions (same lines)
     lock              the owner's exclusive flock (empty file)
     lock.owner        who holds it (pid, host, start time; see owner.py)
 
 A commit line holds what the journal row of every adapter holds (``seq``,
-``format``, the events, the ``digest`` of the writes) and the writes, in
-their journal form (``{"type": TAG, ids…, record}``: the codec's text,
-spliced in, nothing encoded twice) - except two kinds, which go to a sidecar
-(jsonl_sidecars.py) and leave a marker in their place:
+``format``, the events, the ``digest`` of the writes' journal text) and
+what the tables are rebuilt from: each write's row (an entry, a terminal
+task: ``["e",…]``, ``["t",…]``; the others in their journal form) - except
+two kinds, which go to a sidecar (jsonl_sidecars.py) and leave a marker
+(``["T",5]``, ``["D",-10]``: the write's place in the list is its ordinal):
 
-- a task that is not terminal: ``{"type":"task.sidecar","id":5,"ordinal":2}``,
-  its record in ``task-5.jsonl``; a terminal task record stays inline;
+- a task that is not terminal: its record in ``task-5.jsonl``;
 - a document revision (a base or a delta; built-ins like ``pi.live`` get one
-  on most steps, core/builtins.py): ``{"type":"document.sidecar","id":-10,
-  "ordinal":3}``, the revision in ``doc--10.jsonl``; a retirement stays inline.
+  on most steps, core/builtins.py): in ``doc--10.jsonl``; a retirement
+  stays inline.
 
-``ordinal`` is the write's place in the commit; a sidecar line carries the
-write's journal text, so the digest is over the same full ``writes`` text as
-before (a commit's journal, and ``pidurable replay --check``, are the same
-whatever the layout). ``journal()`` gives each line's own format, events and
-digest, so replay reads a JSONL store as it reads any other. (A line of an
-older format is rebuilt into rows by today's encoder.)
+A sidecar line carries the write's journal text. The digest is computed
+at commit from the whole writes' journal text, so a commit's journal, and
+``pidurable replay --check``, are the same whatever the layout:
+``journal()`` gives each line's own format, events and digest. (Schema 6
+and before: object lines, writes in journal form, jsonl_lines.py.)
 
 Why sidecars: a task's intermediate versions and a current-only document's
 old revisions are dead once the task ends or the document has a newer base;
@@ -95,10 +94,11 @@ anything is repaired, so a damaged store is left as it was):
 - Stray ``*.reclaim`` files are deleted, and interrupted reclamation is
   finished (a terminal task's sidecar deleted, a current-only document's
   file cut to its newest base).
-- A store of the one-file layout (header ``schema`` 5 or less: every write
-  inline) opens as it did; its header is rewritten to schema 6 (the file
-  renamed over) and new commits use sidecars. An older pidurable refuses a
-  schema-6 store ("upgrade pidurable").
+- A store of an older layout (header ``schema`` 6: object lines; 5 or
+  less: every write inline, no sidecars) opens as it did; its header is
+  rewritten to schema 7 (the file renamed over; its lines stay as they are)
+  and new commits are schema-7 lines. An older pidurable refuses a
+  schema-7 store ("upgrade pidurable").
 
 One owner per directory: an exclusive ``flock`` on ``lock`` (found by the
 directory's real path, so a symlink reaches the same file; a lock follows
@@ -151,9 +151,10 @@ HEADER_PREFIX = b'{"pidurable":"jsonl","schema":'
 #: The header's ``schema``: the directory's layout, which an older pidurable
 #: checks (it refuses a number above its own: "upgrade pidurable"). Up to 5
 #: it was the shared ``SCHEMA_VERSION`` and every write was inline in
-#: ``main.jsonl``; 6: sidecars (a store of 5 or less is upgraded at open: its
-#: lines stay as they are, its header says 6, new commits use sidecars).
-LAYOUT = 6
+#: ``main.jsonl``; 6: sidecars; 7: array lines, entries and terminal tasks
+#: as their rows, markers without ordinals (jsonl_lines.py; an older store
+#: is upgraded at open: its lines stay as they are, its header says 7).
+LAYOUT = 7
 #: Sidecar descriptors kept open (the most recently written ones).
 OPEN_SIDECARS = 32
 
@@ -355,8 +356,8 @@ class JsonlStorage(MemoryStorage):
                 self._replace(name, data)
 
     def _upgrade(self, old_header: bytes) -> None:
-        """A store of the one-file layout: its header says the sidecar
-        layout from now on (the file rewritten whole and renamed over, so a
+        """A store of an older layout: its header says today's layout from
+        now on (the file rewritten whole and renamed over, so a
         crash leaves one or the other)."""
         fd = self._descriptor()
         try:
@@ -371,7 +372,7 @@ class JsonlStorage(MemoryStorage):
             raise StorageError(f"Store {self.path}: cannot upgrade {self.main} to schema {LAYOUT}: {e.strerror or e}") from e
         self._fd = new_fd
         os.close(fd)
-        log.info("Store %s: upgraded to JSONL schema %d (sidecar files)", self.path, LAYOUT)
+        log.info("Store %s: upgraded to JSONL schema %d (jsonl_lines.py)", self.path, LAYOUT)
 
     def _truncate(self, keep: int, size: int) -> None:
         log.warning(

@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from . import codec
+from . import jsonl_lines
 from . import jsonl_sidecars as sidecars
 from .base import DamagedRecord, Row, StorageError, _DECODE_ERRORS, _why, encode_write
 from .jsonl_sidecars import Position, Sidecar
@@ -49,10 +50,10 @@ def read_commit(main: Path, number: int, obj: Any, last_seq: int, layout: int) -
     inline writes rebuilt into rows, its markers kept to be filled from the
     sidecars."""
     where = f"Store file {main} line {number}"
-    if not isinstance(obj, dict):
-        raise DamagedRecord(f"{where}: not a commit")
-    seq, fmt, digest = obj.get("seq"), obj.get("format"), obj.get("digest")
-    events, writes, more = obj.get("events"), obj.get("writes"), obj.get("more", False)
+    try:
+        seq, fmt, digest, events, writes, more = jsonl_lines.fields(obj, layout)
+    except ValueError as e:
+        raise DamagedRecord(f"{where}: {e}") from e
     if not (type(seq) is int and type(fmt) is int and isinstance(digest, str)):
         raise DamagedRecord(f"{where}: damaged commit (seq, format or digest)")
     if not (isinstance(events, list) and isinstance(writes, list) and isinstance(more, bool)):
@@ -64,6 +65,12 @@ def read_commit(main: Path, number: int, obj: Any, last_seq: int, layout: int) -
     slots: list[Row | Ref] = []
     try:
         for ordinal, data in enumerate(writes):
+            if isinstance(data, list) and isinstance(obj, list):  # schema 7: a compact write
+                compact = jsonl_lines.compact_marker(data)
+                if compact is not None:
+                    slots.append(Ref(file=sidecars.file_name(*compact), ordinal=ordinal))
+                    continue
+                data = jsonl_lines.journal_data(data)
             marker = sidecars.marker_of(data)
             if marker is None:
                 slots.append(encode_write(codec.write_from_data(data), seq)[0])

@@ -10,7 +10,8 @@ A sidecar line is one record::
 
 ``write`` is the write's journal text (the piece the commit's digest is
 over), ``ordinal`` its place in the commit's writes. The commit's line in
-``main.jsonl`` has, in that place, the marker
+``main.jsonl`` has, in that place, the marker ``["T",5]`` (``["D",id]``
+for a document; jsonl_lines.py) - in schema 6,
 ``{"type":"task.sidecar","id":5,"ordinal":2}`` (or ``document.sidecar``).
 """
 
@@ -29,6 +30,7 @@ from pidurable.core.events import Event
 from pidurable.core.model import TaskStatus
 
 from . import codec
+from . import jsonl_lines
 from .base import DamagedRecord, Row, StorageError, encode_write
 from .memory import Encoded
 
@@ -37,6 +39,7 @@ DOC_MARKER = "document.sidecar"
 #: Marker type -> the name of the sidecar file of id N (``prefix-N.jsonl``):
 #: a live task's versions, one document incarnation's revisions.
 PREFIXES: dict[str, str] = {TASK_MARKER: "task", DOC_MARKER: "doc"}
+assert set(jsonl_lines.MARKERS.values()) == set(PREFIXES)
 #: A sidecar's file name; any other name in the directory is not ours.
 NAME = re.compile(r"(task|doc)-(-?[0-9]+)\.jsonl")
 #: The suffix of a file being written to replace a sidecar (rename over it);
@@ -71,10 +74,6 @@ def sidecar_of(w: Write) -> tuple[str, int] | None:
         case PutDocument(document_id=did, revision=r) if r.action is not RevisionAction.RETIRE:
             return DOC_MARKER, did
     return None
-
-
-def marker_text(marker: str, ident: int, ordinal: int) -> str:
-    return f'{{"type":"{marker}","id":{ident},"ordinal":{ordinal}}}'
 
 
 def record_line(seq: int, ordinal: int, piece: str) -> bytes:
@@ -112,7 +111,7 @@ def lay_out(
     ``entries``: the entries table (an entry is written once, as SQLite's
     plain INSERT refuses a rewrite)."""
     encoded: list[Encoded] = []
-    lines: list[bytes] = []
+    out: list[bytes] = []  # the main lines
     appends: dict[str, list[bytes]] = {}
     bases: dict[str, int] = {}
     terminal: dict[str, bool] = {}
@@ -130,7 +129,7 @@ def lay_out(
             side = sidecar_of(w)
             if side is not None:
                 name = file_name(*side)
-                main.append(marker_text(side[0], side[1], ordinal))
+                main.append(jsonl_lines.marker_text(*side))
                 mine = appends.setdefault(name, [])
                 if row.table == "tasks":
                     terminal[name] = False
@@ -138,7 +137,7 @@ def lay_out(
                     bases[name] = len(mine)
                 mine.append(record_line(seq, ordinal, piece))
                 continue
-            main.append(piece)
+            main.append(jsonl_lines.write_text(row, piece))
             if row.table == "tasks":  # inline: terminal
                 terminal[file_name(TASK_MARKER, row.key[0])] = True
             elif row.table == "document_revisions" and row.columns["action"] == "retire" and row.columns["reclaims"]:
@@ -150,16 +149,8 @@ def lay_out(
         digest = codec.writes_digest(codec.journal_writes(pieces))
         c = Encoded(seq=seq, rows=rows, events=codec.events_json(events), writes="", digest=digest)
         encoded.append(c)
-        lines.append(main_line(c, codec.journal_writes(main), more=i < len(batch) - 1))
-    return Plan(encoded=encoded, main=b"".join(lines), appends=appends, bases=bases, terminal=terminal, retired=retired)
-
-
-def main_line(c: Encoded, writes: str, *, more: bool) -> bytes:
-    """A commit's main line: the codec's texts spliced into one object
-    (``writes``: the inline writes and the markers)."""
-    head = codec.dumps({"seq": c.seq, "format": c.format, "digest": c.digest})[:-1]
-    tail = ',"more":true}\n' if more else "}\n"
-    return (head + ',"events":' + c.events + ',"writes":' + writes + tail).encode("utf-8")
+        out.append(jsonl_lines.line(seq, c.format, digest, c.events, codec.journal_writes(main), more=i < len(batch) - 1))
+    return Plan(encoded=encoded, main=b"".join(out), appends=appends, bases=bases, terminal=terminal, retired=retired)
 
 
 @attrs.frozen(kw_only=True)

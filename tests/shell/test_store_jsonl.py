@@ -40,15 +40,21 @@ def _main(path: Path) -> Path:
 
 
 def test_a_store_is_a_header_and_one_line_per_commit(tmp_path: Path) -> None:
-    """main.jsonl holds the header and one JSON line per commit with seq, format, digest, events and writes."""
+    """main.jsonl holds the header and one JSON line per commit (schema 7:
+    an array of seq, format, digest, events and writes; an entry as its row:
+    id, conversation id, the rest of its record)."""
     store = _store(tmp_path / "s")
+    journal = store.journal()
     store.close()
     lines = _main(tmp_path / "s").read_text(encoding="utf-8").splitlines()
-    assert json.loads(lines[0])["pidurable"] == "jsonl"
+    header = json.loads(lines[0])
+    assert header["pidurable"] == "jsonl" and header["schema"] == jsonl.LAYOUT == 7
     commits = [json.loads(line) for line in lines[1:]]
-    assert [c["seq"] for c in commits] == [1, 2, 3]
-    assert all({"seq", "format", "digest", "events", "writes"} <= set(c) for c in commits)
-    assert commits[1]["writes"][0]["entry"]["text"] == "hi ü"
+    assert [c[0] for c in commits] == [1, 2, 3]
+    assert [(c[0], c[1], c[2]) for c in commits] == [(r.seq, r.format, r.writes) for r in journal]
+    assert all(len(c) == 5 and c[3] == [] for c in commits)
+    assert commits[0][4] == [{"type": "conversation", "conversation": {"id": 1}}]
+    assert commits[1][4] == [["e", 12, 1, {"kind": "user", "text": "hi ü"}]]
 
 
 @pytest.mark.parametrize("cut", [1, 20, "mid-utf8", "all-but-newline"])
@@ -130,15 +136,43 @@ def test_a_record_that_does_not_decode_names_the_line_and_commit(tmp_path: Path)
     main = _main(path)
     lines = main.read_text(encoding="utf-8").splitlines()
     bad = json.loads(lines[2])
-    bad["writes"][0]["entry"]["id"] = "not an id"
+    bad[4][0][1] = "not an id"
     main.write_text("\n".join([lines[0], lines[1], json.dumps(bad), lines[3]]) + "\n", encoding="utf-8")
     with pytest.raises(DamagedRecord, match=r"main\.jsonl line 3: damaged record in commit 2"):
         open_jsonl_storage(path)
     back = json.loads(lines[3])
-    back["seq"] = 1
+    back[0] = 1
     main.write_text("\n".join([lines[0], lines[1], lines[2], json.dumps(back), lines[3]]) + "\n", encoding="utf-8")
     with pytest.raises(DamagedRecord, match=r"line 4: seq 1 does not increase"):
         open_jsonl_storage(path)
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ('[2,4,"b3:x",[],[]', "not JSON"),  # not the last line: corruption, not a torn tail
+        ('[2,4,"b3:x",[]]', "not a commit"),
+        ('[2,4,"b3:x",[],[],false]', "its sixth field is not true"),
+        ('[2,4,"b3:x",{},[]]', r"damaged commit \(events, writes or more\)"),
+        ('[2,4,"b3:x",[],[["T","5"]]]', "damaged 'T' marker"),
+        ('[2,4,"b3:x",[],[["e",12,1]]]', "not a compact write"),
+        ('[2,4,"b3:x",[],[["t",5,1,"custom",null,{"checkpoint":7}]]]', "damaged record in commit 2"),
+        ('[2,4,"b3:x",[],[["x",1]]]', "not a compact write"),
+    ],
+)
+def test_a_damaged_schema7_line_names_the_file_and_line(tmp_path: Path, line: str, why: str) -> None:
+    """A schema-7 line (an array) of the wrong shape, or with a compact write
+    that does not decode, is a DamagedRecord naming main.jsonl and the line;
+    the file is left as it was."""
+    path = tmp_path / "s"
+    _store(path).close()
+    main = _main(path)
+    lines = main.read_text(encoding="utf-8").splitlines()
+    main.write_text("\n".join([lines[0], lines[1], line, *lines[3:]]) + "\n", encoding="utf-8")
+    before = main.read_bytes()
+    with pytest.raises(DamagedRecord, match=rf"main\.jsonl line 3(:| is) .*{why}"):
+        open_jsonl_storage(path)
+    assert main.read_bytes() == before
 
 
 def test_a_torn_header_is_a_new_store_and_a_strangers_file_is_refused(tmp_path: Path) -> None:

@@ -27,6 +27,9 @@ from pidurable.shell.storage import jsonl
 
 C1 = ConversationId(1)
 FIXTURE = Path(__file__).parent / "fixtures" / "jsonl_schema5_lives_store"
+#: Schema 6 (06c17dc, tests/shell/fixtures/make_lives_store.py): object lines, markers with ordinals.
+FIXTURE_6 = Path(__file__).parent / "fixtures" / "jsonl_schema6_lives_store"
+FIXTURE_6_RUNNING = Path(__file__).parent / "fixtures" / "jsonl_schema6_running_task_store"
 
 
 def _entry(i: int, text: str = "hi") -> PutEntry:
@@ -59,7 +62,7 @@ def _store(path: Path, **kw: Any) -> JsonlStorage:
     return store
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
+def _lines(path: Path) -> list[Any]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
@@ -82,10 +85,10 @@ def _reopen(store: JsonlStorage, **kw: Any) -> JsonlStorage:
 
 def test_live_task_versions_and_revisions_go_to_sidecars_and_the_journal_is_unchanged(tmp_path: Path) -> None:
     """A running task's record and a document revision are markers in
-    main.jsonl and records in task-<id>.jsonl / doc-<id>.jsonl (ordinal = the
-    write's place); a terminal task and entries stay inline; the journal
-    (seq, format, events, digest) is the memory store's, byte for byte,
-    before and after a reopen."""
+    main.jsonl (``["T",5]``: the write's place is its ordinal) and records in
+    task-<id>.jsonl / doc-<id>.jsonl; a terminal task (its row: without its
+    checkpoint) and entries stay inline; the journal (seq, format, events,
+    digest) is the memory store's, byte for byte, before and after a reopen."""
     commits = [
         (1, [PutConversation(conversation=Conversation(id=C1))], []),
         (2, [_entry(10), _task(), _base(["milk"])], []),
@@ -99,14 +102,10 @@ def test_live_task_versions_and_revisions_go_to_sidecars_and_the_journal_is_unch
         store.commit(seq, writes, events)
     assert store.journal() == memory.journal()
     main = _lines(tmp_path / "s" / jsonl.MAIN)
-    assert main[0]["schema"] == jsonl.LAYOUT == 6
-    assert [w["type"] for w in main[2]["writes"]] == ["entry", "task.sidecar", "document.sidecar"]
-    assert main[3]["writes"] == [
-        {"type": "task.sidecar", "id": 5, "ordinal": 0},
-        {"type": "document.sidecar", "id": 16, "ordinal": 1},
-        {"type": "task.sidecar", "id": 6, "ordinal": 2},
-    ]
-    assert [w["type"] for w in main[4]["writes"]] == ["task", "entry"]
+    assert main[0]["schema"] == jsonl.LAYOUT == 7
+    assert main[2][4] == [["e", 10, 1, {"kind": "user", "text": "hi"}], ["T", 5], ["D", 16]]
+    assert main[3][4] == [["T", 5], ["D", 16], ["T", 6]]
+    assert main[4][4] == [["t", 5, 1, "custom", None, {}], ["e", 11, 1, {"kind": "user", "text": "hi"}]]
     # task 5 is terminal: its sidecar is gone; task 6 is live; the document's file holds base and delta
     assert _sidecars(tmp_path / "s") == ["doc-16.jsonl", "task-6.jsonl"]
     doc = _lines(tmp_path / "s" / "doc-16.jsonl")
@@ -542,8 +541,9 @@ def test_a_confirmed_record_after_an_unconfirmed_one_is_corruption(tmp_path: Pat
 
 def test_malformed_and_misplaced_sidecar_records_are_corruption(tmp_path: Path) -> None:
     """A sidecar line that is not a record (not the last line), a record of
-    another file, and a marker in a store of the one-file layout are
-    DamagedRecord naming the file and line."""
+    another file, a schema-7 line in a store whose header says 6, and a
+    marker in a store of the one-file layout are DamagedRecord naming the
+    file and line."""
     path = tmp_path / "s"
     _two_commits(path)
     side = path / "task-5.jsonl"
@@ -557,8 +557,14 @@ def test_malformed_and_misplaced_sidecar_records_are_corruption(tmp_path: Path) 
     side.write_bytes(good)
     main = path / jsonl.MAIN
     text = main.read_bytes()
-    main.write_bytes(text.replace(b'"schema":6', b'"schema":5', 1))
-    with pytest.raises(DamagedRecord, match=r"main\.jsonl line 3: damaged record in commit 2: .*marker in a store of schema 5"):
+    main.write_bytes(text.replace(b'"schema":7', b'"schema":6', 1))
+    with pytest.raises(DamagedRecord, match=r"main\.jsonl line 2: an array line in a store of schema 6"):
+        open_jsonl_storage(path)
+    main.write_bytes(text)
+    shutil.rmtree(path)
+    shutil.copytree(FIXTURE_6, path)  # object lines with markers
+    main.write_bytes(main.read_bytes().replace(b'"schema":6', b'"schema":5', 1))
+    with pytest.raises(DamagedRecord, match=r"main\.jsonl line 2: damaged record in commit 1: .*marker in a store of schema 5"):
         open_jsonl_storage(path)
 
 
@@ -582,7 +588,7 @@ def test_stray_reclaim_files_are_deleted_at_open(tmp_path: Path) -> None:
 def test_a_store_of_the_one_file_layout_opens_upgrades_and_takes_sidecar_commits(tmp_path: Path) -> None:
     """The schema-5 fixture (every write inline, a task left running in its
     first life) opens with today's code: same journal (it replays), same
-    state; its header now says schema 6; a new process life commits with
+    state; its header now says schema 7; a new process life commits with
     sidecars, and the whole journal still replays."""
     path = tmp_path / "store"
     shutil.copytree(FIXTURE, path)
@@ -600,7 +606,7 @@ def test_a_store_of_the_one_file_layout_opens_upgrades_and_takes_sidecar_commits
     finally:
         store.close()
     new = (path / jsonl.MAIN).read_bytes()
-    assert json.loads(new.split(b"\n", 1)[0])["schema"] == 6
+    assert json.loads(new.split(b"\n", 1)[0])["schema"] == 7
     assert new.split(b"\n", 1)[1] == old.split(b"\n", 1)[1]  # the commits as they were
     store = open_jsonl_storage(path)
     try:
@@ -615,7 +621,7 @@ def test_a_store_of_the_one_file_layout_opens_upgrades_and_takes_sidecar_commits
             assert (await (await conv.submit(Input("Are you there?"))).wait()).status == "done"
 
     trio.run(resume)
-    assert any(w["type"].endswith(".sidecar") for c in _lines(path / jsonl.MAIN)[len(rows) :] for w in c["writes"])
+    assert any(isinstance(w, list) and w[0] in ("T", "D") for c in _lines(path / jsonl.MAIN)[len(rows) :] for w in c[4])
     store = open_jsonl_storage(path)
     try:
         result = check(store.journal())
