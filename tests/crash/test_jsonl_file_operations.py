@@ -157,3 +157,81 @@ def test_a_crash_after_any_file_operation_opens_to_the_commits_that_counted(tmp_
     for batch in batches:
         boundaries.add(max(boundaries) + len(batch))
     assert seen == boundaries  # a copy of the store after every batch (and before the first)
+
+
+SCHEMA6 = Path(__file__).parent.parent / "shell" / "fixtures" / "jsonl_schema6_running_task_store"
+
+
+def test_a_crash_while_a_schema6_store_is_upgraded_and_resumed_opens_to_the_commits_that_counted(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The schema-6 fixture with live tasks in sidecars (tests/shell/
+    fixtures/make_lives_store.py): its first open with today's code rewrites
+    the header (``main.jsonl.reclaim``, renamed over), then a life settles
+    its tasks with schema-7 lines and deletes their sidecars. A crash after
+    any of those file operations, or half way through a write, opens: the
+    journal a prefix of the run's, the state that of the fixture plus the
+    batches that counted, the journal replays, and a second open changes
+    nothing."""
+    store, out = tmp_path / "store", tmp_path / "crashes"
+    shutil.copytree(SCHEMA6, store)
+    out.mkdir()
+    snaps = Snapshots(store, out)
+    batches: list[Any] = []
+    _patch(monkeypatch, snaps)
+    storage = open_jsonl_storage(store)
+    inner = storage.commit_many
+
+    def recorded(batch: Any) -> None:
+        inner(batch)
+        batches.append(list(batch))
+
+    storage.commit_many = recorded  # type: ignore[method-assign]
+
+    async def life() -> None:
+        async with Harness.open(storage, models=ScriptedModels(lambda r: reply(text="settled")), registry=Registry()) as h:
+            conv = await h.root()
+            assert (await (await conv.submit(Input("What is the port?", request_id="q1"))).wait()).status == "done"
+
+    trio.run(life)
+    monkeypatch.undo()
+    final = open_jsonl_storage(store)
+    journal = final.journal()
+    final.close()
+    fixture_commits = len(journal) - sum(len(b) for b in batches)
+    assert fixture_commits == 10 and batches and not any(n.startswith("task-") for n in os.listdir(store))
+    assert (store / "main.jsonl").read_bytes().startswith(b'{"pidurable":"jsonl","schema":7,')
+    assert snaps.taken > 20, snaps.taken  # the header's rewrite, the sidecars' appends and deletions, the main lines
+    seen = set()
+    for copy in sorted(out.iterdir()):
+        reopened: JsonlStorage = open_jsonl_storage(copy)
+        try:
+            got = reopened.journal()
+            assert got == journal[: len(got)] and len(got) >= fixture_commits, copy.name
+            reference_dir = tmp_path / "reference" / copy.name
+            shutil.copytree(SCHEMA6, reference_dir)
+            reference = open_jsonl_storage(reference_dir)
+            try:
+                done = fixture_commits
+                for batch in batches:
+                    if done >= len(got):
+                        break
+                    reference.commit_many(batch)
+                    done += len(batch)
+                assert done == len(got), f"{copy.name}: a copy holds part of a batch"
+                assert attrs.evolve(reopened.load(), store_id="") == attrs.evolve(reference.load(), store_id=""), copy.name
+                assert reopened.tasks() == reference.tasks() and reopened.entries(1) == reference.entries(1), copy.name
+            finally:
+                reference.close()
+            assert check(got).ok, copy.name
+            invariants.outcome_iff_terminal(reopened)
+            seen.add(len(got))
+        finally:
+            reopened.close()
+        before = {n: (copy / n).read_bytes() for n in os.listdir(copy) if n not in SKIP}
+        open_jsonl_storage(copy).close()
+        assert {n: (copy / n).read_bytes() for n in os.listdir(copy) if n not in SKIP} == before, copy.name
+    boundaries = {fixture_commits}
+    for batch in batches:
+        boundaries.add(max(boundaries) + len(batch))
+    assert seen == boundaries
