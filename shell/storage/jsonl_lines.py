@@ -25,12 +25,13 @@ its ordinal, which a marker no longer repeats):
                                 submission, a retirement) in its journal form
 ==============================  =================================================
 
-What a line holds is what the store's tables are rebuilt from - each
-write's row, not its journal text: the journal keeps, as every adapter's
-does, the events and the digest of the writes' journal text (computed when
-the commit is written, from the whole writes), so ``journal()`` and
-``pidurable replay --check`` read a schema-7 line as any other. Per step
-this is about 35% fewer bytes than schema 6's objects (docs/performance.md).
+What a line holds is what the store's tables are rebuilt from (an entry's
+or a terminal task's row, not its journal text) and the journal row every
+adapter keeps: the events and the digest of the writes' journal text
+(computed when the commit is written, from the whole writes), so
+``journal()`` and ``pidurable replay --check`` read a schema-7 line as any
+other. Per step this is 551 bytes instead of schema 6's 874 (R=1000,
+docs/performance.md).
 
 Schema 6 and before: a line is an object, ``{"seq":…,"format":…,
 "digest":…,"events":[…],"writes":[…],"more":true}``, its writes in journal
