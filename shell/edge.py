@@ -216,9 +216,18 @@ def _is_record(cls: type) -> bool:
 
 def _clean_fields(obj: Any, where: str) -> Any:
     """An attrs record with every str/JSON field cleaned (nested records
-    too); raises EdgeError for a value that cannot be JSON."""
+    too); raises EdgeError for a value that cannot be JSON.
+
+    The hot path of every interpreter event (a model reply's calls and
+    prepared arguments, a tool's result): the common values (ASCII text,
+    ints, None, empty containers) are passed over without a call, and a
+    field's name is formatted into a message only when it is refused."""
+    cls = type(obj)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _fields(cls)
     changes: dict[str, Any] | None = None
-    for name in _fields(type(obj)):
+    for name in names:
         v = getattr(obj, name)
         t = type(v)
         if t is str:
@@ -231,23 +240,46 @@ def _clean_fields(obj: Any, where: str) -> Any:
             new = clean_usage(v, where)
         elif (t is tuple or t is dict) and not v:
             continue  # an empty container is clean
+        elif t is dict:
+            new = _clean_value(v, where, name)
+        elif t is tuple:
+            new = _clean_tuple(v, where, name)
         elif _is_record(t):
             new = _clean_fields(v, where)
-        elif t is tuple and any(x is None or _is_record(type(x)) for x in v):
-            new = tuple(_clean_fields(x, where) if x is not None else None for x in v)
-            if all(a is b for a, b in zip(new, v)):
-                new = v
         else:
-            new = clean_json(v, f"{where} {name}")
-            if t is tuple:
-                new = tuple(new)
-                if all(a is b for a, b in zip(new, v)):
-                    new = v
+            new = _clean_value(v, where, name)
         if new is not v:
             if changes is None:
                 changes = {}
             changes[name] = new
     return attrs.evolve(obj, **changes) if changes else obj
+
+
+def _clean_value(v: Any, where: str, name: str) -> Any:
+    """``clean_json(v, f"{where} {name}")``, the message formatted only on a refusal."""
+    try:
+        return _clean(v)
+    except _Bad as bad:
+        raise EdgeError(f"{where} {name}{_locate(v)}: {bad}") from None
+
+
+def _clean_tuple(v: tuple[Any, ...], where: str, name: str) -> tuple[Any, ...]:
+    """A non-empty tuple field: of records (None allowed), each cleaned as a
+    record, or of JSON values; ``v`` itself when nothing changed."""
+    for x in v:
+        if x is None or _is_record(type(x)):
+            break
+    else:
+        items = _clean_value(v, where, name)  # a list of the cleaned values
+        return v if all(a is b for a, b in zip(items, v)) else tuple(items)
+    out: list[Any] | None = None
+    for i, x in enumerate(v):
+        c = _clean_fields(x, where) if x is not None else None
+        if out is None and c is not x:
+            out = list(v[:i])
+        if out is not None:
+            out.append(c)
+    return v if out is None else tuple(out)
 
 
 def _refuse_reply(ev: Any, error: EdgeError) -> Event:
