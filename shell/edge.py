@@ -216,12 +216,9 @@ def _is_record(cls: type) -> bool:
 
 def _clean_fields(obj: Any, where: str) -> Any:
     """An attrs record with every str/JSON field cleaned (nested records
-    too); raises EdgeError for a value that cannot be JSON.
-
-    The hot path of every interpreter event (a model reply's calls and
-    prepared arguments, a tool's result): the common values (ASCII text,
-    ints, None, empty containers) are passed over without a call, and a
-    field's name is formatted into a message only when it is refused."""
+    too); raises EdgeError for a value that cannot be JSON. The hot path of
+    every interpreter event: ASCII text, ints, None and empty containers
+    pass without a call; a message is formatted only for a refusal."""
     cls = type(obj)
     names = _FIELDS.get(cls)
     if names is None:
