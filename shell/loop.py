@@ -333,10 +333,15 @@ class Loop:
 
     def _act_all(self, acts: list[Effect]) -> None:
         self._tool_rounds = {}
+        try:
+            observed = bool(acts) and self.observer.acting()
+        except Exception:  # then each act asks, and fails, as its own (below)
+            observed = True
         for effect in acts:
             self._before(effect)
             try:
-                self.observer.acted(effect, self.state)  # a tool re-run after a restart commits nothing
+                if observed:
+                    self.observer.acted(effect, self.state)  # a tool re-run after a restart commits nothing
                 self._act(effect)
             except Exception as e:  # one effect failing never stops the harness
                 self._invocation_failed(effect, e)

@@ -169,10 +169,19 @@ class Observer:
         #: re-run after a restart starts without a commit: see ``acted``).
         self.started: set[TaskId] = set()
 
+    def acting(self) -> bool:
+        """Whether the acts of the flush starting now are observed (a tracer
+        active, or the logger enabled for INFO). Asked once per flush, not
+        per act: a flush's acts run one after the other without a
+        checkpoint, so no host code sets a tracer provider or a log level
+        between them (and the tracer check reads the environment)."""
+        return (self.otel is not None and self.otel.active) or log.isEnabledFor(logging.INFO)
+
     def acted(self, effect: Effect, state: State) -> None:
-        """An act is starting. Only a tool body that is not known to have
-        started in this life matters: a safe call re-run after a restart,
-        whose start commits nothing - it is logged (and traced) here."""
+        """An act is starting (the loop calls in only when ``acting()``).
+        Only a tool body that is not known to have started in this life
+        matters: a safe call re-run after a restart, whose start commits
+        nothing - it is logged (and traced) here."""
         if not isinstance(effect, RunTool) or effect.task_id in self.started:
             return
         otel = self.otel if self.otel is not None and self.otel.active else None
@@ -397,14 +406,20 @@ def _lives(writes: Sequence[Write], after: State) -> list[ConversationId]:
 def _may_warn(w: Write, after: State) -> bool:
     """A write that can make a WARNING record: a run ending (its inputs may
     have settled in trouble), a task entering a retry phase, a task ending
-    faulted or orphaned."""
-    if isinstance(w, PutTask):
-        t = w.task
-        if t.checkpoint.get("phase") in RETRYING:
+    faulted or orphaned. Asked of every write of every commit when only
+    warnings are logged (Python's default): exact types first (no subclass
+    of a write exists), a document that is not a built-in (id >= 0) at once."""
+    t = type(w)
+    if t is PutTask:
+        task = w.task  # type: ignore[union-attr]
+        if task.checkpoint.get("phase") in RETRYING:
             return True
-        return t.outcome is not None and t.outcome.status in _TROUBLE_OUTCOMES
-    if isinstance(w, PutDocument):
-        address = builtin_address(w.document_id)
+        return task.outcome is not None and task.outcome.status in _TROUBLE_OUTCOMES
+    if t is PutDocument:
+        document_id = w.document_id  # type: ignore[union-attr]
+        if document_id >= 0:
+            return False
+        address = builtin_address(document_id)
         if address is None or address[1] != LIVE_DOC:
             return False
         conv = after.conversations.get(address[0])
