@@ -111,6 +111,8 @@ def away_all(events: Sequence[Event], state: State, staging: Staging) -> tuple[l
     ids: set[ConversationId] = set()
     for event in events:
         ids |= named(event, staging)
+    if not ids:
+        return [], []  # a batch of results of live work (the usual one) names none
     held = set(state.settled)
     return sorted(c for c in ids if c not in state.conversations), sorted(c for c in ids if c in held)
 
