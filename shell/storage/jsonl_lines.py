@@ -47,6 +47,7 @@ from pidurable.core.effects import PutEntry, PutTask
 
 from . import codec
 from .base import Row
+from .rows import ROW_COLUMNS
 
 #: The first schema whose lines are arrays with compact writes.
 COMPACT_LAYOUT = 7
@@ -56,6 +57,10 @@ TERMINAL_TASK = "t"
 MARKERS: dict[str, str] = {"T": "task.sidecar", "D": "document.sidecar"}
 _ENTRY_KEY = codec.WRITE_WIRE[PutEntry].record
 _TASK_KEY = codec.WRITE_WIRE[PutTask].record
+#: What a compact entry or terminal task carries besides its row's record:
+#: the columns that record leaves out (rows.py). A row that left out more
+#: would need them here too - and a new schema.
+assert ROW_COLUMNS == {"tasks": ("id", "conversation_id", "kind", "status", "owner"), "entries": ("id", "conversation_id")}
 
 
 def write_text(row: Row, piece: str) -> str:
