@@ -92,11 +92,58 @@ def offered_tool(registry: Registry, name: object, allowed: tuple[str, ...] | No
 
 
 def check_arguments(tool: ToolDefinition, arguments: object) -> dict[str, Json] | Rejection:
-    """The arguments coerced to the tool's schema, or why they do not validate."""
+    """The arguments coerced to the tool's schema, or why they do not validate.
+
+    ``check`` is pure (a function of the tool's name, its schema object and
+    the arguments' value), so the verdict on small flat arguments is kept
+    (``_CHECKED``): a model calling a tool again with the same arguments is
+    not coerced and validated again. A kept coercion is handed out as a new
+    dict each time (its values are immutable scalars), as ``check`` makes one."""
+    key = _flat_key(tool.name, tool.parameters, arguments)
+    hit = _CHECKED.get(key) if key is not None else None
+    if hit is not None and hit[0] is tool.parameters:
+        verdict = hit[1]
+        return dict(verdict) if isinstance(verdict, dict) else verdict
     checked = check(tool.name, tool.parameters, arguments)
-    if isinstance(checked, Invalid):
-        return Rejection("invalid_arguments", checked.message)
-    return checked
+    result: dict[str, Json] | Rejection = (
+        Rejection("invalid_arguments", checked.message) if isinstance(checked, Invalid) else checked
+    )
+    if key is not None:
+        if len(_CHECKED) >= _MAX_CHECKED:
+            _CHECKED.clear()
+        _CHECKED[key] = (tool.parameters, dict(result) if isinstance(result, dict) else result)
+    return result
+
+
+#: ``check_arguments`` verdicts by (tool name, id of its schema, flat
+#: arguments); the schema object is kept with its verdict, so an id reused
+#: by another object never hits.
+_CHECKED: dict[tuple[Any, ...], tuple[object, dict[str, Json] | Rejection]] = {}
+_MAX_CHECKED = 1024
+#: Only arguments this small are kept: at most this many keys, each string
+#: value at most this long (a file's content is not worth keeping).
+_FLAT_KEYS, _FLAT_TEXT = 16, 256
+
+
+def _flat_key(name: str, schema: object, arguments: object) -> tuple[Any, ...] | None:
+    """The key of flat arguments (a dict of str keys to str/int/bool/None
+    values, in their order, each value with its exact type: ``1``, ``1.0``
+    and ``True`` differ), or None for any other value (floats too: -0.0 and
+    NaN compare in ways a key must not)."""
+    if type(arguments) is not dict or len(arguments) > _FLAT_KEYS:
+        return None
+    key: list[Any] = [name, id(schema)]
+    for k, v in arguments.items():
+        t = type(v)
+        if type(k) is not str or len(k) > _FLAT_TEXT:
+            return None
+        if t is str:
+            if len(v) > _FLAT_TEXT:
+                return None
+        elif not (t is int or t is bool or v is None):
+            return None
+        key.append((k, t, v))
+    return tuple(key)
 
 
 def check_call(
