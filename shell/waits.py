@@ -51,6 +51,10 @@ class Waits:
     def __init__(self) -> None:
         self.closed = False
         self._changed = trio.Event()
+        #: ``_changed`` was handed to a waiter (``until``, ``next_commit``)
+        #: since it was made: only then does a wake set it and make the next
+        #: one (a wake no one waits for - most of them - costs nothing)
+        self._taken = False
         #: Records host calls wait for, by id: the newest committed version.
         self.watched: dict[int, Submission | Task | None] = {}
         self._watchers: dict[int, int] = {}
@@ -68,8 +72,10 @@ class Waits:
         self._written.clear()
 
     def wake(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+        if self._taken:
+            self._taken = False
+            self._changed.set()
+            self._changed = trio.Event()
 
     # --- tickets ------------------------------------------------------------------
     def ticket(self) -> tuple[int, Ticket]:
@@ -91,6 +97,7 @@ class Waits:
         """``check()`` once it is not None; raises ``HarnessClosed`` once closed."""
         while True:
             changed = self._changed
+            self._taken = True
             result = check()
             if result is not None:
                 return result
@@ -127,6 +134,7 @@ class Waits:
     async def next_commit(self) -> None:
         """Wait for the next wake (a commit, an invocation leaving, the close)."""
         changed = self._changed
+        self._taken = True
         await self.until(lambda: True if changed.is_set() else None)
 
     def committed(self, writes: Iterable[Write]) -> None:
