@@ -25,7 +25,7 @@ from pidurable.core.scheduling import TaskInspection, inspect_tasks
 from pidurable.core.state import AGENT_DOC, INBOX_DOC, LIVE_DOC, USAGE_DOC, InboxItem, Live, State, UsageDoc, UsageTotals
 
 from ..journal import last_state
-from ..storage.readonly import ReadOnlySqlite
+from ..storage.readonly import StoreView
 
 #: Report layout version (the ``--json`` output's ``"report"`` field).
 REPORT_VERSION = 1
@@ -80,7 +80,7 @@ def _blocked_detail(task: Task, reason: str, state: State) -> str:
 class Diagnosis:
     """Builds the report; ``tasks`` are every task of the store (by id)."""
 
-    def __init__(self, store: ReadOnlySqlite, holder: int | None) -> None:
+    def __init__(self, store: StoreView, holder: int | None) -> None:
         self.store = store
         self.holder = holder
         self.tasks: dict[int, Task] = {t.id: t for t in store.tasks()}

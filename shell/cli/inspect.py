@@ -1,10 +1,12 @@
-"""``pidurable inspect --db FILE [--all] [--json]``: conversations, their
+"""``pidurable inspect --db STORE [--all] [--json]``: conversations, their
 submissions and usage, and the live tasks as a tree with why each one is
 where it is (what it waits on, what blocks it, the last error near it).
 
-Strictly read-only: the file is opened through :mod:`..storage.readonly` and
-the store's lock is never taken, so a store held by a live process can be
-inspected too (a consistent snapshot, read in one read transaction). What
+``STORE`` is a SQLite file or a JSONL store's directory. Strictly
+read-only: the store is opened through :mod:`..storage.readonly` and its
+lock is never taken, so a store held by a live process can be inspected
+too (a consistent snapshot: one read transaction of SQLite, the complete
+commits of a JSONL store's files as read; nothing is repaired). What
 is shown is built once, as the report of :mod:`.diagnose`; ``--json`` prints
 it as it is, the text view renders it.
 """
@@ -15,7 +17,7 @@ import argparse
 import json
 from typing import Any
 
-from ..storage.readonly import ReadOnlySqlite, lock_holder, open_readonly
+from ..storage.readonly import StoreView, open_view
 from .common import Subparsers, existing_store, short, task_tree
 from .diagnose import Diagnosis
 
@@ -27,18 +29,18 @@ def add_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="conversations, submissions, usage and live tasks of a store, and why they wait (read-only)",
         description="Print a store's conversations, their submissions and usage, and the live tasks as a tree "
         "with why each waits (on which tasks, blocked by what, the last error). Read-only; works on a store "
-        "held by a live process.",
+        "held by a live process. The store is a SQLite file or a JSONL store's directory.",
     )
-    p.add_argument("--db", metavar="FILE", required=True, help="the SQLite store")
+    p.add_argument("--db", metavar="STORE", required=True, help="the store: a SQLite file or a JSONL store's directory")
     p.add_argument("--all", action="store_true", help="show finished (terminal) tasks too")
     p.add_argument("--json", action="store_true", help="print the report as JSON (machine-readable)")
     p.set_defaults(func=cmd_inspect)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    store = open_readonly(existing_store(args.db))
+    store = open_view(existing_store(args.db))
     try:
-        holder = lock_holder(store.file)
+        holder = store.holder()
         store.begin()
         try:
             if args.json:
@@ -53,7 +55,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def inspect_lines(store: ReadOnlySqlite, *, show_all: bool, holder: int | None) -> list[str]:
+def inspect_lines(store: StoreView, *, show_all: bool, holder: int | None) -> list[str]:
     """What ``inspect`` prints, read from ``store`` (in a read transaction)."""
     diagnosis = Diagnosis(store, holder)
     report = diagnosis.report(show_all=show_all)

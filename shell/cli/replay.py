@@ -1,8 +1,9 @@
 """``pidurable replay``: re-run a journal through the pure core and compare
 each produced commit with the recorded one, byte for byte.
 
-``--db FILE`` reads a store (read-only; the lock is never taken, so a live
-store works too), a positional ``JOURNAL.jsonl`` reads an exported journal
+``--db STORE`` reads a store, a SQLite file or a JSONL store's directory
+(read-only; the lock is never taken and nothing is repaired, so a live store
+works too), a positional ``JOURNAL.jsonl`` reads an exported journal
 (``--export`` writes one; see :mod:`..journal_file`). Without ``--check``
 every commit is listed; ``--check`` prints only what went wrong, and how
 much was checked; ``--explain`` tells each commit as a story
@@ -24,7 +25,7 @@ from ..journal import READABLE_FORMATS, CheckResult, Divergence, check, check_fo
 from ..journal_file import read_journal, write_journal
 from ..storage import codec
 from ..storage.base import JournalRow, StorageError
-from ..storage.readonly import open_readonly
+from ..storage.readonly import is_jsonl_store, open_view
 from ..storage.sqlite_layout import SQLITE_MAGIC
 from .common import EXIT_USAGE, CliError, Subparsers, existing_store
 
@@ -36,10 +37,10 @@ def add_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="re-run the journal through the pure core and compare",
         description="Re-run a journal (a store's, or an exported JSONL file) through the current pure core and "
         "compare each produced commit with the recorded one, byte for byte. Read-only; exits 1 if any commit "
-        "differs.",
+        "differs. The store is a SQLite file or a JSONL store's directory.",
     )
-    p.add_argument("journal", nargs="?", metavar="JOURNAL", help="a journal exported as JSONL (or a store file)")
-    p.add_argument("--db", metavar="FILE", help="the SQLite store")
+    p.add_argument("journal", nargs="?", metavar="JOURNAL", help="a journal exported as JSONL (or a store)")
+    p.add_argument("--db", metavar="STORE", help="the store: a SQLite file or a JSONL store's directory")
     p.add_argument("--check", action="store_true", help="print only the first divergence (and how much was checked)")
     p.add_argument("-v", "--verbose", action="store_true", help="show every commit's writes and whole texts")
     p.add_argument("--export", metavar="OUT", help="write the journal as JSONL to OUT ('-': stdout) instead")
@@ -58,7 +59,11 @@ def add_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_replay)
 
 
-def _is_sqlite(path: Path) -> bool:
+def _is_store(path: Path) -> bool:
+    """Whether a positional JOURNAL names a store (a SQLite file, a JSONL
+    store's directory or its ``main.jsonl``) rather than an exported journal."""
+    if is_jsonl_store(path):
+        return True
     try:
         with path.open("rb") as f:
             return f.read(16) == SQLITE_MAGIC
@@ -69,10 +74,10 @@ def _is_sqlite(path: Path) -> bool:
 def load_rows(args: argparse.Namespace) -> tuple[list[JournalRow], str]:
     """The journal rows ``args`` name, and what to call their source."""
     if (args.db is None) == (args.journal is None):
-        raise CliError("give a store (--db FILE) or a journal file (JOURNAL.jsonl), one of them", EXIT_USAGE)
-    if args.db is not None or _is_sqlite(Path(args.journal)):
+        raise CliError("give a store (--db STORE) or a journal file (JOURNAL.jsonl), one of them", EXIT_USAGE)
+    if args.db is not None or _is_store(Path(args.journal)):
         path = existing_store(args.db if args.db is not None else args.journal)
-        store = open_readonly(path)
+        store = open_view(path)
         try:
             return store.journal(), f"store {path}"
         finally:

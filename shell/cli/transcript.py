@@ -1,4 +1,4 @@
-"""``pidurable transcript --db FILE [--conversation ID] [--json] [--full]``:
+"""``pidurable transcript --db STORE [--conversation ID] [--json] [--full]``:
 a conversation's transcript, readably.
 
 One block per entry, oldest first: a header line (``#12 assistant``,
@@ -8,7 +8,8 @@ prompt texts and compaction summaries are cut to a few lines (``--full``
 shows everything); user and assistant texts are shown whole. ``--json``
 prints the conversation and its entries as stored (every text whole).
 
-Read-only, like ``inspect``: the lock is never taken.
+Read-only, like ``inspect``: the lock is never taken; ``STORE`` is a SQLite
+file or a JSONL store's directory.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from pidurable.core.model import ConversationId, Entry, EntryKind
 
 from ..storage import codec
-from ..storage.readonly import ReadOnlySqlite, open_readonly
+from ..storage.readonly import StoreView, open_view
 from .common import EXIT_USAGE, CliError, Subparsers, existing_store
 
 #: A cut body keeps at most this many lines and characters.
@@ -39,9 +40,10 @@ def add_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="print a conversation's transcript readably (read-only)",
         description="Print a conversation's entries: user and assistant messages, tool calls with their "
         "arguments, tool results (cut to a few lines unless --full), system prompt changes, compaction and "
-        "reset markers. Read-only; works on a store held by a live process.",
+        "reset markers. Read-only; works on a store held by a live process. The store is a SQLite file or a "
+        "JSONL store's directory.",
     )
-    p.add_argument("--db", metavar="FILE", required=True, help="the SQLite store")
+    p.add_argument("--db", metavar="STORE", required=True, help="the store: a SQLite file or a JSONL store's directory")
     p.add_argument("--conversation", metavar="ID", type=int, default=None, help="which conversation (default: the root)")
     p.add_argument("--json", action="store_true", help="print the conversation and its entries as JSON")
     p.add_argument("--full", action="store_true", help="show tool results, system prompts and arguments whole")
@@ -49,7 +51,7 @@ def add_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_transcript(args: argparse.Namespace) -> int:
-    store = open_readonly(existing_store(args.db))
+    store = open_view(existing_store(args.db))
     try:
         store.begin()
         try:
@@ -65,7 +67,7 @@ def cmd_transcript(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read(store: ReadOnlySqlite, wanted: int | None) -> tuple[ConversationId, list[Entry], dict[str, Any]]:
+def _read(store: StoreView, wanted: int | None) -> tuple[ConversationId, list[Entry], dict[str, Any]]:
     convs = {c.id: c for c in store.conversations()}
     if not convs:
         raise CliError(f"store {store.path} has no conversations", EXIT_USAGE)

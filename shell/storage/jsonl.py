@@ -113,7 +113,6 @@ line is written, and the main line before it counts.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import uuid
@@ -129,7 +128,6 @@ from . import codec, owner
 from . import jsonl_recovery as recovery
 from . import jsonl_sidecars as sidecars
 from .base import (
-    DamagedRecord,
     Loaded,
     NotAStore,
     StorageError,
@@ -137,24 +135,14 @@ from .base import (
     StoreLocked,
     StoreMissing,
 )
-from .jsonl_recovery import CommitLine, Found, read_commit, read_sidecars
-from .jsonl_sidecars import Plan, split as _split
-from .memory import Encoded, MemoryStorage
+from .jsonl_recovery import HEADER_PREFIX as HEADER_PREFIX, LAYOUT, Found, read_sidecars  # HEADER_PREFIX: for tests
+from .jsonl_sidecars import Plan
+from .memory import MemoryStorage
 
 log = logging.getLogger("pidurable")
 
 MAIN = "main.jsonl"
 LOCK = "lock"
-#: How the first line of every ``main.jsonl`` starts (a torn first line is
-#: truncated only if it is a piece of this, so a stranger's file is never cut).
-HEADER_PREFIX = b'{"pidurable":"jsonl","schema":'
-#: The header's ``schema``: the directory's layout, which an older pidurable
-#: checks (it refuses a number above its own: "upgrade pidurable"). Up to 5
-#: it was the shared ``SCHEMA_VERSION`` and every write was inline in
-#: ``main.jsonl``; 6: sidecars; 7: array lines, entries and terminal tasks
-#: as their rows, markers without ordinals (jsonl_lines.py; an older store
-#: is upgraded at open: its lines stay as they are, its header says 7).
-LAYOUT = 7
 #: Sidecar descriptors kept open (the most recently written ones).
 OPEN_SIDECARS = 32
 
@@ -255,70 +243,24 @@ class JsonlStorage(MemoryStorage):
 
     def _replay(self, data: bytes) -> None:
         """Rebuild the tables from ``main.jsonl`` and the sidecars it refers
-        to; everything is checked before anything is repaired (cut, deleted,
-        rewritten), so a damaged store is left as it was."""
-        lines = _split(data)
-        keep = len(data)
-        commits: list[CommitLine] = []
-        pending: list[CommitLine] = []  # an unfinished batch's commits
-        batch_start = 0  # where that batch's first line starts
-        last_seq = 0
-        layout = LAYOUT
-        for number, start, text, whole in lines:
-            try:
-                if not whole:
-                    raise ValueError("no newline at the end")
-                obj = json.loads(text)
-            except ValueError as e:  # invalid JSON or UTF-8, or torn
-                if number == 1 and not (text.startswith(HEADER_PREFIX) or HEADER_PREFIX.startswith(text)):
-                    raise NotAStore(f"{self.path}: {self.main} is not a pidurable JSONL store; it was left untouched") from e
-                if number < len(lines):
-                    raise DamagedRecord(f"Store file {self.main} line {number} is not JSON ({e})") from e
-                keep = start  # the last line is torn: a crash mid-append
-                break
-            if number == 1:
-                layout = self._header(obj)
-                continue
-            commit, more = read_commit(self.main, number, obj, last_seq, layout)
-            last_seq = commit.seq
-            if not pending:
-                batch_start = start
-            pending.append(commit)
-            if not more:
-                commits.extend(pending)
-                pending = []
-        if pending:  # a batch without its last line never counted
-            keep = min(keep, batch_start)
-        found = read_sidecars(self.dir, self.main, commits)
-        records = self._tables["document_records"]
-        for c in commits:
-            rows = recovery.commit_rows(c, found, records)
-            self._apply(Encoded(seq=c.seq, rows=rows, events=c.events, writes="", digest=c.digest, format=c.format))
-        recovery.mend_created_seqs(commits, records)
+        to (jsonl_recovery.py); everything is checked before anything is
+        repaired (cut, deleted, rewritten), so a damaged store is left as it was."""
+        scan = recovery.scan_main(self.path, self.main, data)
+        if scan.store_id is not None:
+            self._store_id = scan.store_id
+        found = read_sidecars(self.dir, self.main, scan.commits)
+        recovery.rebuild(self, scan.commits, found)
         # checked: now repair
-        if keep < len(data):
-            self._truncate(keep, len(data))
-            if keep == 0:  # only a torn header: a store being created
+        layout = scan.layout
+        if scan.keep < len(data):
+            self._truncate(scan.keep, len(data))
+            if scan.keep == 0:  # only a torn header: a store being created
                 self._store_id = str(uuid.uuid4())
                 self._create()
                 layout = LAYOUT
         self._repair_sidecars(found)
-        if layout < LAYOUT and keep > 0:
-            self._upgrade(lines[0][2] + b"\n")
-
-    def _header(self, obj: Any) -> int:
-        if not (isinstance(obj, dict) and obj.get("pidurable") == "jsonl"):
-            raise NotAStore(f"{self.path}: {self.main} is not a pidurable JSONL store; it was left untouched")
-        schema, store_id = obj.get("schema"), obj.get("store_id")
-        if type(schema) is not int or not isinstance(store_id, str) or not store_id:
-            raise DamagedRecord(f"Store file {self.main} line 1: damaged header")
-        if schema > LAYOUT:
-            raise StorageError(
-                f"Store {self.path} has schema version {schema}; this pidurable reads versions up to "
-                f"{LAYOUT}. Upgrade pidurable."
-            )
-        self._store_id = store_id
-        return schema
+        if layout < LAYOUT and scan.keep > 0:
+            self._upgrade(scan.header)
 
     def _repair_sidecars(self, found: Found) -> None:
         """Cut unconfirmed tails, drop stray ``.reclaim`` files, and finish

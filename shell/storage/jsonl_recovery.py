@@ -1,10 +1,15 @@
 """Reading a JSONL store back at open (jsonl.py's module comment, *Open*):
-its commit lines with their markers, every sidecar file checked against
-them, and the record rows a store rebuilt from reclaimed files needs mended.
-Everything here reads and checks; jsonl.py repairs once all of it passed."""
+its header and commit lines with their markers (:func:`scan_main`), every
+sidecar file checked against them (:func:`read_sidecars`), and the tables
+rebuilt from both (:func:`rebuild`). Everything here reads and checks:
+jsonl.py repairs once all of it passed, and the read-only view
+(readonly.py: ``pidurable inspect``, ``replay``, ``transcript``) uses the
+same reading and never repairs - what it counts is exactly what a
+writable open keeps."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -14,9 +19,20 @@ import attrs
 from . import codec
 from . import jsonl_lines
 from . import jsonl_sidecars as sidecars
-from .base import DamagedRecord, Row, StorageError, _DECODE_ERRORS, _why, encode_write
+from .base import DamagedRecord, NotAStore, Row, StorageError, _DECODE_ERRORS, _why, encode_write
 from .jsonl_sidecars import Position, Sidecar
+from .memory import Encoded, MemoryStorage
 
+#: How the first line of every ``main.jsonl`` starts (a torn first line is
+#: truncated only if it is a piece of this, so a stranger's file is never cut).
+HEADER_PREFIX = b'{"pidurable":"jsonl","schema":'
+#: The header's ``schema``: the directory's layout, which an older pidurable
+#: checks (it refuses a number above its own: "upgrade pidurable"). Up to 5
+#: it was the shared ``SCHEMA_VERSION`` and every write was inline in
+#: ``main.jsonl``; 6: sidecars; 7: array lines, entries and terminal tasks
+#: as their rows, markers without ordinals (jsonl_lines.py; an older store
+#: is upgraded at open: its lines stay as they are, its header says 7).
+LAYOUT = 7
 #: The first layout (header ``schema``) whose ``main.jsonl`` may hold markers.
 SIDECAR_LAYOUT = 6
 
@@ -43,6 +59,76 @@ class CommitLine:
     digest: str
     events: str
     slots: list[Row | Ref]
+
+
+@attrs.frozen(kw_only=True)
+class MainScan:
+    """``main.jsonl`` as read and checked, before any sidecar is."""
+
+    store_id: str | None  #: None: the file holds only a torn header (a store being created)
+    layout: int  #: the header's ``schema``
+    commits: list[CommitLine]  #: the commits that count, oldest first
+    #: The bytes that count: a torn last line, and a batch without its last
+    #: line, start at ``keep`` (a writable open truncates there).
+    keep: int
+    header: bytes  #: the first line as read, with its newline
+
+
+def scan_main(path: Path, main: Path, data: bytes) -> MainScan:
+    """Read ``data`` (the bytes of ``main``, the file of store ``path``):
+    its header and the commits that count. A torn last line, or a batch
+    without its last line, does not count (``keep`` says where it starts);
+    anything else wrong raises ``NotAStore`` (a stranger's file),
+    ``DamagedRecord`` (naming file and line) or ``StorageError`` (a newer
+    schema)."""
+    lines = sidecars.split(data)
+    keep = len(data)
+    commits: list[CommitLine] = []
+    pending: list[CommitLine] = []  # an unfinished batch's commits
+    batch_start = 0  # where that batch's first line starts
+    last_seq = 0
+    layout, store_id = LAYOUT, None
+    for number, start, text, whole in lines:
+        try:
+            if not whole:
+                raise ValueError("no newline at the end")
+            obj = json.loads(text)
+        except ValueError as e:  # invalid JSON or UTF-8, or torn
+            if number == 1 and not (text.startswith(HEADER_PREFIX) or HEADER_PREFIX.startswith(text)):
+                raise NotAStore(f"{path}: {main} is not a pidurable JSONL store; it was left untouched") from e
+            if number < len(lines):
+                raise DamagedRecord(f"Store file {main} line {number} is not JSON ({e})") from e
+            keep = start  # the last line is torn: a crash mid-append (or a live writer's append, half read)
+            break
+        if number == 1:
+            layout, store_id = read_header(path, main, obj)
+            continue
+        commit, more = read_commit(main, number, obj, last_seq, layout)
+        last_seq = commit.seq
+        if not pending:
+            batch_start = start
+        pending.append(commit)
+        if not more:
+            commits.extend(pending)
+            pending = []
+    if pending:  # a batch without its last line never counted
+        keep = min(keep, batch_start)
+    header = lines[0][2] + b"\n" if lines else b""
+    return MainScan(store_id=store_id, layout=layout, commits=commits, keep=keep, header=header)
+
+
+def read_header(path: Path, main: Path, obj: Any) -> tuple[int, str]:
+    """``(schema, store_id)`` of the header line of store ``path``."""
+    if not (isinstance(obj, dict) and obj.get("pidurable") == "jsonl"):
+        raise NotAStore(f"{path}: {main} is not a pidurable JSONL store; it was left untouched")
+    schema, store_id = obj.get("schema"), obj.get("store_id")
+    if type(schema) is not int or not isinstance(store_id, str) or not store_id:
+        raise DamagedRecord(f"Store file {main} line 1: damaged header")
+    if schema > LAYOUT:
+        raise StorageError(
+            f"Store {path} has schema version {schema}; this pidurable reads versions up to {LAYOUT}. Upgrade pidurable."
+        )
+    return schema, store_id
 
 
 def read_commit(main: Path, number: int, obj: Any, last_seq: int, layout: int) -> tuple[CommitLine, bool]:
@@ -141,6 +227,16 @@ def read_sidecars(directory: Path, main: Path, commits: list[CommitLine]) -> Fou
                     f"{pos[1]}) that {main} line {number} refers to"
                 )
     return found
+
+
+def rebuild(store: MemoryStorage, commits: list[CommitLine], found: Found) -> None:
+    """Apply ``commits`` (their markers' rows from ``found``) to ``store``'s
+    tables and journal, as a writable open and the read-only view both do."""
+    records = store._tables["document_records"]
+    for c in commits:
+        rows = commit_rows(c, found, records)
+        store._apply(Encoded(seq=c.seq, rows=rows, events=c.events, writes="", digest=c.digest, format=c.format))
+    mend_created_seqs(commits, records)
 
 
 def commit_rows(c: CommitLine, found: Found, records: dict[tuple[Any, ...], dict[str, Any]]) -> list[Row]:
