@@ -81,7 +81,7 @@ from .base import (
     StoreMissing,
     encode_commit,
 )
-from .sqlite_layout import MIGRATIONS, SQLITE_MAGIC, UPSERT, Found, inspect_store
+from .sqlite_layout import MIGRATIONS, SQLITE_MAGIC, UPSERT, Found, cheap_checks, inspect_store
 from . import sqlite_retention
 
 log = logging.getLogger("pidurable")
@@ -353,6 +353,7 @@ class SqliteStorage(
                     db.execute("CREATE TABLE schema (version INTEGER NOT NULL)")
                 for v in range(version + 1, SCHEMA_VERSION + 1):
                     MIGRATIONS[v](db)
+                cheap_checks(db)
                 if found is None:
                     db.execute("INSERT INTO schema (version) VALUES (?)", [SCHEMA_VERSION])
                 elif version != SCHEMA_VERSION:
