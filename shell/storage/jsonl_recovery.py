@@ -173,11 +173,32 @@ def read_commit(main: Path, number: int, obj: Any, last_seq: int, layout: int) -
     return CommitLine(number=number, seq=seq, format=fmt, digest=digest, events=events_text, slots=slots), more
 
 
-def read_sidecars(directory: Path, main: Path, commits: list[CommitLine]) -> Found:
+def read_files(directory: Path) -> dict[str, bytes]:
+    """The bytes of every sidecar file of ``directory``, by name (one
+    deleted since it was listed - a live writer reclaimed it, which only a
+    read-only view sees - is left out)."""
+    try:
+        names = sorted(n for n in os.listdir(directory) if sidecars.NAME.fullmatch(n))
+    except OSError as e:
+        raise StorageError(f"Cannot open store {directory}: {e.strerror or e}") from e
+    files: dict[str, bytes] = {}
+    for name in names:
+        path = directory / name
+        try:
+            files[name] = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise StorageError(f"Cannot open store {directory}: reading {path}: {e.strerror or e}") from e
+    return files
+
+
+def read_sidecars(directory: Path, main: Path, commits: list[CommitLine], files: dict[str, bytes] | None = None) -> Found:
     """Read every sidecar file (and every one main refers to): its
     confirmed records decoded into rows; a record main refers to must be
     there unless it was reclaimed (a later terminal task record, a later
-    reclaiming base or retirement of its document)."""
+    reclaiming base or retirement of its document). ``files``: the files'
+    bytes as read already (:func:`read_files`; by default read now)."""
     refs: dict[str, dict[Position, int]] = {}
     main_rows: list[tuple[Position, Row]] = []
     for c in commits:
@@ -186,21 +207,15 @@ def read_sidecars(directory: Path, main: Path, commits: list[CommitLine]) -> Fou
                 refs.setdefault(slot.file, {})[(c.seq, ordinal)] = c.number
             else:
                 main_rows.append(((c.seq, ordinal), slot))
-    try:
-        names = {n for n in os.listdir(directory) if sidecars.NAME.fullmatch(n)}
-    except OSError as e:
-        raise StorageError(f"Cannot open store {directory}: {e.strerror or e}") from e
+    if files is None:
+        files = read_files(directory)
     found: Found = {}
     side_rows: list[tuple[Position, Row]] = []
-    for name in sorted(names | refs.keys()):
-        if name not in names:
+    for name in sorted(files.keys() | refs.keys()):
+        if name not in files:
             found[name] = (None, {})
             continue
-        path = directory / name
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise StorageError(f"Cannot open store {directory}: reading {path}: {e.strerror or e}") from e
+        path, data = directory / name, files[name]
         side = sidecars.read(path, data, set(refs.get(name, {})))
         rows: dict[Position, Row] = {}
         for rec in side.records:

@@ -22,9 +22,10 @@ last line, a batch without its last line or a sidecar's unconfirmed tail
 is simply not counted, which is exactly what a writable open would keep.
 A live writer appends a commit's sidecar records before its main line and
 reclaims sidecar files only after it, so ``main.jsonl`` is read first, then
-the sidecars; a record it refers to that its file no longer holds (a commit
-read too late to see the reclamation) means ``main.jsonl`` grew meanwhile:
-it is read again (:data:`LIVE_RETRIES` times at most). A record still
+at once the sidecars' bytes (parsed after: the window a reclamation can fall
+in is short); a record it refers to that its file no longer holds (a
+commit read too late to see the reclamation) means ``main.jsonl`` grew
+meanwhile: both are read again (:data:`LIVE_RETRIES` times at most). A record still
 missing once ``main.jsonl`` stands still is real damage (``DamagedRecord``).
 The whole store is read at open (the view is a snapshot), so
 ``begin``/``end`` have nothing to do.
@@ -169,17 +170,18 @@ class ReadOnlyJsonl:
         data = self._read_main()
         if not data:
             raise StoreMissing(f"Store {self.path} does not exist ({self.main} is empty)")
+        files = recovery.read_files(self.dir)  # at once: the files are parsed once both are read
         for attempt in range(LIVE_RETRIES + 1):
             scan = recovery.scan_main(self.path, self.main, data)
             try:
-                found = recovery.read_sidecars(self.dir, self.main, scan.commits)
+                found = recovery.read_sidecars(self.dir, self.main, scan.commits, files)
                 break
             except DamagedRecord:
                 again = self._read_main()
                 if again == data or attempt == LIVE_RETRIES:
                     raise
-                log.debug("Store %s: %s grew while its sidecars were read; reading it again", self.path, MAIN)
-                data = again
+                log.debug("Store %s: %s grew while its sidecars were read; reading both again", self.path, MAIN)
+                data, files = again, recovery.read_files(self.dir)
         recovery.rebuild(self._tables, scan.commits, found)
         self._store_id = scan.store_id  # None: only a torn header (a store being created)
         self._layout = scan.layout

@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from pidurable.shell import (
 from pidurable.shell.cli import main
 from pidurable.shell.providers import ScriptedModels, reply, tool_call
 from pidurable.shell.storage import readonly
-from pidurable.shell.storage.base import DamagedRecord, StorageError
+from pidurable.shell.storage.base import DamagedRecord
 from pidurable.shell.storage.jsonl import JsonlStorage
 from pidurable.shell.storage.readonly import ReadOnlyJsonl, open_view
 
@@ -168,3 +169,239 @@ def test_inspect_transcript_and_replay_print_the_same_for_both_kinds_of_store(
     assert "0 different" in same("replay", "--db", "STORE", "-v")
     same("replay", "--export", "-", "--db", "STORE")
     same("replay", "--explain", "--db", "STORE")
+
+
+@pytest.mark.parametrize("name", ["jsonl_schema5_lives_store", "jsonl_schema6_lives_store", "jsonl_schema6_running_task_store"])
+def test_fixture_stores_of_older_layouts_replay_exactly_and_are_left_untouched(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """replay --check, inspect and transcript on a JSONL store written by an
+    earlier commit (schema 5: all inline; 6: sidecars; a task left running)
+    match exactly and leave its directory byte for byte as it was (no lock
+    file, no upgrade of its header, no sidecar reclaimed)."""
+    store = FIXTURES / name
+    before = snapshot(store)
+    out = run(capsys, "replay", "--check", "--db", str(store))
+    assert "reproduced byte for byte" in out and "process li" in out
+    report = json.loads(run(capsys, "inspect", "--json", "--db", str(store)))
+    assert report["store"]["schema"] == int(name.split("schema")[1][0]) and report["store"]["held_by_pid"] is None
+    assert report["last_process"]["divergence"] is None
+    assert "conversation 1 (root)" in run(capsys, "transcript", "--db", str(store / "main.jsonl"))
+    assert snapshot(store) == before
+
+
+def copy_store(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def writable_journal(store: Path, tmp_path: Path) -> list[Any]:
+    """What a writable open of a copy of ``store`` keeps (it repairs the copy)."""
+    s = JsonlStorage(copy_store(store, tmp_path / "writable"), create=False)
+    try:
+        return s.journal()
+    finally:
+        s.close()
+
+
+def view_journal(store: Path) -> list[Any]:
+    view = open_view(store)
+    try:
+        return view.journal()
+    finally:
+        view.close()
+
+
+def test_a_torn_tail_is_not_counted_and_not_repaired(stores: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A crash mid-append: half a line at the end of main.jsonl and an
+    unconfirmed record at a sidecar's end. The view counts exactly the
+    commits a writable open keeps, says nothing is wrong, and the files stay
+    as they are (the writable open then truncates them)."""
+    store = copy_store(stores[1], tmp_path / "torn")
+    clean = view_journal(store)
+    sidecar = next(p for p in sorted(store.iterdir()) if p.name.startswith("task-"))
+    with sidecar.open("ab") as f:
+        f.write(b'{"seq":999,"ordinal":0,"write":{"type":"task","task":{}}}\n{"seq":1000,"ord')
+    with (store / "main.jsonl").open("ab") as f:
+        f.write(b'[999,4,"b3:')
+    before = snapshot(store)
+    assert view_journal(store) == clean
+    assert writable_journal(store, tmp_path) == clean
+    assert "reproduced byte for byte" in run(capsys, "replay", "--check", "--db", str(store))
+    assert run(capsys, "inspect", "--db", str(store)).startswith(f"store {store} ")
+    run(capsys, "transcript", "--db", str(store))
+    assert snapshot(store) == before
+    assert (tmp_path / "writable" / "main.jsonl").stat().st_size < (store / "main.jsonl").stat().st_size  # the writable open cut it
+
+
+def test_a_batch_without_its_last_line_is_not_counted(stores: tuple[Path, Path], tmp_path: Path) -> None:
+    """A batch whose last line never landed (its lines say ``more``) did not
+    count: the view leaves its commits out, as a writable open does."""
+    store = copy_store(stores[1], tmp_path / "batch")
+    main_file = store / "main.jsonl"
+    lines = main_file.read_bytes().splitlines(keepends=True)
+    assert lines[-1].endswith(b"]\n")
+    lines[-1] = lines[-1][:-2] + b",true]\n"  # the last commit now says a line follows it
+    main_file.write_bytes(b"".join(lines))
+    kept = view_journal(store)
+    assert [r.seq for r in kept] == [r.seq for r in view_journal(stores[1])][:-1]
+    assert writable_journal(store, tmp_path) == kept
+
+
+def damaged_copies(src: Path, tmp_path: Path) -> dict[str, Path]:
+    """Copies of ``src`` with real damage: a line in the middle of main.jsonl
+    that is not JSON, and a live task's sidecar gone."""
+    garbled = copy_store(src, tmp_path / "garbled")
+    lines = (garbled / "main.jsonl").read_bytes().splitlines(keepends=True)
+    lines[3] = b"{not json\n"
+    (garbled / "main.jsonl").write_bytes(b"".join(lines))
+    gone = copy_store(src, tmp_path / "gone")
+    task = next(p for p in sorted(gone.iterdir()) if p.name.startswith("task-"))
+    task.unlink()
+    return {"not JSON": garbled, "missing confirmed sidecar record": gone}
+
+
+def test_real_damage_is_the_writable_opens_one_line_error(stores: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A damaged store: every command exits 1 with the message a writable
+    open gives (naming the file and line), no traceback, nothing changed."""
+    for words, store in damaged_copies(stores[1], tmp_path).items():
+        with pytest.raises(DamagedRecord) as writable:
+            JsonlStorage(store, create=False)
+        with pytest.raises(DamagedRecord) as view:
+            ReadOnlyJsonl(store)
+        assert str(view.value) == str(writable.value) and words in str(view.value)
+        before = snapshot(store)
+        for argv in (["replay", "--check"], ["inspect"], ["inspect", "--json"], ["transcript"]):
+            assert main([*argv, "--db", str(store)]) == 1
+            captured = capsys.readouterr()
+            assert captured.out == "" and captured.err == f"pidurable: error: {writable.value}\n"
+        assert snapshot(store) == before
+
+
+def test_not_a_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A directory that is not a JSONL store, or whose main.jsonl is not one:
+    exit 2 with the writable open's message; nothing is created in it."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "does not exist (no main.jsonl)" in run(capsys, "inspect", "--db", str(empty), status=2)
+    assert "does not exist (no main.jsonl)" in run(capsys, "replay", "--check", str(empty), status=2)
+    assert list(empty.iterdir()) == []
+    stranger = tmp_path / "stranger"
+    stranger.mkdir()
+    (stranger / "main.jsonl").write_text('{"hello": 1}\n')
+    assert "is not a pidurable JSONL store" in run(capsys, "transcript", "--db", str(stranger), status=2)
+    assert [p.name for p in stranger.iterdir()] == ["main.jsonl"]
+
+
+def test_a_store_being_created_reads_as_empty(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """main.jsonl holding only a piece of its header (a crash while creating
+    the store): no commits, no conversations; not an error."""
+    store = tmp_path / "new"
+    store.mkdir()
+    (store / "main.jsonl").write_bytes(b'{"pidurable":"jsonl",')
+    assert "has no commits" in run(capsys, "replay", "--check", "--db", str(store))
+    assert "no conversations" in run(capsys, "inspect", "--db", str(store))
+    assert (store / "main.jsonl").read_bytes() == b'{"pidurable":"jsonl",'
+
+
+def test_a_live_store_is_read_without_its_lock(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """While a harness holds a JSONL store (its lock taken), inspect names
+    the holding process and the commands read the commits so far."""
+    store = tmp_path / "live"
+    models = ScriptedModels([reply(text="one"), reply(text="two")])
+
+    async def life() -> None:
+        async with Harness.open(open_jsonl_storage(store), models=models, registry=Registry()) as h:
+            conv = await h.root(agent=AGENT)
+            assert (await (await conv.submit(Input("first"))).wait()).status == "done"
+            report = json.loads(run(capsys, "inspect", "--json", "--db", str(store)))
+            assert report["store"]["held_by_pid"] == os.getpid()
+            assert "in use by process" in run(capsys, "inspect", "--db", str(store))
+            assert "reproduced byte for byte" in run(capsys, "replay", "--check", "--db", str(store))
+            assert "one" in run(capsys, "transcript", "--db", str(store))
+            assert (await (await conv.submit(Input("second"))).wait()).status == "done"
+            assert "two" in run(capsys, "transcript", "--db", str(store))
+
+    trio.run(life)
+    assert json.loads(run(capsys, "inspect", "--json", "--db", str(store)))["store"]["held_by_pid"] is None
+
+
+def test_main_is_read_again_when_a_live_writer_reclaimed_a_sidecar_between_the_reads(
+    stores: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """main.jsonl read just before the commit that ended a task, its sidecar
+    read after the writer deleted it: the view reads main.jsonl again and
+    sees the whole store; if main.jsonl does not grow, the record is really
+    missing (DamagedRecord)."""
+    store = stores[1]
+    data = (store / "main.jsonl").read_bytes()
+    lines = data.splitlines(keepends=True)
+    stale = None
+    for n in range(2, len(lines)):  # the first prefix that refers to a reclaimed record
+        prefix = b"".join(lines[:n])
+        scan = readonly.recovery.scan_main(store, store / "main.jsonl", prefix)
+        try:
+            readonly.recovery.read_sidecars(store, store / "main.jsonl", scan.commits)
+        except DamagedRecord:
+            stale = prefix
+            break
+    assert stale is not None, "the scenario reclaims a sidecar"
+    reads = iter([stale, data])
+    monkeypatch.setattr(ReadOnlyJsonl, "_read_main", lambda self: next(reads))
+    assert view_journal(store) == view_journal_unpatched(store, monkeypatch)
+    monkeypatch.setattr(ReadOnlyJsonl, "_read_main", lambda self: stale)
+    with pytest.raises(DamagedRecord, match="missing confirmed sidecar record"):
+        ReadOnlyJsonl(store)
+
+
+def view_journal_unpatched(store: Path, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    monkeypatch.undo()
+    return view_journal(store)
+
+
+WRITER = """
+import sys, trio
+from pidurable.shell import AgentConfig, Harness, Input, ModelRef, Registry, open_jsonl_storage
+from pidurable.shell.providers import ScriptedModels, reply
+
+async def life():
+    models = ScriptedModels([reply(text=f"answer {i}") for i in range(int(sys.argv[2]))])
+    async with Harness.open(open_jsonl_storage(sys.argv[1]), models=models, registry=Registry()) as h:
+        conv = await h.root(agent=AgentConfig(model=ModelRef("scripted", "m")))
+        print("open", flush=True)
+        for i in range(int(sys.argv[2])):
+            assert (await (await conv.submit(Input(f"question {i}"))).wait()).status == "done"
+
+trio.run(life)
+"""
+
+
+def test_views_of_a_store_a_live_process_is_writing(tmp_path: Path) -> None:
+    """Another process commits (its generations' sidecars created and
+    reclaimed) while views are opened over and over: every view reads a
+    prefix of the final journal that replays exactly; no view fails."""
+    store = tmp_path / "busy"
+    rounds = 40
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(store), str(rounds)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "open\n"
+        seen = []
+        while writer.poll() is None:
+            seen.append(view_journal(store))
+        assert writer.wait() == 0
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    final = view_journal(store)
+    assert final == writable_journal(store, tmp_path)
+    assert len(final) > rounds and seen
+    for rows in seen:
+        assert rows == final[: len(rows)]
+        assert check_rows(rows)
+
+
+def check_rows(rows: list[Any]) -> bool:
+    from pidurable.shell.journal import check
+
+    return not rows or check(rows, "a view").ok
