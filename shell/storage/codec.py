@@ -99,14 +99,35 @@ def _lean_prepared(hook: Callable[[Any], dict[str, Any]]) -> Callable[[Any], dic
     return unstructure
 
 
+#: Types whose equal values always encode alike (a float does not: 0.0 and -0.0).
+_SAME_WHEN_EQUAL = frozenset({str, int, bool, type(None)})
+
+
 def _same_json(a: Any, b: Any) -> bool:
-    """Equal and with the same key order (a decoded copy must encode alike)."""
+    """Equal and with the same key order (a decoded copy must encode alike).
+    Equal flat dicts - the usual tool arguments - are compared key by key
+    without encoding them (issue 11 item 2: two encodings per tool call)."""
     if a != b:
         return False
+    if type(a) is dict and type(b) is dict and _same_flat(a, b):
+        return True
     try:
         return plain_dumps(a) == plain_dumps(b)
     except NotPlain:
         return _encode(a) == _encode(b)
+
+
+def _same_flat(a: dict[Any, Any], b: dict[Any, Any]) -> bool:
+    """Equal dicts (``a == b``) whose keys are strings in the same order and
+    whose values, pairwise of one type, are strings, ints, bools or None:
+    certainly the same JSON (False: not decided here)."""
+    if list(a) != list(b):
+        return False
+    same = _SAME_WHEN_EQUAL
+    for key, x, y in zip(a, a.values(), b.values()):
+        if type(key) is not str or type(x) is not type(y) or type(x) not in same:
+            return False
+    return True
 
 
 def _fill_prepared(data: dict[str, Any]) -> dict[str, Any]:
