@@ -405,3 +405,26 @@ def check_rows(rows: list[Any]) -> bool:
     from pidurable.shell.journal import check
 
     return not rows or check(rows, "a view").ok
+
+
+@pytest.mark.parametrize("name", ["config_fix_crash", "subagent", "fork_mid_run"])
+def test_golden_scenarios_written_to_jsonl_export_their_golden_journal(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A golden scenario run onto a JSONL store by today's code (one with a
+    crash and a second life, one with a sub-agent, one with a fork): replay
+    --check of the directory matches, and replay --export prints its golden
+    file byte for byte - the view reads the journal every adapter keeps."""
+    import golden_scenarios as goldens
+
+    golden = next(g for g in goldens.GOLDEN if g.name == name)
+    scenario, store = golden.scenario, tmp_path / name
+    crash_at = None
+    if golden.crash_before is not None:
+        probe, _ = goldens._life(goldens.MemoryStorage(), scenario, goldens._world(scenario), None, goldens.EPOCH_MS)
+        crash_at = golden.crash_before(probe.effects)
+    world = goldens._world(scenario)
+    first, end = goldens._life(open_jsonl_storage(store), scenario, world, crash_at, goldens.EPOCH_MS)
+    assert first.crashed == (crash_at is not None)
+    if crash_at is not None:
+        goldens._life(open_jsonl_storage(store), scenario, world, None, end + goldens.RESTART_GAP_MS)
+    assert "reproduced byte for byte" in run(capsys, "replay", "--check", "--db", str(store))
+    assert run(capsys, "replay", "--export", "-", "--db", str(store)) == goldens.path(golden).read_text(encoding="utf-8")
