@@ -1,8 +1,8 @@
 """Reading a store without owning it (``pidurable inspect``, ``replay``,
 ``transcript``, the demo's narrator), and finding out who owns it.
 
-:func:`open_view` opens either kind of store file the commands take: a
-SQLite file, or a JSONL store's directory (or its ``main.jsonl``). Both
+:func:`open_view` opens either kind of store the commands take: a SQLite
+file, or a JSONL store's directory (or its ``main.jsonl``). Both
 views answer the same reads, :class:`StoreView`, so the commands do not ask
 which kind they hold.
 
@@ -25,8 +25,9 @@ reclaims sidecar files only after it, so ``main.jsonl`` is read first, then
 at once the sidecars' bytes (parsed after: the window a reclamation can fall
 in is short); a record it refers to that its file no longer holds (a
 commit read too late to see the reclamation) means ``main.jsonl`` grew
-meanwhile: both are read again (:data:`LIVE_RETRIES` times at most). A record still
-missing once ``main.jsonl`` stands still is real damage (``DamagedRecord``).
+meanwhile: both are read again (:data:`LIVE_RETRIES` times at most). A
+record still missing once ``main.jsonl`` stands still is real damage
+(``DamagedRecord``).
 The whole store is read at open (the view is a snapshot), so
 ``begin``/``end`` have nothing to do.
 """
