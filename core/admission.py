@@ -214,7 +214,7 @@ def on_submission_abort_requested(tx: Tx, ev: SubmissionAbortRequested) -> None:
         tx.respond(ev.ticket, sub.id, data=SubmissionAbortResult.ALREADY_PLACED)
         return
     cid = sub.conversation_id
-    tx.set_inbox(cid, tuple(i for i in tx.conv(cid).inbox if i.submission_id != sub.id))
+    tx.set_inbox(cid, tuple(i for i in tx.conversations[cid].inbox if i.submission_id != sub.id))
     tx.put_submission(submission_to(sub, SubmissionMove.WITHDRAW, reason=Reason.ABORTED))
     tx.respond(ev.ticket, sub.id, data=SubmissionAbortResult.ABORTED)
 

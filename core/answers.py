@@ -46,7 +46,7 @@ def convert_partial(tx: Tx, task: Task) -> None:
     """A committed partial answer that will never complete becomes an
     assistant entry with stop reason ``aborted`` (kept in the transcript, not
     sent to models)."""
-    live = tx.conv(task.conversation_id).live
+    live = tx.conversations[task.conversation_id].live
     if live.partial is None:
         return
     assistant_entry(tx, task, live.partial, stop_reason=StopReason.ABORTED)
@@ -72,7 +72,7 @@ def assistant_entry(tx: Tx, task: Task, text: str, *, stop_reason: str, is_error
 def count_usage(tx: Tx, cid: ConversationId, model: ModelRef, usage: Usage | None) -> None:
     """One model call (and its tokens, if reported) in ``pi.usage``."""
     key = str(model)
-    doc = tx.conv(cid).usage
+    doc = tx.conversations[cid].usage
     total = doc.models.get(key, UsageTotals()) + UsageTotals.one_call(usage)
     tx.set_usage(cid, evolve(doc, models={**doc.models, key: total}))
 

@@ -103,7 +103,7 @@ def on_conversation_created(tx: Tx, ev: ConversationCreationRequested) -> None:
             return
         assert owner is not None
         if agent is None:
-            agent = tx.conv(owner.conversation_id).agent
+            agent = tx.conversations[owner.conversation_id].agent
     cid = ConversationId(tx.alloc_id())
     conv = ConvState(conversation=Conversation(id=cid, owner_task_id=ev.owner_task_id))
     if agent is not None:
@@ -129,7 +129,7 @@ def reconcile(tx: Tx) -> None:
                     mark(tx, current)
                     changed = True
             for cid in conversations_below(tx, task.id):
-                if any(i.mode != InboxMode.WRITE for i in tx.conv(cid).inbox):
+                if any(i.mode != InboxMode.WRITE for i in tx.conversations[cid].inbox):
                     withdraw_inputs(tx, cid)
                     changed = True
         for tid in sorted(tx.index.intent):

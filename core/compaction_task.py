@@ -140,7 +140,7 @@ def _select(turn: Turn, _: None) -> None:
             keep_recent_tokens=keep,
             reason=str(task.input.get("reason", MANUAL)),
             instructions=instructions if isinstance(instructions, str) else None,
-            extensions=turn.tx.conv(task.conversation_id).agent.extensions,
+            extensions=turn.tx.conversations[task.conversation_id].agent.extensions,
         )
     )
 
@@ -156,7 +156,7 @@ def _nothing(turn: Turn, _: CutSelected) -> None:
 def _cut(turn: Turn, ev: CutSelected) -> None:
     """Pin the request (the intent), then send it."""
     tx, task = turn.tx, turn.task
-    model = tx.conv(task.conversation_id).agent.model
+    model = tx.conversations[task.conversation_id].agent.model
     assert model is not None and ev.first_kept is not None and ev.tail is not None
     cp = SummarizeCheckpoint(
         attempt=1,
@@ -219,7 +219,7 @@ def _place(turn: Turn, summary: str, first_kept: EntryId, *, by_hook: bool = Fal
         result = {"entry_id": append_write(tx, cid, EntryKind.COMPACTION, text, data)}
     else:
         sid = SubmissionId(tx.alloc_id())
-        admit_write(tx, tx.conv(cid), sid, f"compaction:{task.id}", text, EntryKind.COMPACTION, data)
+        admit_write(tx, tx.conversations[cid], sid, f"compaction:{task.id}", text, EntryKind.COMPACTION, data)
         result = {"submission_id": sid}
     finish_task(tx, task, Outcome(status=OutcomeStatus.COMPLETED, result=result))
 
@@ -328,7 +328,7 @@ def on_reserve(tx: Tx, task: Task) -> None:
     if cp is None:
         return
     move = _I.RESERVE
-    if isinstance(cp, SelectCheckpoint) and tx.conv(task.conversation_id).agent.model is None:
+    if isinstance(cp, SelectCheckpoint) and tx.conversations[task.conversation_id].agent.model is None:
         move = _I.NO_MODEL
     MACHINE.run(tx, task, cp, move)
 

@@ -85,7 +85,7 @@ def decide(results: list[Control | None], hook: Control | None) -> Decision:
 
 def apply_added(tx: Tx, cid: ConversationId, added: tuple[str, ...]) -> None:
     """Append the added tool names the agent's ``tools`` list lacks."""
-    agent = tx.conv(cid).agent
+    agent = tx.conversations[cid].agent
     if not added or agent.tools is None:
         return
     missing = tuple(n for n in added if n not in agent.tools)

@@ -254,16 +254,13 @@ class Tx:
         for revision in revisions:
             self.write(revision)
 
-    def conv(self, cid: ConversationId) -> ConvState:
-        return self.conversations[cid]
-
     def _replace_conv(self, conv: ConvState) -> None:
         self._owned("conversations")[conv.id] = conv
         self.changed.add(conv.id)
 
     # built-in documents: a revision only when they change (builtins.py) ----
     def _set_builtin(self, cid: ConversationId, kind: str, value: Any) -> None:
-        conv = self.conv(cid)
+        conv = self.conversations[cid]
         if getattr(conv, BUILTINS[kind].field) == value:
             return
         conv, write = revise(self, conv, kind, value)

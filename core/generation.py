@@ -160,7 +160,7 @@ def _render(turn: Turn, _: None) -> None:
     tx, task = turn.tx, turn.task
     if task.status is not TaskStatus.RUNNING:  # measured first: reserved already
         turn.store(TaskMove.RESERVE, durable=False, started_at=task.started_at or tx.now)
-    agent = tx.conv(task.conversation_id).agent
+    agent = tx.conversations[task.conversation_id].agent
     extensions = system.sectioned(tx.extensions, agent)
     tx.act(RenderSystem(task_id=task.id, conversation_id=task.conversation_id, extensions=extensions))
 
@@ -181,7 +181,7 @@ def _prepare(turn: Turn, ev: SystemRendered | None) -> None:
     tx, task = turn.tx, turn.task
     cp = turn.checkpoint
     assert isinstance(cp, PrepareCheckpoint)
-    conv = tx.conv(task.conversation_id)
+    conv = tx.conversations[task.conversation_id]
     model = conv.agent.model
     assert model is not None  # classified NO_MODEL otherwise
     system.prepare(tx, conv, task.id, () if ev is None else ev.sections, () if ev is None else ev.failed)
@@ -229,7 +229,7 @@ def _retry(turn: Turn, _: TimerFired) -> None:
     once)."""
     tx, task, cp = turn.tx, turn.task, turn.checkpoint
     assert isinstance(cp, RetryCheckpoint)
-    live = tx.conv(task.conversation_id).live
+    live = tx.conversations[task.conversation_id].live
     tx.set_live(task.conversation_id, live_to(live, LiveMove.RETRY, retry_at=None, retry_error=None))
     turn.store(TaskMove.RETRY, PrepareCheckpoint(attempt=cp.attempt + 1, compacted=cp.compacted, threshold=cp.threshold))
 
@@ -237,7 +237,7 @@ def _retry(turn: Turn, _: TimerFired) -> None:
 def _poll(turn: Turn, _: TimerFired) -> None:
     tx, task, cp = turn.tx, turn.task, turn.checkpoint
     assert isinstance(cp, PollCheckpoint)
-    tools, system_text = system.request_view(tx, tx.conv(task.conversation_id))
+    tools, system_text = system.request_view(tx, tx.conversations[task.conversation_id])
     tx.act(
         PollModel(
             task_id=task.id,
@@ -248,7 +248,7 @@ def _poll(turn: Turn, _: TimerFired) -> None:
             cutoff=cp.cutoff,
             tools=tools,
             system=system_text,
-            extensions=tx.conv(task.conversation_id).agent.extensions,
+            extensions=tx.conversations[task.conversation_id].agent.extensions,
         )
     )
 
@@ -256,7 +256,7 @@ def _poll(turn: Turn, _: TimerFired) -> None:
 def _streamed(turn: Turn, ev: ModelStreamed) -> None:
     """The partial grows by ``ev.text`` at ``ev.offset`` (an offset past the
     partial the core holds is not this stream's: ignored)."""
-    live = turn.tx.conv(turn.task.conversation_id).live
+    live = turn.tx.conversations[turn.task.conversation_id].live
     current = live.partial or ""
     if 0 <= ev.offset <= len(current):
         partial = current[: ev.offset] + ev.text
@@ -281,7 +281,7 @@ def _deferred(turn: Turn, ev: ModelDeferred) -> None:
         threshold=cp.threshold,
     )
     turn.store(TaskMove.CHECKPOINT, polling)
-    live = tx.conv(task.conversation_id).live
+    live = tx.conversations[task.conversation_id].live
     tx.set_live(task.conversation_id, live_to(live, LiveMove.DEFER, partial=None, poll_at=poll_at))
     tx.act(Sleep(task_id=task.id, until=poll_at))
 
@@ -299,7 +299,7 @@ def _backoff(turn: Turn, ev: ModelFailed) -> None:
     until = ev.now + tx.settings.retry.delay_ms(cp.attempt, ev.retry_after_ms)
     retrying = RetryCheckpoint(attempt=cp.attempt, until=until, compacted=cp.compacted, threshold=cp.threshold)
     turn.store(TaskMove.CHECKPOINT, retrying)
-    live = tx.conv(task.conversation_id).live
+    live = tx.conversations[task.conversation_id].live
     tx.set_live(task.conversation_id, live_to(live, LiveMove.BACK_OFF, retry_at=until, retry_error=ev.message))
     tx.act(Sleep(task_id=task.id, until=until))
 
@@ -326,9 +326,9 @@ def _overflow(turn: Turn, ev: ModelFailed) -> None:
     assert isinstance(cp, _ASKED)
     _failure_entry(turn, ev)
     cid = task.conversation_id
-    tx.set_live(cid, live_to(tx.conv(cid).live, LiveMove.COMPACT, attempt=None))
+    tx.set_live(cid, live_to(tx.conversations[cid].live, LiveMove.COMPACT, attempt=None))
     child = compaction_task.create(tx, cid, reason=compaction_task.OVERFLOW, owner=task.id)
-    head = tx.conv(cid).context.head
+    head = tx.conversations[cid].context.head
     waiting = PrepareCheckpoint(attempt=cp.attempt + 1, compacted=child.id, overflow=ev.message or "Context overflow", head=head)
     turn.store(TaskMove.WAIT, waiting, on=(child.id,))
 
@@ -345,7 +345,7 @@ def _failure_entry(turn: Turn, ev: ModelFailed) -> None:
     error assistant entry (counted as a call) unless no model was reached."""
     tx, task = turn.tx, turn.task
     convert_partial(tx, task)
-    live = tx.conv(task.conversation_id).live
+    live = tx.conversations[task.conversation_id].live
     if live.poll_at is not None:
         tx.set_live(task.conversation_id, live_to(live, LiveMove.STOP_POLLING, poll_at=None))
     if ev.reason != Reason.NO_MODEL:
@@ -364,7 +364,7 @@ def _abort(turn: Turn, _: None) -> None:
     if isinstance(cp, PollCheckpoint):
         tx.act(CancelDeferred(task_id=task.id, model=cp.model, handle=cp.handle))
     if isinstance(cp, ToolsCheckpoint) and cp.pending:
-        names = {s.call_id: s.name for s in tx.conv(cid).live.tools or ()}
+        names = {s.call_id: s.name for s in tx.conversations[cid].live.tools or ()}
         for call_id in cp.pending:
             name = names.get(call_id, "unknown")
             aborted = (diagnostics.error(ResultCode.ABORTED, diagnostics.aborted_message(name)),)
@@ -446,17 +446,17 @@ def on_reserve(tx: Tx, task: Task) -> None:
     if cp is None:
         return
     move = _I.RESERVE
-    if isinstance(cp, PrepareCheckpoint) and tx.conv(task.conversation_id).agent.model is None:
+    if isinstance(cp, PrepareCheckpoint) and tx.conversations[task.conversation_id].agent.model is None:
         move = _I.NO_MODEL
-    elif isinstance(cp, PrepareCheckpoint) and cp.overflow is not None and tx.conv(task.conversation_id).context.head == cp.head:
+    elif isinstance(cp, PrepareCheckpoint) and cp.overflow is not None and tx.conversations[task.conversation_id].context.head == cp.head:
         move = _I.UNCOMPACTED  # the overflow compaction placed nothing
     elif isinstance(cp, PrepareCheckpoint) and thresholds.measures(tx, task.conversation_id, cp):
         move = _I.MEASURE
-    elif isinstance(cp, PrepareCheckpoint) and system.sectioned(tx.extensions, tx.conv(task.conversation_id).agent):
+    elif isinstance(cp, PrepareCheckpoint) and system.sectioned(tx.extensions, tx.conversations[task.conversation_id].agent):
         move = _I.RENDER
     elif isinstance(cp, ToolsCheckpoint):
         move = _I.NEXT_CALL if cp.pending else _I.ROUND_DONE
-        if move is _I.ROUND_DONE and system.hooked(tx.extensions, tx.conv(task.conversation_id).agent, "after_tools"):
+        if move is _I.ROUND_DONE and system.hooked(tx.extensions, tx.conversations[task.conversation_id].agent, "after_tools"):
             move = _I.AFTER_TOOLS
     MACHINE.run(tx, task, cp, move)
 
@@ -525,7 +525,7 @@ def on_context_measured(tx: Tx, ev: ContextMeasured) -> None:
     if found is None or not MACHINE.accepts(found[1], _I.MEASURED):
         return
     task, cid = found[0], found[0].conversation_id
-    move = _I.MEASURED_RENDER if system.sectioned(tx.extensions, tx.conv(cid).agent) else _I.MEASURED
+    move = _I.MEASURED_RENDER if system.sectioned(tx.extensions, tx.conversations[cid].agent) else _I.MEASURED
     if thresholds.over_blocking(tx, cid, ev.tokens):
         move = _I.OVER_THRESHOLD
     MACHINE.run(tx, task, found[1], move, ev)
@@ -557,7 +557,7 @@ def on_timer_fired(tx: Tx, ev: TimerFired) -> None:
 
 
 def _call_model(tx: Tx, task: Task, cp: RequestCheckpoint) -> None:
-    tools, system_text = system.request_view(tx, tx.conv(task.conversation_id))
+    tools, system_text = system.request_view(tx, tx.conversations[task.conversation_id])
     tx.act(
         CallModel(
             task_id=task.id,
@@ -567,6 +567,6 @@ def _call_model(tx: Tx, task: Task, cp: RequestCheckpoint) -> None:
             cutoff=cp.cutoff,
             tools=tools,
             system=system_text,
-            extensions=tx.conv(task.conversation_id).agent.extensions,
+            extensions=tx.conversations[task.conversation_id].agent.extensions,
         )
     )

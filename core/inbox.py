@@ -57,7 +57,7 @@ HEAD_SELF = "self"
 
 
 def enqueue(tx: Tx, cid: ConversationId, item: InboxItem) -> None:
-    tx.set_inbox(cid, tx.conv(cid).inbox + (item,))
+    tx.set_inbox(cid, tx.conversations[cid].inbox + (item,))
 
 
 def append_user(tx: Tx, cid: ConversationId, content: str) -> EntryId:
@@ -80,7 +80,7 @@ def append_entry(tx: Tx, cid: ConversationId, kind: str, content: str, data: dic
 def is_stale(tx: Tx, cid: ConversationId, data: dict[str, Any] | None) -> bool:
     """A write whose numeric head is older than the current range start."""
     head = (data or {}).get("head")
-    current = tx.conv(cid).context.head
+    current = tx.conversations[cid].context.head
     return isinstance(head, int) and not isinstance(head, bool) and current is not None and head < current
 
 
@@ -118,7 +118,7 @@ def place_write(
 
 def has_reset(tx: Tx, cid: ConversationId) -> bool:
     """A queued reset (a write with head ``self``): the boundary is final."""
-    return any(i.mode == InboxMode.WRITE and (i.data or {}).get("head") == HEAD_SELF for i in tx.conv(cid).inbox)
+    return any(i.mode == InboxMode.WRITE and (i.data or {}).get("head") == HEAD_SELF for i in tx.conversations[cid].inbox)
 
 
 def place(tx: Tx, item: InboxItem, cid: ConversationId) -> SubmissionId:
@@ -141,7 +141,7 @@ def boundary(tx: Tx, cid: ConversationId, *, final: bool) -> tuple[SubmissionId,
     (all with ``follow_up_mode="all"``). Writes are placed first, then the
     user items, each group in id order.
     """
-    items = tx.conv(cid).inbox
+    items = tx.conversations[cid].inbox
     if not items:
         return ()
     settings = tx.settings
@@ -166,7 +166,7 @@ def boundary(tx: Tx, cid: ConversationId, *, final: bool) -> tuple[SubmissionId,
 def withdraw_inputs(tx: Tx, cid: ConversationId) -> None:
     """Withdraw every queued *input* of a conversation (an abort): each
     settles ``unanswered/aborted``; queued writes stay."""
-    items = tx.conv(cid).inbox
+    items = tx.conversations[cid].inbox
     inputs = [i for i in items if i.mode != InboxMode.WRITE]
     if not inputs:
         return

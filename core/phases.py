@@ -80,6 +80,11 @@ class Turn:
 
 Handler = Callable[[Turn, Any], None]
 
+#: The ``Step.rules`` name of each row run so far, without its task id
+#: (``<kind>:<phase>,<input> #``): formatting two members costs more than the
+#: rest of a run's bookkeeping. At most one per row of the tables.
+_NAMES: dict[tuple[str, enum.StrEnum, enum.StrEnum], str] = {}
+
 
 @attrs.frozen(kw_only=True)
 class Row:
@@ -130,8 +135,12 @@ class Machine:
     def run(self, tx: Tx, task: Task, checkpoint: Checkpoint, move: enum.StrEnum, event: Any = None) -> None:
         """Apply the row (checkpoint.PHASE, move) to ``task``, then check the
         task ended up where the row says."""
-        row = self.row(checkpoint.PHASE, move)
-        tx.rules.append(f"{self.kind}:{checkpoint.PHASE},{move} #{task.id}")
+        phase = checkpoint.PHASE
+        row = self.rows.get((phase, move)) or self.row(phase, move)  # (the second raises: not a row)
+        name = _NAMES.get((self.kind, phase, move))
+        if name is None:
+            name = _NAMES[(self.kind, phase, move)] = f"{self.kind}:{phase},{move} #"
+        tx.rules.append(f"{name}{task.id}")
         row.handler(Turn(tx, task, checkpoint, row.next), event)
         after = tx.tasks.get(task.id)
         if row.next is END:

@@ -70,7 +70,7 @@ def _ask(tx: Tx, task: Task, cp: ReconcileCheckpoint) -> None:
             call_id=str(task.input["call_id"]),
             name=str(task.input["name"]),
             arguments=dict(cp.arguments),
-            cwd=tx.conv(task.conversation_id).agent.cwd,
+            cwd=tx.conversations[task.conversation_id].agent.cwd,
         )
     )
 

@@ -63,7 +63,7 @@ from .state import ToolSlot
 def _is_sequential(tx: Tx, task: Task, calls: tuple[ToolCall, ...]) -> bool:
     """The round runs one call at a time if the agent says so, or if any of
     its tools does."""
-    if tx.conv(task.conversation_id).agent.tool_execution == ExecutionMode.SEQUENTIAL:
+    if tx.conversations[task.conversation_id].agent.tool_execution == ExecutionMode.SEQUENTIAL:
         return True
     for call in calls:
         info = tx.catalog.get(call.name)
@@ -113,7 +113,7 @@ def start_round(turn: Turn, entry: Entry, prepared: tuple[PreparedCall | None, .
         slots.append(ToolSlot(call_id=call.id, name=call.name, task_id=tool.id, status=next_slot_status(None, move)))
     round_ = ToolsCheckpoint(assistant=entry.id, tools=tuple(created), pending=tuple(pending))
     turn.store(TaskMove.WAIT, round_, on=tuple(created))
-    live = tx.conv(task.conversation_id).live
+    live = tx.conversations[task.conversation_id].live
     tx.set_live(task.conversation_id, live_to(live, LiveMove.ROUND, tools=tuple(slots), attempt=None))
 
 
@@ -121,7 +121,7 @@ def next_call(turn: Turn, _: None) -> None:
     """Row ``(tools, next_call)``: the next call of a sequential batch."""
     tx, task, cp = turn.tx, turn.task, turn.checkpoint
     assert isinstance(cp, ToolsCheckpoint)
-    live = tx.conv(task.conversation_id).live
+    live = tx.conversations[task.conversation_id].live
     slots = live.tools or ()
     call_id = cp.pending[0]
     slot = next(s for s in slots if s.call_id == call_id)
@@ -146,14 +146,14 @@ def after_tools(turn: Turn, _: None) -> None:
     assert isinstance(cp, ToolsCheckpoint)
     cid = task.conversation_id
     turn.store(TaskMove.RESERVE, durable=False, started_at=task.started_at or tx.now)
-    slots = tx.conv(cid).live.tools or ()
+    slots = tx.conversations[cid].live.tools or ()
     tx.act(
         RunAfterTools(
             task_id=task.id,
             conversation_id=cid,
             assistant_entry_id=cp.assistant,
             result_entry_ids=tuple(s.entry_id for s in slots if s.entry_id is not None),
-            extensions=system.hooked(tx.extensions, tx.conv(cid).agent, "after_tools"),
+            extensions=system.hooked(tx.extensions, tx.conversations[cid].agent, "after_tools"),
         )
     )
 
@@ -171,7 +171,7 @@ def round_done(turn: Turn, ev: AfterToolsRan | None) -> None:
     tx, task, cp = turn.tx, turn.task, turn.checkpoint
     assert isinstance(cp, ToolsCheckpoint)
     cid = task.conversation_id
-    slots = tx.conv(cid).live.tools or ()
+    slots = tx.conversations[cid].live.tools or ()
     decision = controls.decide(controls.round_controls(slots), ev.control if ev else None)
     controls.apply_added(tx, cid, decision.added)
     done = Outcome(status=OutcomeStatus.COMPLETED, result={"entry_id": cp.assistant})

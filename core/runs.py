@@ -56,12 +56,12 @@ def create_generation(tx: Tx, cid: ConversationId) -> Task:
 def start_run(tx: Tx, cid: ConversationId, inputs: tuple[SubmissionId, ...]) -> Task:
     """Make the conversation busy with a new run answering ``inputs``."""
     gen = create_generation(tx, cid)
-    tx.set_live(cid, live_to(tx.conv(cid).live, LiveMove.START, run=RunInfo(task_id=gen.id, inputs=inputs)))
+    tx.set_live(cid, live_to(tx.conversations[cid].live, LiveMove.START, run=RunInfo(task_id=gen.id, inputs=inputs)))
     return gen
 
 
 def owns_run(tx: Tx, task: Task) -> bool:
-    run = tx.conv(task.conversation_id).live.run
+    run = tx.conversations[task.conversation_id].live.run
     return run is not None and run.task_id == task.id
 
 
@@ -71,7 +71,7 @@ def hand_over(tx: Tx, gen: Task, steered: tuple[SubmissionId, ...]) -> Task:
     ``live.run.task_id`` switched, the round's slots cleared, steered inputs
     joined to the run. Part of the commit that finished ``gen``."""
     successor = create_generation(tx, gen.conversation_id)
-    live = tx.conv(gen.conversation_id).live
+    live = tx.conversations[gen.conversation_id].live
     run = live.run
     assert run is not None and run.task_id == gen.id
     tx.set_live(
@@ -102,7 +102,7 @@ def end_run(
     """
     if not owns_run(tx, gen):
         return
-    live = tx.conv(gen.conversation_id).live
+    live = tx.conversations[gen.conversation_id].live
     assert live.run is not None
     move = SubmissionMove.ANSWER if status is SubmissionStatus.DONE else SubmissionMove.FAIL
     for sid in live.run.inputs:

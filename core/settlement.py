@@ -105,7 +105,7 @@ def cleanup(tx: Tx, task: Task, *, reason: Reason, detail: str | None) -> None:
     a run the task was responsible for ends with its inputs unanswered; a
     tool slot is settled without an entry."""
     end_run(tx, task, status=SubmissionStatus.UNANSWERED, reason=reason, detail=detail)
-    live = tx.conv(task.conversation_id).live
+    live = tx.conversations[task.conversation_id].live
     if live.tools is not None and any(s.task_id == task.id for s in live.tools):
         tools = tuple(slot_to(s, SlotMove.SETTLE) if s.task_id == task.id else s for s in live.tools)
         tx.set_live(task.conversation_id, live_to(live, LiveMove.SLOT, tools=tools))

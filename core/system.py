@@ -195,7 +195,7 @@ def request_view(tx: Tx, conv: ConvState) -> tuple[tuple[str, ...] | None, str |
     prompt of this conversation's next request: the recorded state when it
     is tracked, so a re-sent request offers what the model was shown."""
     if tracks(tx, conv):
-        shown = tx.conv(conv.id).context
+        shown = tx.conversations[conv.id].context
         return shown.tools, system_text(shown.sections)
     return tools_view(tx, conv), None
 
@@ -204,7 +204,7 @@ def tools_view(tx: Tx, conv: ConvState) -> tuple[str, ...] | None:
     """The tool names a call of this conversation may resolve to (None:
     every installed tool)."""
     if tracks(tx, conv):
-        return tx.conv(conv.id).context.tools
+        return tx.conversations[conv.id].context.tools
     if conv.agent.extensions is not None:
         return offered_tools(tx.extensions, tx.catalog, conv.agent)
     return conv.agent.tools

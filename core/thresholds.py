@@ -42,13 +42,13 @@ from .events import ContextMeasured
 def measures(tx: Tx, cid: ConversationId, cp: PrepareCheckpoint) -> bool:
     """Whether prepare measures the context first (a known window,
     compaction enabled, nothing compacted yet in this generation)."""
-    window = tx.conv(cid).agent.context_window
+    window = tx.conversations[cid].agent.context_window
     return bool(window) and tx.settings.compaction.enabled and cp.compacted is None
 
 
 def blocking_limit(tx: Tx, cid: ConversationId) -> int:
     """``window - reserve_tokens`` (only called when the window is known)."""
-    window = tx.conv(cid).agent.context_window
+    window = tx.conversations[cid].agent.context_window
     assert window is not None
     return window - tx.settings.compaction.reserve_tokens
 
@@ -62,7 +62,7 @@ def measure(turn: Turn, _: None) -> None:
     the size of the context as it stands (the newest entry is the cutoff)."""
     tx, task = turn.tx, turn.task
     turn.store(TaskMove.RESERVE, durable=False, started_at=task.started_at or tx.now)
-    shown = system.request_view(tx, tx.conv(task.conversation_id))[1]
+    shown = system.request_view(tx, tx.conversations[task.conversation_id])[1]
     cutoff = EntryId(tx.next_id - 1)
     tx.act(MeasureContext(task_id=task.id, conversation_id=task.conversation_id, cutoff=cutoff, system=shown))
 

@@ -41,8 +41,8 @@ def run_tool(tx: Tx, task: Task, cp: ExecuteCheckpoint) -> None:
             call_id=str(task.input["call_id"]),
             name=str(task.input["name"]),
             arguments=dict(cp.arguments),
-            cwd=tx.conv(task.conversation_id).agent.cwd,
-            extensions=tx.conv(task.conversation_id).agent.extensions,
+            cwd=tx.conversations[task.conversation_id].agent.cwd,
+            extensions=tx.conversations[task.conversation_id].agent.extensions,
         )
     )
 
@@ -97,7 +97,7 @@ def settle(
     move_slot(tx, task, SlotMove.SETTLE, entry_id=entry.id, output=None, control=dict(control) if control else None)
     if usage is not None:
         name = str(task.input["name"])
-        doc = tx.conv(task.conversation_id).usage
+        doc = tx.conversations[task.conversation_id].usage
         total = doc.tools.get(name, UsageTotals()) + UsageTotals.one_call(usage)
         tx.set_usage(task.conversation_id, evolve(doc, tools={**doc.tools, name: total}))
 
@@ -105,7 +105,7 @@ def settle(
 def move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = None, **changes: Json) -> None:
     """Move the slot of ``task`` in the current round (lifecycle.py's slot
     table); ``changes`` are further slot fields (``output``)."""
-    live = tx.conv(task.conversation_id).live
+    live = tx.conversations[task.conversation_id].live
     if live.tools is None:
         return
     tools = tuple(
@@ -119,7 +119,7 @@ def move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = 
 
 def slot(tx: Tx, task: Task) -> ToolSlot | None:
     """The slot of ``task`` in its conversation's current round, if any."""
-    return next((s for s in tx.conv(task.conversation_id).live.tools or () if s.task_id == task.id), None)
+    return next((s for s in tx.conversations[task.conversation_id].live.tools or () if s.task_id == task.id), None)
 
 
 def partial(tx: Tx, task: Task) -> str:

@@ -146,8 +146,8 @@ def _prepare(turn: Turn, _: None) -> None:
             assistant_entry_id=EntryId(int(task.input["assistant"])),
             call_id=str(task.input["call_id"]),
             name=str(task.input["name"]),
-            tools=system.tools_view(tx, tx.conv(task.conversation_id)),
-            extensions=tx.conv(task.conversation_id).agent.extensions,
+            tools=system.tools_view(tx, tx.conversations[task.conversation_id]),
+            extensions=tx.conversations[task.conversation_id].agent.extensions,
         )
     )
 
@@ -274,7 +274,7 @@ def _abort_hooks(turn: Turn, _: None) -> None:
     tx, task = turn.tx, turn.task
     running = turn.store(TaskMove.RESERVE, durable=False)
     cp = turn.checkpoint
-    conv = tx.conv(task.conversation_id)
+    conv = tx.conversations[task.conversation_id]
     tx.act(
         RunAbortHooks(
             task_id=running.id,
@@ -373,7 +373,7 @@ def on_abort(tx: Tx, task: Task) -> None:
     cp = MACHINE.parsed(tx, task)
     if cp is None:
         return
-    hooked = system.hooked(tx.extensions, tx.conv(task.conversation_id).agent, "on_abort")
+    hooked = system.hooked(tx.extensions, tx.conversations[task.conversation_id].agent, "on_abort")
     MACHINE.run(tx, task, cp, _I.ABORT_HOOKS if hooked else _I.ABORT)
 
 

@@ -57,7 +57,7 @@ def responded(turn: Turn, ev: ModelResponded) -> Entry:
     )
     tx.put_entry(entry)
     count_call(turn, ev.usage)
-    live = tx.conv(task.conversation_id).live
+    live = tx.conversations[task.conversation_id].live
     if live.partial is not None or live.poll_at is not None:
         tx.set_live(task.conversation_id, live_to(live, LiveMove.ANSWERED, partial=None, poll_at=None))
     return entry
