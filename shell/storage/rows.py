@@ -9,7 +9,7 @@ path, each record encoded once).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, assert_never
+from typing import Any, NamedTuple, assert_never
 
 import attrs
 
@@ -38,9 +38,11 @@ from . import codec
 # --- row encoding shared by the adapters ------------------------------------
 
 
-@attrs.frozen(kw_only=True)
-class Row:
-    """One write as a table row: ``table`` and its column values."""
+class Row(NamedTuple):
+    """One write as a table row: ``table`` and its column values. (A named
+    tuple, built positionally on the write path: one is made for every write
+    of every commit, and a frozen attrs class's ``__init__`` cost 4-5 times
+    as much; issue 11 item 2.)"""
 
     table: str
     key: tuple[Any, ...]
@@ -167,15 +169,12 @@ def _lean_revision_row(did: int, r: DocumentRevision, seq: int, lean: str) -> Ro
     # (``_value_``: an enum member's value, without the ``value`` property's call)
     action, scope, history = r.action._value_, r.scope, r.history
     reclaims = action != "delta" and (history is DocHistory.LATEST or scope is DocScope.TASK)
-    return Row(
-        table="document_revisions",
-        key=(did, seq),
-        columns={
-            "document_id": did, "seq": seq, "action": action, "scope": scope._value_, "owner": r.owner,
-            "kind": r.kind, "version": r.version, "history": history._value_, "fork": r.fork._value_,
-            "reclaims": reclaims, "content": lean,
-        },
-    )
+    columns = {
+        "document_id": did, "seq": seq, "action": action, "scope": scope._value_, "owner": r.owner,
+        "kind": r.kind, "version": r.version, "history": history._value_, "fork": r.fork._value_,
+        "reclaims": reclaims, "content": lean,
+    }
+    return Row("document_revisions", (did, seq), columns)
 
 
 def _lean_revision(r: DocumentRevision, rec: str) -> str:
@@ -298,7 +297,7 @@ def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
         f'{{"id":{_int(e.id)},"conversation_id":{_int(e.conversation_id)}', codec.plain_dumps(_ENTRY_REST(e))
     )
     columns = {"id": e.id, "conversation_id": e.conversation_id, "seq": seq, "record": lean}
-    return Row(table="entries", key=(e.id,), columns=columns), _ENTRY_JOURNAL + record + "}"
+    return Row("entries", (e.id,), columns), _ENTRY_JOURNAL + record + "}"
 
 
 def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
@@ -310,7 +309,7 @@ def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
     if status is TaskStatus.TERMINAL:
         lean = codec.plain_dumps({k: v for k, v in data.items() if k not in TERMINAL_DROPS})
     columns = {"id": t.id, "conversation_id": t.conversation_id, "kind": t.kind, "status": status._value_, "owner": t.owner, "record": lean}
-    return Row(table="tasks", key=(t.id,), columns=columns), _TASK_JOURNAL + record + "}"
+    return Row("tasks", (t.id,), columns), _TASK_JOURNAL + record + "}"
 
 
 def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
