@@ -249,7 +249,9 @@ def to_json(value: Any) -> Json:
         for (name, default), v in zip(fields, read(value)):
             if v is default or v == default:
                 continue
-            out[name] = to_json(v)
+            # a plain field (most are: ids, names, counters) is its own JSON:
+            # no call for it
+            out[name] = v if _KINDS.get(type(v)) is _AS_IS else to_json(v)
     if len(_MEMO) >= _MEMO_MAX:
         _MEMO.clear()
     _MEMO[id(value)] = (value, out)
@@ -295,6 +297,10 @@ def _typed(old: Any, new: Any, path: list[Json], out: list[Json]) -> None:
             for name, default, a, b in changed:
                 if a is default or a == default:
                     out.append(["s", [*path, name], to_json(b)])
+                elif (kb := _KINDS.get(type(b))) is _AS_IS or kb is _ENUM:  # a status, a number, a string
+                    ka = _KINDS.get(type(a))  # (both as JSON without a call: to_json's first two cases)
+                    ja = a if ka is _AS_IS else a._value_ if ka is _ENUM else to_json(a)
+                    chord.diff_scalar(ja, b if kb is _AS_IS else b._value_, [*path, name], out)
                 else:
                     _typed(a, b, [*path, name], out)
         return

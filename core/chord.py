@@ -257,7 +257,26 @@ def _diff(a: Json, b: Json, path: list[Json], out: list[Op]) -> None:
             else:
                 out.append(["s", [*path, k], v])
         return
-    if ta is str and tb is str:
+    if ta is list and tb is list:
+        _diff_list(a, b, path, out)
+        return
+    _changed(a, b, path, out)
+
+
+def diff_scalar(old: Json, new: Json, path: list[Json], out: list[Op]) -> None:
+    """``diff_into`` for two values that are not both objects nor both
+    arrays (a string, a number, a status - what most changes of a built-in
+    are, builtins.typed_ops): the same ops, without ``same``'s walk."""
+    if old is new or (type(old) is type(new) and old == new):
+        return  # (``same``, for such values)
+    _changed(old, new, path, out)
+
+
+def _changed(a: Json, b: Json, path: list[Json], out: list[Op]) -> None:
+    """The ops of two different values that are not both objects nor both
+    arrays: a string that grew or lost its front is an edit, anything else
+    is replaced."""
+    if type(a) is str and type(b) is str:
         if b.startswith(a):
             out.append(["a", path, b[len(a) :]])
             return
@@ -267,11 +286,6 @@ def _diff(a: Json, b: Json, path: list[Json], out: list[Op]) -> None:
             if len(b) > len(a) - n:
                 out.append(["a", path, b[len(a) - n :]])
             return
-        _whole(path, b, out)
-        return
-    if ta is list and tb is list:
-        _diff_list(a, b, path, out)
-        return
     _whole(path, b, out)
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pidurable.core.chord import OpError, apply, diff, rebuild, same
+from pidurable.core.chord import OpError, apply, diff, diff_scalar, rebuild, same
 
 json_leaf = st.one_of(
     st.none(),
@@ -94,6 +94,22 @@ def test_diff_then_apply_gives_the_new_value(old: Any, new: Any) -> None:
     """``apply(old, diff(old, new))`` is ``new``; equal values diff to nothing."""
     assert same(apply(old, diff(old, new)), new)
     assert diff(new, new) == ()
+
+
+@given(json_value, json_leaf, st.lists(st.text("kx", max_size=2), min_size=1, max_size=3))
+@example(1, True, ["k"])  # equal in Python, not as JSON
+@example(1.0, 1, ["k"])
+@example("ab", "abc", ["k"])  # an append
+@example("abc", "bcd", ["k"])  # a front trim and an append
+@example({"k": 1}, "x", ["k"])
+def test_diff_scalar_is_diff_when_one_side_is_a_scalar(old: Any, new: Any, path: list[Any]) -> None:
+    """``diff_scalar`` (builtins.typed_ops' path for a changed status,
+    number or string) gives exactly ``diff``'s ops, either way round, at any
+    path: the same string edits (append, front trim), the same replacements."""
+    for a, b in ((old, new), (new, old)):
+        out: list[Any] = []
+        diff_scalar(a, b, list(path), out)
+        assert out == list(diff(a, b, path))
 
 
 @given(history())
