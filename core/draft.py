@@ -152,7 +152,10 @@ class Tx:
             self.task_index,
         ) = _read_drafted(state)
         self._own: set[str] = set()
-        self._ix: IndexDraft | None = None
+        #: The step's working index (index.py), kept by put_task and
+        #: put_conversation: a plain attribute, not made on first use - the
+        #: scheduling pass and most puts read it (a property call each time).
+        self.index = IndexDraft(self.task_index)
         #: Tasks this step changed, or whose readiness a change may have
         #: changed (waiters of a task that ended, its owner): what the
         #: scheduling pass looks at (scheduling.py), unless ``rescan``.
@@ -165,16 +168,8 @@ class Tx:
 
     def _freeze(self, next_seq: int) -> State:
         """The draft as a State whose ``next_seq`` is ``next_seq``."""
-        if self._ix is not None:
-            self.task_index = self._ix.freeze()
+        self.task_index = self.index.freeze()  # (its own base when nothing changed)
         return State(next_seq=next_seq, opened=self._base.opened, **dict(zip(DRAFT_FIELDS, _read_drafted(self))))
-
-    @property
-    def index(self) -> IndexDraft:
-        """The step's working index (index.py), kept by put_task/put_conversation."""
-        if self._ix is None:
-            self._ix = IndexDraft(self.task_index)
-        return self._ix
 
     def touch(self, task_id: TaskId) -> None:
         """The scheduling pass should look at ``task_id`` again."""
