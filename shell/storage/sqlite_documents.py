@@ -25,8 +25,9 @@ from .base import DocumentRow, builtin_value, document_state, split_builtins
 Execute = Callable[[str, Sequence[Any]], list[Any]]
 
 
-def write(conn: sqlite3.Connection, c: dict[str, Any]) -> None:
-    """One document revision: the record row, the revision, reclamation."""
+def write(conn: sqlite3.Cursor, c: dict[str, Any]) -> None:
+    """One document revision: the record row, the revision, reclamation
+    (``conn``: the commit's cursor, inside its transaction)."""
     did, seq = c["document_id"], c["seq"]
     if c["action"] == "retire":
         conn.execute("UPDATE document_records SET retired_seq = ? WHERE id = ?", (seq, did))
