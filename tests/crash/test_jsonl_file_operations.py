@@ -82,6 +82,19 @@ def _patch(monkeypatch: Any, snaps: Snapshots) -> None:
     monkeypatch.setattr(os, "truncate", after(real_truncate))
 
 
+def _recording(storage: JsonlStorage, batches: list[Any]) -> JsonlStorage:
+    """``storage`` with every batch it commits appended to ``batches`` (once
+    the store took it), the commits a crash copy is compared against."""
+    inner = storage.commit_many
+
+    def recorded(batch: Any) -> None:
+        inner(batch)
+        batches.append(list(batch))
+
+    storage.commit_many = recorded  # type: ignore[method-assign]
+    return storage
+
+
 def _run(path: Path, batches: list[Any]) -> None:
     async def tool(call: Any, args: dict[str, Any]) -> ToolResult:
         return ToolResult(text=f"ok {args.get('i')}")
@@ -93,14 +106,7 @@ def _run(path: Path, batches: list[Any]) -> None:
 
     registry = Registry()
     registry.install(define_tool("t", "a tool", {"type": "object"}, tool, replay="safe"))
-    storage = open_jsonl_storage(path)
-    inner = storage.commit_many
-
-    def recorded(batch: Any) -> None:
-        inner(batch)
-        batches.append(list(batch))
-
-    storage.commit_many = recorded  # type: ignore[method-assign]
+    storage = _recording(open_jsonl_storage(path), batches)
 
     async def main() -> None:
         async with Harness.open(storage, models=ScriptedModels(answer), registry=registry) as h:
@@ -179,14 +185,7 @@ def test_a_crash_while_a_schema6_store_is_upgraded_and_resumed_opens_to_the_comm
     snaps = Snapshots(store, out)
     batches: list[Any] = []
     _patch(monkeypatch, snaps)
-    storage = open_jsonl_storage(store)
-    inner = storage.commit_many
-
-    def recorded(batch: Any) -> None:
-        inner(batch)
-        batches.append(list(batch))
-
-    storage.commit_many = recorded  # type: ignore[method-assign]
+    storage = _recording(open_jsonl_storage(store), batches)
 
     async def life() -> None:
         async with Harness.open(storage, models=ScriptedModels(lambda r: reply(text="settled")), registry=Registry()) as h:
