@@ -24,6 +24,8 @@ printed value is the median over --repeat runs.
 - peak RSS: the child's own peak (VmHWM; imports included).
 - last/first 10%: ms/step over the last 10% of rounds over ms/step over the
   first 10% (from the time of each model call): 1.00 means flat in history.
+  CPU last/first: the same from the process CPU time at each model call
+  (other processes' load moves wall time far more than CPU time here).
 
 The peers run in their own venv, made on first use under
 ~/.cache/pidurable-bench/peers-venv (or --peers-venv) from
@@ -89,14 +91,21 @@ def child_pidurable(args: argparse.Namespace) -> dict[str, Any]:
     d = Path(args.dir)
     times: dict[str, float] = {}
     gc.collect()
-    run = partial(run_once, args.rounds, d / "bench.sqlite", args.synchronous, storage_kind=args.storage, times=times)
+    cpu_marks: list[float] = []
+    run = partial(
+        run_once, args.rounds, d / "bench.sqlite", args.synchronous, storage_kind=args.storage, times=times,
+        cpu_marks=cpu_marks,
+    )
     _, marks, commits = trio.run(run)
     first, last = tenth_ratio(marks, args.rounds)
+    cpu_first, cpu_last = tenth_ratio(cpu_marks, args.rounds)
     return {
         "wall_s": times["done"] - times["start"],
         "cpu_s": times["cpu_done"] - times["cpu_start"],
         "first_s": first,
         "last_s": last,
+        "cpu_first_s": cpu_first,
+        "cpu_last_s": cpu_last,
         "bytes": dir_bytes(d),
         "commits": commits,
         "peak_rss_mb": peak_rss_mb(),
@@ -112,10 +121,12 @@ def child_peer(args: argparse.Namespace, peer: str) -> dict[str, Any]:
     d = args.dir
     pb._EFFECT_FD = os.open(os.path.join(d, "effects.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     marks: list[float] = []
+    cpu_marks: list[float] = []
     body = pb.model_body
 
     def timed_model_body(r: int, rounds: int) -> list[dict[str, Any]]:
         marks.append(time.perf_counter())
+        cpu_marks.append(time.process_time())
         return body(r, rounds)  # type: ignore[no-any-return]
 
     pb.model_body = timed_model_body  # run_* look it up in the module at call time
@@ -140,6 +151,8 @@ def child_peer(args: argparse.Namespace, peer: str) -> dict[str, Any]:
         "cpu_s": cpu,
         "first_s": (marks[tenth] - marks[0]) / (tenth * 4),
         "last_s": (marks[-1] - marks[-1 - tenth]) / (tenth * 4),
+        "cpu_first_s": (cpu_marks[tenth] - cpu_marks[0]) / (tenth * 4),
+        "cpu_last_s": (cpu_marks[-1] - cpu_marks[-1 - tenth]) / (tenth * 4),
         "bytes": pb.db_bytes(d),
         "model_calls": len(marks),
         "peak_rss_mb": vm_hwm_mb(),
@@ -331,6 +344,12 @@ def report(
             return None
         return statistics.median(r["last_s"] / r["first_s"] for r in runs)
 
+    def cpu_drift(system: str, rounds: int) -> float | None:
+        runs = results.get((system, rounds))
+        if not runs or any(not r.get("cpu_first_s") for r in runs):
+            return None
+        return statistics.median(r["cpu_last_s"] / r["cpu_first_s"] for r in runs)
+
     def per_step(system: str, rounds: int) -> float | None:
         b = med(system, rounds, "bytes")
         return None if b is None else b / (4 * rounds + 1)
@@ -347,36 +366,37 @@ def report(
     head = " | ".join(f"ms/step R={r}" for r in args.rounds)
     print(
         f"| system | {head} | x pidurable | CPU ms/step R={detail} | x pidurable CPU | bytes/step R={detail} | "
-        f"peak RSS MB R={detail} | last/first 10% R={detail} |"
+        f"peak RSS MB R={detail} | last/first 10% R={detail} | CPU last/first R={detail} |"
     )
-    print("|---|" + "---:|" * (len(args.rounds) + 6))
+    print("|---|" + "---:|" * (len(args.rounds) + 7))
     for system in systems:
         cells = " | ".join(fmt(ms(system, r)) for r in args.rounds)
         ratios = "/".join(fmt(ratio(system, r), 1) for r in args.rounds if ms(system, r) is not None) or "–"
         print(
             f"| {LABELS[system]} | {cells} | {ratios} | {fmt(cpu(system, detail))} | {fmt(cpu_ratio(system, detail), 1)} | "
             f"{fmt(per_step(system, detail), 0)} | "
-            f"{fmt(med(system, detail, 'peak_rss_mb'), 0)} | {fmt(drift(system, detail))} |"
+            f"{fmt(med(system, detail, 'peak_rss_mb'), 0)} | {fmt(drift(system, detail))} | "
+            f"{fmt(cpu_drift(system, detail))} |"
         )
     print()
     print(
         "| system | R | steps | runs | ms/step | CPU ms/step | x pidurable | bytes/step | peak RSS MB | "
-        "first 10% ms | last 10% ms | last/first |"
+        "first 10% ms | last 10% ms | last/first | CPU last/first |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for system in systems:
         for r in args.rounds:
             runs = results.get((system, r))
             if not runs:
                 if (system, r) in errors:
-                    print(f"| {LABELS[system]} | {r} | {4 * r + 1} | 0 | failed: {errors[(system, r)][:80]} ||||||||")
+                    print(f"| {LABELS[system]} | {r} | {4 * r + 1} | 0 | failed: {errors[(system, r)][:80]} |||||||||")
                 continue
             print(
                 f"| {LABELS[system]} | {r} | {4 * r + 1} | {len(runs)} | {fmt(ms(system, r), 3)} | "
                 f"{fmt(cpu(system, r), 3)} | {fmt(ratio(system, r))} | "
                 f"{fmt(per_step(system, r), 0)} | {fmt(med(system, r, 'peak_rss_mb'), 0)} | "
                 f"{fmt(1000 * med(system, r, 'first_s'), 3)} | {fmt(1000 * med(system, r, 'last_s'), 3)} | "
-                f"{fmt(drift(system, r))} |"
+                f"{fmt(drift(system, r))} | {fmt(cpu_drift(system, r))} |"
             )
     if errors:
         print()

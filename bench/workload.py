@@ -36,10 +36,14 @@ def steps_of(rounds: int) -> int:
     return rounds * 4 + 1
 
 
-def make_models(rounds: int, marks: list[float] | None = None) -> ScriptedModels:
+def make_models(
+    rounds: int, marks: list[float] | None = None, cpu_marks: list[float] | None = None
+) -> ScriptedModels:
     """A model that asks for 3 tool calls while the conversation has had fewer
     than ``rounds`` tool rounds since its first message, then answers "done".
-    ``marks`` (if given) gets the time of every model call."""
+    ``marks`` (if given) gets the time of every model call (``perf_counter``),
+    ``cpu_marks`` the process CPU time then (``process_time``: other
+    processes' load moves it far less)."""
     calls = [tool_call("t", i=0), tool_call("t", i=1), tool_call("t", i=2)]
     tool_round = reply(tool_calls=calls)
     final = reply(text="done")
@@ -49,6 +53,8 @@ def make_models(rounds: int, marks: list[float] | None = None) -> ScriptedModels
         k = (len(request.messages) - 1) // 4
         if marks is not None:
             marks.append(time.perf_counter())
+        if cpu_marks is not None:
+            cpu_marks.append(time.process_time())
         return tool_round if k < rounds else final
 
     return ScriptedModels(script)
@@ -88,15 +94,22 @@ def open_storage(kind: str, db: Path, synchronous: str = "NORMAL") -> Any:
 
 
 async def run_once(
-    rounds: int, db: Path, synchronous: str, *, storage_kind: str = "sqlite", times: dict[str, float] | None = None
+    rounds: int,
+    db: Path,
+    synchronous: str,
+    *,
+    storage_kind: str = "sqlite",
+    times: dict[str, float] | None = None,
+    cpu_marks: list[float] | None = None,
 ) -> tuple[float, list[float], int]:
     """One conversation, one input, R tool rounds on a fresh store.
     Returns (seconds from submit to done, the time of every model call, commits).
     ``times`` (if given) gets perf_counter() marks: ``start`` (before the store
     is opened), ``submit``, ``done`` and ``closed``, and the process CPU time
-    (``process_time``) at start and done: ``cpu_start``, ``cpu_done``."""
+    (``process_time``) at start and done: ``cpu_start``, ``cpu_done``;
+    ``cpu_marks`` (if given) the CPU time of every model call."""
     marks: list[float] = []
-    models = make_models(rounds, marks)
+    models = make_models(rounds, marks, cpu_marks)
     cpu_start = time.process_time()
     start = time.perf_counter()
     storage = open_storage(storage_kind, db, synchronous)
