@@ -95,6 +95,14 @@ def _recording(storage: JsonlStorage, batches: list[Any]) -> JsonlStorage:
     return storage
 
 
+def _second_open_changes_nothing(copy: Path) -> None:
+    """The first open repaired ``copy``: opening it again leaves every file
+    (but the lock's) byte for byte as it was."""
+    before = {n: (copy / n).read_bytes() for n in os.listdir(copy) if n not in SKIP}
+    open_jsonl_storage(copy).close()
+    assert {n: (copy / n).read_bytes() for n in os.listdir(copy) if n not in SKIP} == before, copy.name
+
+
 def _run(path: Path, batches: list[Any]) -> None:
     async def tool(call: Any, args: dict[str, Any]) -> ToolResult:
         return ToolResult(text=f"ok {args.get('i')}")
@@ -155,10 +163,7 @@ def test_a_crash_after_any_file_operation_opens_to_the_commits_that_counted(tmp_
             seen.add(len(got))
         finally:
             reopened.close()
-        # open repaired it: a second open changes nothing
-        before = {n: (copy / n).read_bytes() for n in os.listdir(copy) if n not in SKIP}
-        open_jsonl_storage(copy).close()
-        assert {n: (copy / n).read_bytes() for n in os.listdir(copy) if n not in SKIP} == before, copy.name
+        _second_open_changes_nothing(copy)
     boundaries = {0}
     for batch in batches:
         boundaries.add(max(boundaries) + len(batch))
@@ -227,9 +232,7 @@ def test_a_crash_while_a_schema6_store_is_upgraded_and_resumed_opens_to_the_comm
             seen.add(len(got))
         finally:
             reopened.close()
-        before = {n: (copy / n).read_bytes() for n in os.listdir(copy) if n not in SKIP}
-        open_jsonl_storage(copy).close()
-        assert {n: (copy / n).read_bytes() for n in os.listdir(copy) if n not in SKIP} == before, copy.name
+        _second_open_changes_nothing(copy)
     boundaries = {fixture_commits}
     for batch in batches:
         boundaries.add(max(boundaries) + len(batch))
