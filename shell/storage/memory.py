@@ -258,6 +258,11 @@ class MemoryStorage:
             and (after is None or k[0] > after)
         ]
 
+    def entry_count(self, conversation_id: int) -> int:
+        """The entries written in this conversation (not those a fork
+        inherits: what SQLite's ``count(*)`` of its rows gives)."""
+        return sum(1 for r in self._tables["entries"].values() if r["conversation_id"] == conversation_id)
+
     def entry(self, entry_id: int) -> Entry | None:
         r = self._tables["entries"].get((entry_id,))
         return None if r is None else self._decode("entries", r, Entry)

@@ -129,11 +129,7 @@ class ReadOnlySqlite(SqliteStorage):
         )
         for (seq,) in candidates:  # a host's JSON may spell "type":"opened" too: the first event decides
             ((events,),) = self._rows("reading the journal", "SELECT events FROM journal WHERE seq = ?", [seq])
-            try:
-                first = json.loads(events)[0]
-            except (ValueError, IndexError, KeyError):
-                continue
-            if isinstance(first, dict) and first.get("type") == "opened":
+            if _opens(self.path, seq, events):
                 rows = self._rows(
                     "reading the journal",
                     "SELECT seq, format, events, writes FROM journal WHERE seq >= ? ORDER BY seq",
@@ -222,7 +218,7 @@ class ReadOnlyJsonl:
         """The journal from the last process open on (see ``ReadOnlySqlite.last_life``)."""
         rows = self._tables.journal()
         for i in range(len(rows) - 1, -1, -1):
-            if _opens(rows[i].events):
+            if _opens(self.path, rows[i].seq, rows[i].events):
                 return rows[i:]
         return []
 
@@ -242,18 +238,21 @@ class ReadOnlyJsonl:
         return self._tables.entry(entry_id)
 
     def entry_count(self, conversation_id: int) -> int:
-        """The entries written in this conversation (not those it inherits, as SQLite's count)."""
-        return sum(1 for r in self._tables._tables["entries"].values() if r["conversation_id"] == conversation_id)
+        return self._tables.entry_count(conversation_id)
 
     def document(self, conversation_id: ConversationId, kind: str) -> Any:
         return self._tables.document(conversation_id, kind)
 
 
-def _opens(events: str) -> bool:
-    """Whether a commit's events start with ``opened`` (a process life's first commit)."""
+def _opens(store: Path, seq: int, events: str) -> bool:
+    """Whether a commit's events start with ``opened`` (a process life's
+    first commit). Events that are not a JSON list are damage: reported
+    (the pidurable logger), and the commit counts as not opening a life."""
     try:
         first = json.loads(events)[0]
-    except (ValueError, IndexError, KeyError):
+    except (ValueError, IndexError, KeyError, TypeError) as e:
+        log.warning("Store %s: the events of commit %s are unreadable (%s): not taken as a process life's start",
+                    store, seq, e)
         return False
     return isinstance(first, dict) and first.get("type") == "opened"
 
