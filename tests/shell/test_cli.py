@@ -28,14 +28,27 @@ def run_cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedP
     return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str], float]:
-    """One demo run shared by the tests below (it takes a couple of seconds)."""
-    cwd = tmp_path_factory.mktemp("demo")
+#: The store of each demo run, relative to its directory (``--storage``).
+DEMO_STORES = {"sqlite": "tmp/x.sqlite", "jsonl": "tmp/x-jsonl"}
+
+
+@pytest.fixture(scope="module", params=sorted(DEMO_STORES))
+def demo_run(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, subprocess.CompletedProcess[str], float]:
+    """One demo run per kind of store, shared by the tests below (each takes
+    a couple of seconds). Its store is ``cwd / store_of(cwd)``."""
+    cwd = tmp_path_factory.mktemp(f"demo-{request.param}")
     (cwd / "tmp").mkdir()
+    (cwd / "storage").write_text(request.param)
     started = time.monotonic()
-    proc = run_cli("demo", "--db", "tmp/x.sqlite", cwd=cwd)
+    proc = run_cli("demo", "--storage", request.param, "--db", DEMO_STORES[request.param], cwd=cwd)
     return cwd, proc, time.monotonic() - started
+
+
+def store_of(cwd: Path) -> str:
+    """The store a demo run in ``cwd`` made (relative to ``cwd``)."""
+    return DEMO_STORES[(cwd / "storage").read_text()]
 
 
 @pytest.mark.slow
@@ -75,13 +88,16 @@ def test_demo_is_killed_three_times_and_resumes(demo_run: tuple[Path, subprocess
     counts = dict(re.findall(r"^  (\w+)\s+(\d+)  \(life", out, flags=re.M))
     assert counts == {"read": "2", "edit": "1", "weather": "1", "museums": "1", "trains": "2", "book_train": "1"}
     assert "All 3 submissions are done" in out
+    kind = (cwd / "storage").read_text()
+    assert f"store:    {(cwd / store_of(cwd)).resolve()} ({'embedded SQLite' if kind == 'sqlite' else 'a JSONL store directory'})" in out
+    assert (cwd / store_of(cwd)).is_dir() is (kind == "jsonl")
 
 
 @pytest.mark.slow
 def test_demo_store_as_read_back(demo_run: tuple[Path, subprocess.CompletedProcess[str], float]) -> None:
     cwd, proc, _ = demo_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    db = cwd / "tmp" / "x.sqlite"
+    db = cwd / store_of(cwd)
     config = read_snapshot(db, "config")
     assert config.submission is not None and config.submission.status is SubmissionStatus.DONE
     edit = next(t for t in config.tasks if t.input.get("name") == "edit")
@@ -95,7 +111,7 @@ def test_demo_store_as_read_back(demo_run: tuple[Path, subprocess.CompletedProce
 def test_inspect_after_demo(demo_run: tuple[Path, subprocess.CompletedProcess[str], float]) -> None:
     cwd, proc, _ = demo_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    res = run_cli("inspect", "--db", "tmp/x.sqlite", cwd=cwd)
+    res = run_cli("inspect", "--db", store_of(cwd), cwd=cwd)
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout
     assert "conversation 1 (root): idle" in out
@@ -104,13 +120,13 @@ def test_inspect_after_demo(demo_run: tuple[Path, subprocess.CompletedProcess[st
     assert "live tasks: none" in out
     assert "in use by process" not in out
     # --all shows the finished tree, including the interrupted edit
-    res = run_cli("inspect", "--db", "tmp/x.sqlite", "--all", cwd=cwd)
+    res = run_cli("inspect", "--db", store_of(cwd), "--all", cwd=cwd)
     assert res.returncode == 0, res.stderr
     assert re.search(r"pi\.tool edit  terminal \(failed: Tool edit was interrupted", res.stdout)
     assert re.search(r"└─ #\d+  pi\.tool trains  terminal \(completed\)", res.stdout)
     # the booking settled by its reconcile (issue 15)
     assert re.search(r"pi\.tool book_train  terminal \(completed\)[^\n]*\n\s+settled by reconcile: done", res.stdout)
-    res = run_cli("transcript", "--db", "tmp/x.sqlite", cwd=cwd)
+    res = run_cli("transcript", "--db", store_of(cwd), cwd=cwd)
     assert res.returncode == 0, res.stderr
     assert re.search(r"#\d+ tool book_train \[ok, reconciled: done\] for ", res.stdout)
 
@@ -190,6 +206,13 @@ def test_demo_refuses_an_existing_store(tmp_path: Path, capsys: pytest.CaptureFi
     assert "already exists" in capsys.readouterr().err
     assert main(["demo", "--db", str(tmp_path / "no" / "dir" / "x.sqlite")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "used-jsonl").mkdir()
+    assert main(["demo", "--storage", "jsonl", "--db", str(tmp_path / "used-jsonl")]) == 2
+    assert "already exists; the demo needs a new store directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:  # argparse: not a choice
+        main(["demo", "--storage", "postgres"])
+    assert exited.value.code == 2
+    assert "invalid choice: 'postgres'" in capsys.readouterr().err
 
 
 def test_usage_errors_exit_2_without_traceback(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from pidurable.shell.cli import main
 from pidurable.shell.journal import Kind, check
 from pidurable.shell.journal_file import read_journal
 from pidurable.shell.providers import ScriptedModels, reply, tool_call
-from pidurable.shell.storage.readonly import open_readonly
+from pidurable.shell.storage.readonly import open_view
 
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}}
 
@@ -60,7 +60,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def journal_of(path: Path) -> list[Any]:
-    s = open_readonly(path)
+    s = open_view(path)
     try:
         return s.journal()
     finally:
@@ -289,10 +289,11 @@ def test_replay_check_on_a_locked_store_works_read_only(store: Path, tmp_path: P
 
 
 @pytest.mark.slow
-def test_the_demos_stores_replay_exactly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """issue 11: `pidurable replay --check` reproduces the demo's store (its three parts, each killed with SIGKILL and resumed) exactly."""
-    db = tmp_path / "demo.sqlite"
-    assert main(["demo", "--db", str(db)]) == 0
+@pytest.mark.parametrize("storage", ["sqlite", "jsonl"])
+def test_the_demos_stores_replay_exactly(storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 11: `pidurable replay --check` reproduces the demo's store (its three parts, each killed with SIGKILL and resumed) exactly, on SQLite and on JSONL."""
+    db = tmp_path / ("demo.sqlite" if storage == "sqlite" else "demo-jsonl")
+    assert main(["demo", "--storage", storage, "--db", str(db)]) == 0
     assert f"pidurable replay --check --db {db}" in capsys.readouterr().out  # the demo says how
     assert main(["replay", "--check", "--db", str(db)]) == 0
     out = capsys.readouterr().out

@@ -1,8 +1,9 @@
 """``pidurable demo``: durable runs that survive a real SIGKILL.
 
 Three parts run one after the other in the root conversation of one embedded
-SQLite store, each in real child processes with a scripted model (no
-network); ``scenarios.toml`` says what they are:
+SQLite store (``--storage jsonl``: a JSONL store directory), each in real
+child processes with a scripted model (no network); ``scenarios.toml`` says
+what they are:
 
 1. *Config fix* (``read -> edit -> read -> answer``). The first child's
    ``edit`` really edits ``config/dev.json`` (8080 -> 8081) and then kills its
@@ -39,6 +40,7 @@ import time
 from pathlib import Path
 
 from ..common import EXIT_USAGE, CliError, Subparsers
+from .child import STORAGES
 from .parent import DemoFailed, Parent
 from .report import read_runs
 from .scenarios import SCENARIOS
@@ -52,13 +54,24 @@ def add_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         description="Run two scripted agent tasks in child processes, SIGKILL them mid-tool, "
         "resume each in a fresh process, and explain what the store held and what recovery did.",
     )
-    p.add_argument("--db", metavar="FILE", help="SQLite store to create (default: in a temporary directory)")
+    p.add_argument(
+        "--db", metavar="PATH", help="store to create: a SQLite file, or a JSONL store's directory with "
+        "--storage jsonl (default: in a temporary directory)"
+    )
+    p.add_argument(
+        "--storage", choices=STORAGES, default="sqlite",
+        help="the store the children share: an embedded SQLite file (default) or a JSONL directory",
+    )
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (store and work files)")
     p.set_defaults(func=cmd_demo)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    return run_demo(db=args.db, keep=args.keep)
+    return run_demo(db=args.db, keep=args.keep, storage=args.storage)
+
+
+#: How the banner names each kind of store.
+STORE_KIND = {"sqlite": "embedded SQLite", "jsonl": "a JSONL store directory"}
 
 
 def _call_order(call_id: str) -> tuple[int, ...]:
@@ -69,17 +82,20 @@ def _call_order(call_id: str) -> tuple[int, ...]:
         return (1 << 30,)
 
 
-def run_demo(db: str | None = None, keep: bool = False) -> int:
+def run_demo(db: str | None = None, keep: bool = False, storage: str = "sqlite") -> int:
+    if storage not in STORAGES:
+        raise CliError(f"--storage must be one of {', '.join(STORAGES)}, not {storage!r}", EXIT_USAGE)
     tmp = Path(tempfile.mkdtemp(prefix="pidurable-demo-"))
     try:
         if db is not None:
             store = Path(db).absolute()
             if store.exists():
-                raise CliError(f"{store} already exists; the demo needs a new store file", EXIT_USAGE)
+                what = "store file" if storage == "sqlite" else "store directory"
+                raise CliError(f"{store} already exists; the demo needs a new {what}", EXIT_USAGE)
             if not store.parent.is_dir():
                 raise CliError(f"Cannot create {store}: directory {store.parent} does not exist", EXIT_USAGE)
         else:
-            store = tmp / "demo.sqlite"
+            store = tmp / ("demo.sqlite" if storage == "sqlite" else "demo-jsonl")
         work = tmp / "work"
         logs = tmp / "logs"
         work.mkdir()
@@ -89,9 +105,9 @@ def run_demo(db: str | None = None, keep: bool = False) -> int:
                 (work / name).parent.mkdir(parents=True, exist_ok=True)
                 (work / name).write_text(content)
         print("pidurable demo: agent runs that survive a real SIGKILL (scripted model, no network)")
-        print(f"  store:    {store} (embedded SQLite)")
+        print(f"  store:    {store} ({STORE_KIND[storage]})")
         print(f"  work dir: {work}")
-        parent = Parent(store, work, logs)
+        parent = Parent(store, work, logs, storage)
         started = time.monotonic()
         try:
             for part in SCENARIOS.parts:

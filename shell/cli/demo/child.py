@@ -1,5 +1,5 @@
 """One process life of one demo part (``python -m pidurable.shell.cli.demo
-child PART --db FILE --work DIR --life N``).
+child PART --db PATH --work DIR --life N [--storage sqlite|jsonl]``).
 
 The child opens the store, installs the demo's tools and the scripted model,
 submits the part's prompt under its request id (a killed life already stored
@@ -41,6 +41,7 @@ from ...registry import (
     define_extension,
     define_tool,
 )
+from ...storage.jsonl import open_jsonl_storage
 from ...storage.sqlite import open_sqlite_storage
 from ...tools.coding import coding_tools
 from .model import demo_model
@@ -125,11 +126,15 @@ def demo_tools(work: Path, life: int) -> Extension:
     )
 
 
-async def _child(part: str, db: Path, work: Path, life: int) -> Submission:
+#: The stores a demo can run on (``--storage``).
+STORAGES = ("sqlite", "jsonl")
+
+
+async def _child(part: str, db: Path, work: Path, life: int, storage_kind: str = "sqlite") -> Submission:
     registry = Registry()
     registry.install(demo_tools(work, life))
     models = ScriptedModels(demo_model)
-    storage = open_sqlite_storage(db)
+    storage = open_jsonl_storage(db) if storage_kind == "jsonl" else open_sqlite_storage(db)
     p = SCENARIOS.part(part)
     async with Harness.open(storage, models=models, registry=registry, env=LocalEnv(work)) as harness:
         conv = await harness.root(agent=AgentConfig(model=ModelRef("scripted", "demo"), cwd=str(work)))
@@ -145,7 +150,8 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--db", required=True, type=Path)
     p.add_argument("--work", required=True, type=Path)
     p.add_argument("--life", required=True, type=int)
+    p.add_argument("--storage", choices=STORAGES, default="sqlite")
     a = p.parse_args(argv)
-    rec = trio.run(_child, a.part, a.db, a.work, a.life)
+    rec = trio.run(_child, a.part, a.db, a.work, a.life, a.storage)
     print(json.dumps({"submission": rec.id, "status": rec.status.value, "reason": rec.reason}))
     return 0 if rec.status is SubmissionStatus.DONE else 1

@@ -31,8 +31,9 @@ class DemoFailed(Exception):
 class Parent:
     """Runs the parts against one store, one work directory and log files."""
 
-    def __init__(self, db: Path, work: Path, logs: Path) -> None:
+    def __init__(self, db: Path, work: Path, logs: Path, storage: str = "sqlite") -> None:
         self.db = db
+        self.storage = storage
         self.work = work
         self.logs = logs
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -47,7 +48,7 @@ class Parent:
     def spawn(self, part: Part, life: int) -> tuple[subprocess.Popen[bytes], Path]:
         log = self.logs / f"{part.key}-life{life}.log"
         cmd = [sys.executable, "-m", __package__ or "", "child", part.key]
-        cmd += ["--db", str(self.db), "--work", str(self.work), "--life", str(life)]
+        cmd += ["--db", str(self.db), "--work", str(self.work), "--life", str(life), "--storage", self.storage]
         with open(log, "wb") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.procs.append(proc)

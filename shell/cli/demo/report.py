@@ -25,7 +25,7 @@ from pidurable.core.model import (
     ToolCall,
 )
 
-from ...storage.readonly import open_readonly
+from ...storage.readonly import open_view
 from ..common import short, task_tree
 from .child import demo_tools
 from .scenarios import SCENARIOS, Part
@@ -60,11 +60,13 @@ class Snapshot:
 
 
 def read_snapshot(db: Path, part: str) -> Snapshot:
-    store = open_readonly(db)
+    """The store's records of ``part`` (a SQLite file or a JSONL directory)."""
+    store = open_view(db)
     try:
         store.begin()
         try:
-            sub = store.submission_by_request(ROOT, SCENARIOS.part(part).request_id)
+            request = SCENARIOS.part(part).request_id
+            sub = next((s for s in store.submissions(ROOT) if s.request_id == request), None)
             if sub is None:
                 return Snapshot(submission=None, tasks=(), entries=())
             tasks = tuple(t for t in store.tasks(ROOT) if t.id > sub.id)
@@ -106,7 +108,7 @@ def installed_replay(work: Path, name: str) -> str:
 def print_stored(snap: Snapshot) -> None:
     sub = snap.submission
     assert sub is not None
-    print("  Stored at the crash (read from the SQLite file by the parent):")
+    print("  Stored at the crash (read from the store by the parent, read-only):")
     print(f"    submission #{sub.id} (request {sub.request_id}): {sub.status.value}")
     print("    tasks (owner -> children):")
     for line in task_tree(snap.tasks, indent="      "):
