@@ -1,0 +1,149 @@
+"""Where a durable step's work goes, counted rather than timed: Python
+bytecodes executed per durable step, by part and by function.
+
+Timing on a small shared machine moves 10-20% from run to run, more than
+most single changes. This counts instead: ``sys.settrace`` with opcode
+events over bench/steps.py's workload (R rounds of one model step with 3
+tool calls + 3 tool steps, scripted model, no-op tools, SQLite WAL NORMAL),
+once at ``--rounds A`` and once at ``B`` (after a short warm-up run: first-use
+set-up is not a step's); the difference over ``4 (B - A)``
+steps is the marginal count per durable step (opening, the first request and
+closing cancel out). The same code gives the same counts on any machine, so
+two checkouts can be compared exactly (run this script from each: it
+measures the pidurable its python imports, like steps.py).
+
+What it does not count: work in C - SQLite's statements, the JSON encoder,
+dict and list operations - which callgrind sees (docs/performance.md says
+how). A Python call costs about the same as a few bytecodes, so the calls per
+step are printed too.
+
+Parts: ``core`` (the pure reducer), ``records`` (the ``__init__`` /
+``__eq__`` attrs generates for the records, nearly all the core's: a frozen
+record is made anew for each change), ``storage`` (shell/storage: rows,
+codec, the SQLite adapter, and the unstructure functions cattrs generates
+for it), ``shell`` (the rest of shell/: loop, edge, interpreters,
+observers), ``trio``, ``other`` (stdlib and other libraries).
+
+    python bench/bytecodes.py                     # R=40 and 140, the top 30 functions
+    python bench/bytecodes.py --rounds 40 540 --top 60
+
+Printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import tempfile
+from pathlib import Path
+from types import CodeType, FrameType
+from typing import Any
+
+import trio
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import workload  # noqa: E402
+
+Counts = collections.Counter[CodeType]
+
+
+def count(rounds: int) -> tuple[Counts, Counts]:
+    """Bytecodes and calls per code object over one run of ``rounds``."""
+    ops: Counts = collections.Counter()
+    calls: Counts = collections.Counter()
+
+    def on_opcode(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            ops[frame.f_code] += 1
+        return on_opcode
+
+    def on_call(frame: FrameType, event: str, arg: Any) -> Any:
+        if event != "call":
+            return None
+        frame.f_trace_opcodes = True
+        calls[frame.f_code] += 1
+        return on_opcode
+
+    async def run(directory: Path) -> None:
+        sys.settrace(on_call)
+        try:
+            await workload.run_once(rounds, directory / "s.db", "NORMAL")
+        finally:
+            sys.settrace(None)
+
+    with tempfile.TemporaryDirectory() as d:
+        trio.run(run, Path(d))
+    return ops, calls
+
+
+def part(code: CodeType) -> str:
+    path = code.co_filename
+    if path.startswith("<attrs generated"):
+        return "records"
+    if path.startswith("<cattrs generated"):
+        return "storage"  # the store's unstructure functions (codec.py)
+    if "site-packages/" in path:
+        return "trio" if "site-packages/trio/" in path else "other"
+    p = Path(path)
+    try:
+        rel = p.resolve().relative_to(workload.ROOT)
+    except (ValueError, OSError):
+        return "trio" if "/trio/" in path else "other"
+    top = rel.parts[0] if rel.parts else ""
+    if top == "core":
+        return "core"
+    if top == "shell":
+        return "storage" if rel.parts[1:2] == ("storage",) else "shell"
+    return "other"
+
+
+def where(code: CodeType) -> str:
+    if "site-packages/" in code.co_filename:
+        return f"{code.co_filename.rsplit('site-packages/', 1)[-1]}:{code.co_firstlineno} {code.co_name}"
+    try:
+        rel = str(Path(code.co_filename).resolve().relative_to(workload.ROOT))
+    except (ValueError, OSError):
+        rel = code.co_filename.rsplit("site-packages/", 1)[-1]
+    return f"{rel}:{code.co_firstlineno} {code.co_name}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, nargs=2, default=[40, 140], metavar=("A", "B"), help="the two runs (A < B)")
+    p.add_argument("--top", type=int, default=30, help="functions to list")
+    args = p.parse_args(argv)
+    a, b = args.rounds
+    if not 0 < a < b:
+        p.error("--rounds A B needs 0 < A < B")
+    count(2)  # warm-up: lazy imports, caches and first-use set-up are not per step
+    ops_a, calls_a = count(a)
+    ops_b, calls_b = count(b)
+    steps = 4 * (b - a)
+    ops = {c: ops_b[c] - ops_a[c] for c in set(ops_a) | set(ops_b)}
+    calls = {c: calls_b[c] - calls_a[c] for c in set(calls_a) | set(calls_b)}
+    total = sum(ops.values())
+    print(f"## Bytecodes per durable step (R={a} -> R={b}: {steps} steps; pidurable at {workload.ROOT})\n")
+    print(f"total {total / steps:,.0f} bytecodes, {sum(calls.values()) / steps:,.0f} Python calls per durable step\n")
+    by_part: collections.Counter[str] = collections.Counter()
+    calls_by_part: collections.Counter[str] = collections.Counter()
+    for code, n in ops.items():
+        by_part[part(code)] += n
+    for code, n in calls.items():
+        calls_by_part[part(code)] += n
+    print("| part | bytecodes/step | share | calls/step |")
+    print("|---|---:|---:|---:|")
+    for name in ("core", "records", "storage", "shell", "trio", "other"):
+        n = by_part[name]
+        print(f"| {name} | {n / steps:,.0f} | {100 * n / total:.1f}% | {calls_by_part[name] / steps:,.1f} |")
+    print("\n| function | bytecodes/step | share | calls/step |")
+    print("|---|---:|---:|---:|")
+    for code, n in sorted(ops.items(), key=lambda kv: -kv[1])[: args.top]:
+        print(f"| `{where(code)}` | {n / steps:,.1f} | {100 * n / total:.1f}% | {calls[code] / steps:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
