@@ -26,6 +26,7 @@ observers), ``trio``, ``other`` (stdlib and other libraries).
 
     python bench/bytecodes.py                     # R=40 and 140, the top 30 functions
     python bench/bytecodes.py --rounds 40 540 --top 60
+    python bench/bytecodes.py --quick             # R=10 and 30
 
 Printed, never asserted.
 """
@@ -114,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, nargs=2, default=[40, 140], metavar=("A", "B"), help="the two runs (A < B)")
     p.add_argument("--top", type=int, default=30, help="functions to list")
+    p.add_argument("--quick", action="store_true", help="R=10 -> 30 (a few seconds)")
     args = p.parse_args(argv)
-    a, b = args.rounds
+    a, b = (10, 30) if args.quick else args.rounds
     if not 0 < a < b:
         p.error("--rounds A B needs 0 < A < B")
     count(2)  # warm-up: lazy imports, caches and first-use set-up are not per step
