@@ -10,7 +10,7 @@ One module per command group, each adding its parser:
 - :mod:`.replay`: ``pidurable replay`` (the journal through the pure core);
 - :mod:`.transcript`: ``pidurable transcript`` (a conversation, readably);
 - :mod:`.serve`: ``pidurable serve`` (a JSON API and a live page; the serve extra);
-- :mod:`.compact`: ``pidurable compact-store`` (old journal rows dropped, VACUUM);
+- :mod:`.compact`: ``pidurable compact-store`` (old journal rows dropped; SQLite VACUUM, a JSONL store rewritten);
 - :mod:`.worker`: ``pidurable worker`` (one of many processes on a PostgreSQL store).
 
 Errors are one readable line on stderr and a non-zero exit status (see

@@ -5,8 +5,9 @@ Theory of operation
 -------------------
 Layout of a store directory (pi-durable-spec §2.8, in this codec's terms)::
 
-    main.jsonl        line 1: {"pidurable":"jsonl","schema":7,"store_id":"…"}
-                      then one line per commit, oldest first (jsonl_lines.py):
+    main.jsonl        line 1: {"pidurable":"jsonl","schema":8,"store_id":"…"}
+                      if compacted, snapshot rows (jsonl_snapshot.py), then
+                      one line per commit, oldest first (jsonl_lines.py):
                       [7,4,"b3:…",[events…],[writes…]]  (seq, format, digest, …)
     task-<id>.jsonl   a live task's versions: {"seq":7,"ordinal":2,"write":{…}}
     doc-<id>.jsonl    one document incarnation's revisions (same lines)
@@ -33,11 +34,17 @@ and before: object lines, writes in journal form, jsonl_lines.py.)
 
 Why sidecars: a task's intermediate versions and a current-only document's
 old revisions are dead once the task ends or the document has a newer base;
-in a sidecar they can be deleted (``main.jsonl`` is append-only and never
-compacted). What stays is ``main.jsonl`` (events, entries, submissions,
+in a sidecar they can be deleted as soon as they are dead (``main.jsonl``
+is append-only between compactions). What stays is ``main.jsonl`` (events, entries, submissions,
 terminal tasks, markers), the sidecars of live tasks, of rewindable
 documents (every revision kept: ``document_at``, forks) and of live
 current-only documents since their newest base.
+
+Compaction (:meth:`JsonlStorage.compact`, ``pidurable compact-store``;
+jsonl_snapshot.py) rewrites ``main.jsonl`` as the tables' rows and the
+journal rows retention keeps (a commit line without writes each), through
+``main.jsonl.reclaim`` (flushed, renamed over, the directory flushed), and
+deletes every sidecar: open then reads the records and kept rows only.
 
 ``open`` reads ``main.jsonl`` and every sidecar once and rebuilds the tables -
 the same in-memory tables as :class:`~.memory.MemoryStorage`, through the
@@ -94,11 +101,11 @@ anything is repaired, so a damaged store is left as it was):
 - Stray ``*.reclaim`` files are deleted, and interrupted reclamation is
   finished (a terminal task's sidecar deleted, a current-only document's
   file cut to its newest base).
-- A store of an older layout (header ``schema`` 6: object lines; 5 or
-  less: every write inline, no sidecars) opens as it did; its header is
-  rewritten to schema 7 (the file renamed over; its lines stay as they are)
-  and new commits are schema-7 lines. An older pidurable refuses a
-  schema-7 store ("upgrade pidurable").
+- A store of an older layout (header ``schema`` 7: never compacted; 6:
+  object lines; 5 or less: every write inline, no sidecars) opens as it
+  did; its header is rewritten to schema 8 (the file renamed over; its
+  lines stay as they are). An older pidurable refuses a schema-8 store
+  ("upgrade pidurable").
 
 One owner per directory: an exclusive ``flock`` on ``lock`` (found by the
 directory's real path, so a symlink reaches the same file; a lock follows
@@ -127,6 +134,7 @@ from pidurable.core.model import ConversationId
 from . import codec, owner
 from . import jsonl_recovery as recovery
 from . import jsonl_sidecars as sidecars
+from . import jsonl_snapshot as snapshot
 from .base import (
     Loaded,
     NotAStore,
@@ -137,7 +145,9 @@ from .base import (
 )
 from .jsonl_recovery import HEADER_PREFIX as HEADER_PREFIX, LAYOUT, Found, read_sidecars  # HEADER_PREFIX: for tests
 from .jsonl_sidecars import Plan
+from .jsonl_snapshot import Compacted
 from .memory import MemoryStorage
+from .sqlite_retention import check_retention
 
 log = logging.getLogger("pidurable")
 
@@ -249,7 +259,7 @@ class JsonlStorage(MemoryStorage):
         if scan.store_id is not None:
             self._store_id = scan.store_id
         found = read_sidecars(self.dir, self.main, scan.commits)
-        recovery.rebuild(self, scan.commits, found)
+        recovery.rebuild(self, scan.commits, found, scan.rows)
         # checked: now repair
         layout = scan.layout
         if scan.keep < len(data):
@@ -278,7 +288,8 @@ class JsonlStorage(MemoryStorage):
                 continue
             if side.keep < side.size:
                 log.warning(
-                    "Store %s: %s ends with records of no commit (a crash before main.jsonl held them): "
+                    "Store %s: %s ends with records of no commit (a crash before main.jsonl held them, or during a "
+                    "compaction): "
                     "truncated at byte %d (%d bytes dropped)", self.path, name, side.keep, side.size - side.keep,
                 )
                 try:
@@ -444,6 +455,59 @@ class JsonlStorage(MemoryStorage):
             if name in self._files:
                 self._replace(name, b"".join(plan.appends[name][index:]))
 
+    # compaction ----------------------------------------------------------------
+    def compact(self, journal_retention: int | str = "all") -> Compacted:
+        """Rewrite ``main.jsonl`` as the store's tables (snapshot rows) and
+        the journal rows ``journal_retention`` keeps (jsonl_snapshot.py), and
+        delete every sidecar (their records are in the snapshot now). The
+        store must be open here (so this process holds its lock).
+
+        Crash safety: the new file is written to ``main.jsonl.reclaim``,
+        flushed, renamed over ``main.jsonl`` and the directory flushed -
+        whatever ``fsync`` says, as a rename that outlived its data would
+        lose the store. Before the rename a crash leaves the old store (the
+        stray ``.reclaim`` is deleted at open); after it, the sidecars left
+        hold records no line refers to, which open deletes. A sidecar this
+        cannot delete poisons the store (a later record appended to it would
+        follow records of no commit); the next open deletes it."""
+        retention = check_retention(journal_retention)
+        if self._fenced:
+            raise StoreFenced(f"store {self.path} is fenced")
+        old_fd = self._descriptor()
+        if self._poisoned is not None:
+            raise StorageError(f"Store {self.path}: {self._poisoned}; reopen the store")
+        try:
+            data, kept, rows = snapshot.compacted(self._header_line(), self._tables, self._journal, retention)
+        except ValueError as e:
+            raise StorageError(f"Store {self.path} cannot be compacted: {e}") from e
+        for name in list(self._side_fds):
+            self._close_sidecar(name)
+        try:
+            self._write_replacement(MAIN, data, sync=True)
+        except OSError as e:
+            self._unlink(MAIN + sidecars.RECLAIM)
+            raise StorageError(f"Store {self.path}: cannot compact {self.main}: {e.strerror or e}") from e
+        # renamed: main.jsonl is the compacted file; what follows must finish before a commit
+        try:
+            _fsync_dir(self.dir)
+            self._fd = os.open(self.main, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+            os.close(old_fd)
+        except (OSError, StorageError) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            self._poisoned = f"compaction could not finish ({why}); the next open reads the compacted file"
+            raise StorageError(f"Store {self.path}: {self._poisoned}") from e
+        dropped = len(self._journal) - len(kept)
+        self._journal = kept
+        names = sorted(self._files | {n for n in os.listdir(self.dir) if sidecars.NAME.fullmatch(n)})
+        failed = [n for n in names if not self._unlink(n)]
+        self._files = set(failed)
+        if failed:
+            self._poisoned = f"compaction could not delete {', '.join(failed)}; the next open deletes them"
+            raise StorageError(f"Store {self.path}: {self._poisoned}")
+        log.info("Store %s: compacted (%d snapshot rows, %d journal rows dropped, %d sidecars deleted)",
+                 self.path, rows, dropped, len(names))
+        return Compacted(rows=rows, dropped=dropped, kept=(kept[0].seq, kept[-1].seq) if kept else None, sidecars=len(names))
+
     def _delete(self, name: str) -> None:
         self._close_sidecar(name)
         if self._unlink(name):
@@ -467,14 +531,14 @@ class JsonlStorage(MemoryStorage):
             log.warning("Store %s: cannot reclaim %s (%s); the next open retries", self.path, name, e.strerror or e)
             self._unlink(name + sidecars.RECLAIM)
 
-    def _write_replacement(self, name: str, data: bytes) -> None:
+    def _write_replacement(self, name: str, data: bytes, *, sync: bool | None = None) -> None:
         """``name``'s new content, written to ``name.reclaim`` (flushed if
-        ``fsync``) and renamed over it."""
+        ``sync``, by default if ``fsync``) and renamed over it."""
         tmp = self.dir / (name + sidecars.RECLAIM)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
             _write_all(fd, data)
-            if self.fsync:
+            if self.fsync if sync is None else sync:
                 os.fsync(fd)
         finally:
             os.close(fd)
@@ -509,11 +573,25 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def open_jsonl_storage(path: str | os.PathLike[str], fsync: bool = False, *, create: bool = True) -> JsonlStorage:
+def open_jsonl_storage(
+    path: str | os.PathLike[str], fsync: bool = False, *, create: bool = True, journal_retention: int | str = "all"
+) -> JsonlStorage:
     """Open a JSONL store in directory ``path``, creating it (and the
     directory, whose parent must exist) unless ``create=False``. ``fsync``:
     sync every commit's sidecar records, then its main line, before it
     counts (default: the OS writes them back; a process crash loses nothing,
-    a power loss may lose the newest commits). Raises ``StoreLocked``,
-    ``NotAStore``, ``DamagedRecord``."""
+    a power loss may lose the newest commits). ``journal_retention``: only
+    ``"all"`` - a JSONL store drops journal rows when it is compacted
+    (``JsonlStorage.compact(journal_retention=N)``, ``pidurable
+    compact-store --journal-retention N``), a rewrite of the whole store,
+    which SQLite's prune every :data:`~.sqlite_retention.PRUNE_EVERY`
+    commits would make O(store) per thousand commits; a number is refused
+    (ValueError), not ignored. Raises ``StoreLocked``, ``NotAStore``,
+    ``DamagedRecord``."""
+    if check_retention(journal_retention) != "all":
+        raise ValueError(
+            f"journal_retention={journal_retention!r}: a JSONL store keeps its whole journal while open; it drops "
+            "old journal rows only when compacted (JsonlStorage.compact(journal_retention=N), or pidurable "
+            "compact-store --db DIR --journal-retention N), since dropping them rewrites the whole main.jsonl"
+        )
     return JsonlStorage(path, fsync=fsync, create=create)

@@ -19,6 +19,7 @@ import attrs
 from . import codec
 from . import jsonl_lines
 from . import jsonl_sidecars as sidecars
+from . import jsonl_snapshot as snapshot
 from .base import DamagedRecord, NotAStore, Row, StorageError, _DECODE_ERRORS, _why, encode_write
 from .jsonl_sidecars import Position, Sidecar
 from .memory import Encoded, MemoryStorage
@@ -30,9 +31,13 @@ HEADER_PREFIX = b'{"pidurable":"jsonl","schema":'
 #: checks (it refuses a number above its own: "upgrade pidurable"). Up to 5
 #: it was the shared ``SCHEMA_VERSION`` and every write was inline in
 #: ``main.jsonl``; 6: sidecars; 7: array lines, entries and terminal tasks
-#: as their rows, markers without ordinals (jsonl_lines.py; an older store
-#: is upgraded at open: its lines stay as they are, its header says 7).
-LAYOUT = 7
+#: as their rows, markers without ordinals (jsonl_lines.py); 8: a
+#: compacted ``main.jsonl`` may start with snapshot rows (jsonl_snapshot.py).
+#: An older store is upgraded at open: its lines stay as they are, its
+#: header says 8.
+LAYOUT = 8
+#: The first layout whose ``main.jsonl`` may hold snapshot rows.
+SNAPSHOT_LAYOUT = 8
 #: The first layout (header ``schema``) whose ``main.jsonl`` may hold markers.
 SIDECAR_LAYOUT = 6
 
@@ -68,6 +73,8 @@ class MainScan:
     store_id: str | None  #: None: the file holds only a torn header (a store being created)
     layout: int  #: the header's ``schema``
     commits: list[CommitLine]  #: the commits that count, oldest first
+    #: A compacted store's snapshot rows (jsonl_snapshot.py), applied before the commits.
+    rows: list[snapshot.SnapRow]
     #: The bytes that count: a torn last line, and a batch without its last
     #: line, start at ``keep`` (a writable open truncates there).
     keep: int
@@ -84,6 +91,7 @@ def scan_main(path: Path, main: Path, data: bytes) -> MainScan:
     lines = sidecars.split(data)
     keep = len(data)
     commits: list[CommitLine] = []
+    rows: list[snapshot.SnapRow] = []
     pending: list[CommitLine] = []  # an unfinished batch's commits
     batch_start = 0  # where that batch's first line starts
     last_seq = 0
@@ -103,6 +111,14 @@ def scan_main(path: Path, main: Path, data: bytes) -> MainScan:
         if number == 1:
             layout, store_id = read_header(path, main, obj)
             continue
+        if snapshot.is_row_line(obj):
+            where = f"Store file {main} line {number}"
+            if layout < SNAPSHOT_LAYOUT:
+                raise DamagedRecord(f"{where}: a snapshot row in a store of schema {layout} (before schema {SNAPSHOT_LAYOUT})")
+            if commits or pending:
+                raise DamagedRecord(f"{where}: a snapshot row after a commit line (a compacted store has them first)")
+            rows.append(snapshot.read_row(where, obj))
+            continue
         commit, more = read_commit(main, number, obj, last_seq, layout)
         last_seq = commit.seq
         if not pending:
@@ -114,7 +130,7 @@ def scan_main(path: Path, main: Path, data: bytes) -> MainScan:
     if pending:  # a batch without its last line never counted
         keep = min(keep, batch_start)
     header = lines[0][2] + b"\n" if lines else b""
-    return MainScan(store_id=store_id, layout=layout, commits=commits, keep=keep, header=header)
+    return MainScan(store_id=store_id, layout=layout, commits=commits, rows=rows, keep=keep, header=header)
 
 
 def read_header(path: Path, main: Path, obj: Any) -> tuple[int, str]:
@@ -244,9 +260,11 @@ def read_sidecars(directory: Path, main: Path, commits: list[CommitLine], files:
     return found
 
 
-def rebuild(store: MemoryStorage, commits: list[CommitLine], found: Found) -> None:
-    """Apply ``commits`` (their markers' rows from ``found``) to ``store``'s
-    tables and journal, as a writable open and the read-only view both do."""
+def rebuild(store: MemoryStorage, commits: list[CommitLine], found: Found, snap: list[snapshot.SnapRow]) -> None:
+    """Put a compacted store's snapshot rows ``snap`` in ``store``'s tables,
+    then apply ``commits`` (their markers' rows from ``found``) to its tables
+    and journal, as a writable open and the read-only view both do."""
+    snapshot.load_rows(store._tables, store._by_document, snap)
     records = store._tables["document_records"]
     for c in commits:
         rows = commit_rows(c, found, records)

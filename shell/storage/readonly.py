@@ -179,7 +179,7 @@ class ReadOnlyJsonl:
                     raise
                 log.debug("Store %s: %s grew while its sidecars were read; reading both again", self.path, MAIN)
                 data, files = again, recovery.read_files(self.dir)
-        recovery.rebuild(self._tables, scan.commits, found)
+        recovery.rebuild(self._tables, scan.commits, found, scan.rows)
         self._store_id = scan.store_id  # None: only a torn header (a store being created)
         self._layout = scan.layout
 

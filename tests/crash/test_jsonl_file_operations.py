@@ -15,6 +15,7 @@ replay."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -204,7 +205,7 @@ def test_a_crash_while_a_schema6_store_is_upgraded_and_resumed_opens_to_the_comm
     final.close()
     fixture_commits = len(journal) - sum(len(b) for b in batches)
     assert fixture_commits == 10 and batches and not any(n.startswith("task-") for n in os.listdir(store))
-    assert (store / "main.jsonl").read_bytes().startswith(b'{"pidurable":"jsonl","schema":7,')
+    assert (store / "main.jsonl").read_bytes().startswith(b'{"pidurable":"jsonl","schema":8,')
     assert snaps.taken > 20, snaps.taken  # the header's rewrite, the sidecars' appends and deletions, the main lines
     seen = set()
     for copy in sorted(out.iterdir()):
@@ -236,4 +237,74 @@ def test_a_crash_while_a_schema6_store_is_upgraded_and_resumed_opens_to_the_comm
     boundaries = {fixture_commits}
     for batch in batches:
         boundaries.add(max(boundaries) + len(batch))
+    assert seen == boundaries
+
+
+def test_a_crash_at_any_file_operation_of_a_compaction_opens_to_the_same_records(tmp_path: Path, monkeypatch: Any) -> None:
+    """``JsonlStorage.compact(journal_retention=2)`` of the run's store, then
+    a process life on the compacted store (a new input: sidecars again),
+    with a copy of the directory after every file operation and half way
+    through every write: the new ``main.jsonl`` written to
+    ``main.jsonl.reclaim`` (a stray one is deleted at open), renamed over,
+    the sidecars deleted (ones left open as records of no line, deleted at
+    open). Each copy opens to the run's records plus the new batches that
+    counted; its journal is the whole run's (before the rename) or the kept
+    rows and the new commits (after it), and replays from its first process
+    life; a second open changes nothing."""
+    store, out = tmp_path / "store", tmp_path / "crashes"
+    out.mkdir()
+    batches: list[Any] = []
+    _run(store, batches)
+    whole = open_jsonl_storage(store)
+    journal = whole.journal()
+    whole.close()
+    assert any(n.startswith(("task-", "doc-")) for n in os.listdir(store))
+    snaps = Snapshots(store, out)
+    _patch(monkeypatch, snaps)
+    storage = open_jsonl_storage(store)
+    done = storage.compact(journal_retention=2)
+    after_compaction = snaps.taken
+    assert done.dropped == len(journal) - 2 and done.sidecars > 0
+    new: list[Any] = []
+    storage = _recording(storage, new)
+
+    async def life() -> None:
+        async with Harness.open(storage, models=ScriptedModels(lambda r: reply(text="more")), registry=Registry()) as h:
+            conv = await h.root()
+            assert (await (await conv.submit(Input("again"))).wait()).status == "done"
+
+    trio.run(life)
+    monkeypatch.undo()
+    assert new and after_compaction > 5 and snaps.taken > after_compaction
+    final = open_jsonl_storage(store)
+    kept = final.journal()
+    final.close()
+    assert kept[: 2] == journal[-2:] and kept[0].seq > 1
+    seen = set()
+    for copy in sorted(out.iterdir()):
+        reopened: JsonlStorage = open_jsonl_storage(copy)
+        try:
+            got = reopened.journal()
+            if got == journal:  # before the rename: the store as it was
+                counted = 0
+            else:
+                assert got == kept[: len(got)] and len(got) >= 2, copy.name
+                counted = len(got) - 2
+            memory = _memory_after(batches + new, len(journal) + counted)
+            assert attrs.evolve(reopened.load(), store_id="") == attrs.evolve(memory.load(), store_id=""), copy.name
+            assert reopened.tasks() == memory.tasks() and reopened.entries(1) == memory.entries(1), copy.name
+            assert reopened.submissions() == memory.submissions() and reopened.conversations() == memory.conversations()
+            if counted:  # from the new life's opened (the kept rows start inside a life)
+                opened = [i for i, r in enumerate(got) if json.loads(r.events)[0]["type"] == "opened"]
+                assert opened and check(got[opened[0] :]).ok, copy.name
+            if got[0].seq == 1:
+                invariants.outcome_iff_terminal(reopened)  # it replays the journal: a whole one
+            assert all((t.status.value in ("terminal", "completing")) == (t.outcome is not None) for t in reopened.tasks())
+            seen.add((got[0].seq, len(got)))
+        finally:
+            reopened.close()
+        _second_open_changes_nothing(copy)
+    boundaries = {(1, len(journal)), (kept[0].seq, 2)}
+    for batch in new:
+        boundaries.add((kept[0].seq, max(n for s, n in boundaries if s > 1) + len(batch)))
     assert seen == boundaries

@@ -171,7 +171,10 @@ def test_inspect_transcript_and_replay_print_the_same_for_both_kinds_of_store(
     same("replay", "--explain", "--db", "STORE")
 
 
-@pytest.mark.parametrize("name", ["jsonl_schema5_lives_store", "jsonl_schema6_lives_store", "jsonl_schema6_running_task_store"])
+@pytest.mark.parametrize("name", [
+    "jsonl_schema5_lives_store", "jsonl_schema6_lives_store", "jsonl_schema6_running_task_store",
+    "jsonl_schema7_lives_store", "jsonl_schema7_running_task_store",
+])
 def test_fixture_stores_of_older_layouts_replay_exactly_and_are_left_untouched(
     name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -188,6 +191,62 @@ def test_fixture_stores_of_older_layouts_replay_exactly_and_are_left_untouched(
     assert report["last_process"]["divergence"] is None
     assert "conversation 1 (root)" in run(capsys, "transcript", "--db", str(store / "main.jsonl"))
     assert snapshot(store) == before
+
+
+def test_compact_store_on_both_kinds_then_every_command_prints_the_same(
+    stores: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``compact-store --journal-retention 1`` on copies of the SQLite and
+    the JSONL store of the same run (a tool left running: its run's journal
+    rows stay): the JSONL directory is compacted (its bytes before and after
+    printed, its sidecars gone), and inspect, transcript and ``replay
+    --check`` (the journal now partial: said so, then checked from the first
+    process life kept) print the same for both; the store is then refused
+    while another process holds it."""
+    sqlite, jsonl = tmp_path / "s.sqlite", copy_store(stores[1], tmp_path / "store")
+    for suffix in ("", "-wal"):
+        if Path(f"{stores[0]}{suffix}").exists():
+            shutil.copyfile(f"{stores[0]}{suffix}", f"{sqlite}{suffix}")
+    copies = (sqlite, jsonl)
+    before = sum(p.stat().st_size for p in jsonl.iterdir() if p.name != "lock")
+    assert any(p.name.startswith(("task-", "doc-")) for p in jsonl.iterdir())
+    out = run(capsys, "compact-store", "--db", str(jsonl), "--journal-retention", "1")
+    after = (jsonl / "main.jsonl").stat().st_size
+    assert f"compacted {jsonl}: {before:,} -> {after:,} bytes, {before - after:,} reclaimed" in out
+    assert "journal: " in out and " rows dropped, commits " in out and "sidecar files deleted" in out
+    assert sorted(p.name for p in jsonl.iterdir()) == ["lock", "main.jsonl"]
+    run(capsys, "compact-store", "--db", str(sqlite), "--journal-retention", "1")
+    ids = {}
+    for store in copies:
+        view = open_view(store)
+        try:
+            ids[store] = (view.store_id(), view.schema_version, [r.seq for r in view.journal()])
+        finally:
+            view.close()
+    assert ids[sqlite][2] == ids[jsonl][2] and ids[jsonl][2][0] > 1  # the same rows kept, by the same rule
+
+    def same(*argv: str, status: int = 0) -> str:
+        outs = []
+        for store in copies:
+            text = run(capsys, *(str(store) if a == "STORE" else a for a in argv), status=status)
+            sid, schema, _ = ids[store]
+            text = text.replace(str(store), "STORE").replace(str(sid), "STORE-ID").replace(f"(schema {schema},", "(schema N,")
+            outs.append(text)
+        assert outs[0] == outs[1], argv
+        return outs[0]
+
+    check = same("replay", "--check", "--db", "STORE")
+    assert "is partial: it starts at commit" in check and "reproduced byte for byte" in check
+    assert "waiting on" in same("inspect", "--db", "STORE")
+    assert "The port is 8080." in same("transcript", "--db", "STORE")
+    assert json.loads(same("transcript", "--db", "STORE", "--json"))["entries"]
+    holder = open_jsonl_storage(jsonl)
+    try:
+        assert "is in use by" in run(capsys, "compact-store", "--db", str(jsonl), status=1)
+    finally:
+        holder.close()
+    out = run(capsys, "compact-store", "--db", str(jsonl / "main.jsonl"))  # its main.jsonl names it too
+    assert f"compacted {jsonl}: " in out and "journal:" not in out
 
 
 def copy_store(src: Path, dst: Path) -> Path:

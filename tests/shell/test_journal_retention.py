@@ -194,8 +194,9 @@ def test_compact_store_refuses_a_store_open_elsewhere_and_bad_arguments(tmp_path
     assert main(["compact-store", "--db", str(tmp_path / "missing.sqlite")]) == 2
     jsonl = tmp_path / "store-jsonl"
     jsonl.mkdir()
-    assert main(["compact-store", "--db", str(jsonl)]) == 2
-    assert "compact-store works on SQLite stores" in capsys.readouterr().err
+    assert main(["compact-store", "--db", str(jsonl)]) == 2  # a directory is a JSONL store: without main.jsonl, none
+    assert "does not exist (no main.jsonl)" in capsys.readouterr().err
+    assert list(jsonl.iterdir()) == []
 
 
 def test_compact_store_rewrites_a_schema_3_store_lean_and_it_still_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

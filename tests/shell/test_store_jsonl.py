@@ -40,15 +40,15 @@ def _main(path: Path) -> Path:
 
 
 def test_a_store_is_a_header_and_one_line_per_commit(tmp_path: Path) -> None:
-    """main.jsonl holds the header and one JSON line per commit (schema 7:
-    an array of seq, format, digest, events and writes; an entry as its row:
+    """main.jsonl holds the header and one JSON line per commit (schema 8,
+    as 7 for a store never compacted: an array of seq, format, digest, events and writes; an entry as its row:
     id, conversation id, the rest of its record)."""
     store = _store(tmp_path / "s")
     journal = store.journal()
     store.close()
     lines = _main(tmp_path / "s").read_text(encoding="utf-8").splitlines()
     header = json.loads(lines[0])
-    assert header["pidurable"] == "jsonl" and header["schema"] == jsonl.LAYOUT == 7
+    assert header["pidurable"] == "jsonl" and header["schema"] == jsonl.LAYOUT == 8
     commits = [json.loads(line) for line in lines[1:]]
     assert [c[0] for c in commits] == [1, 2, 3]
     assert [(c[0], c[1], c[2]) for c in commits] == [(r.seq, r.format, r.writes) for r in journal]

@@ -1,8 +1,9 @@
 """JSONL stores of schema 6 (the sidecar layout of 06c17dc: object lines,
 every inline write in its journal form, markers with their ordinal) open
-with today's code (schema 7: array lines, entries and terminal tasks as
-their rows, markers without ordinals): same journal, same records, the
-header upgraded, new commits in the schema-7 form, and the whole journal
+with today's code (schema 8: array lines of schema 7, entries and terminal
+tasks as their rows, markers without ordinals; schema 8 adds a compacted
+store's snapshot rows): same journal, same records, the header upgraded, new
+commits in the array form, and the whole journal
 replays. Fixtures: tests/shell/fixtures/make_lives_store.py."""
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _resume(path: Path, text: str, request_id: str) -> None:
 def test_a_schema6_store_opens_upgrades_and_takes_schema7_commits(tmp_path: Path) -> None:
     """The three-lives fixture: its journal is the lines' (seq, format,
     digest) and replays (3 lives); reopening gives the same journal and
-    records; the header says 7, the old lines and sidecars are as they were;
+    records; the header says 8, the old lines and sidecars are as they were;
     a new life writes array lines, and all of it replays (4 lives)."""
     path = tmp_path / "store"
     shutil.copytree(LIVES, path)
@@ -77,7 +78,7 @@ def test_a_schema6_store_opens_upgrades_and_takes_schema7_commits(tmp_path: Path
     finally:
         store.close()
     new = (path / jsonl.MAIN).read_bytes()
-    assert json.loads(new.split(b"\n", 1)[0])["schema"] == jsonl.LAYOUT == 7
+    assert json.loads(new.split(b"\n", 1)[0])["schema"] == jsonl.LAYOUT == 8
     assert new.split(b"\n", 1)[1] == old.split(b"\n", 1)[1] and _files(path) == old_files
     store = open_jsonl_storage(path)
     try:

@@ -102,7 +102,7 @@ def test_live_task_versions_and_revisions_go_to_sidecars_and_the_journal_is_unch
         store.commit(seq, writes, events)
     assert store.journal() == memory.journal()
     main = _lines(tmp_path / "s" / jsonl.MAIN)
-    assert main[0]["schema"] == jsonl.LAYOUT == 7
+    assert main[0]["schema"] == jsonl.LAYOUT == 8
     assert main[2][4] == [["e", 10, 1, {"kind": "user", "text": "hi"}], ["T", 5], ["D", 16]]
     assert main[3][4] == [["T", 5], ["D", 16], ["T", 6]]
     assert main[4][4] == [["t", 5, 1, "custom", None, {}], ["e", 11, 1, {"kind": "user", "text": "hi"}]]
@@ -557,7 +557,7 @@ def test_malformed_and_misplaced_sidecar_records_are_corruption(tmp_path: Path) 
     side.write_bytes(good)
     main = path / jsonl.MAIN
     text = main.read_bytes()
-    main.write_bytes(text.replace(b'"schema":7', b'"schema":6', 1))
+    main.write_bytes(text.replace(b'"schema":8', b'"schema":6', 1))
     with pytest.raises(DamagedRecord, match=r"main\.jsonl line 2: an array line in a store of schema 6"):
         open_jsonl_storage(path)
     main.write_bytes(text)
@@ -588,7 +588,7 @@ def test_stray_reclaim_files_are_deleted_at_open(tmp_path: Path) -> None:
 def test_a_store_of_the_one_file_layout_opens_upgrades_and_takes_sidecar_commits(tmp_path: Path) -> None:
     """The schema-5 fixture (every write inline, a task left running in its
     first life) opens with today's code: same journal (it replays), same
-    state; its header now says schema 7; a new process life commits with
+    state; its header now says schema 8; a new process life commits with
     sidecars, and the whole journal still replays."""
     path = tmp_path / "store"
     shutil.copytree(FIXTURE, path)
@@ -606,7 +606,7 @@ def test_a_store_of_the_one_file_layout_opens_upgrades_and_takes_sidecar_commits
     finally:
         store.close()
     new = (path / jsonl.MAIN).read_bytes()
-    assert json.loads(new.split(b"\n", 1)[0])["schema"] == 7
+    assert json.loads(new.split(b"\n", 1)[0])["schema"] == 8
     assert new.split(b"\n", 1)[1] == old.split(b"\n", 1)[1]  # the commits as they were
     store = open_jsonl_storage(path)
     try:
