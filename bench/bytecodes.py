@@ -27,6 +27,13 @@ observers), ``trio``, ``other`` (stdlib and other libraries).
     python bench/bytecodes.py                     # R=40 and 140, the top 30 functions
     python bench/bytecodes.py --rounds 40 540 --top 60
     python bench/bytecodes.py --quick             # R=10 and 30
+    python bench/bytecodes.py --flat 1000 5000    # last/first 10% of one run, in bytecodes
+
+``--flat R``: one run of R rounds, counting only the total, read at every
+model call; prints bytecodes per step over the first and the last 10% of
+rounds and their ratio - issue 11's "last-10% / first-10%" without this
+machine's timing noise (1.00: a step does the same Python work however
+long the history).
 
 Printed, never asserted.
 """
@@ -80,6 +87,48 @@ def count(rounds: int) -> tuple[Counts, Counts]:
     return ops, calls
 
 
+class _AtModelCalls(list[float]):
+    """Given to the workload as its ``cpu_marks``: at each model call it
+    records the bytecodes counted so far instead of the CPU time."""
+
+    def __init__(self, total: list[int]) -> None:
+        super().__init__()
+        self.total = total
+
+    def append(self, _: float) -> None:
+        super().append(float(self.total[0]))
+
+
+def flat(rounds: int) -> tuple[float, float]:
+    """Bytecodes per durable step over the first and the last 10% of rounds
+    of one run (counted at each model call, a round being 4 steps)."""
+    total = [0]
+
+    def on_opcode(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            total[0] += 1
+        return on_opcode
+
+    def on_call(frame: FrameType, event: str, arg: Any) -> Any:
+        if event != "call":
+            return None
+        frame.f_trace_opcodes = True
+        return on_opcode
+
+    marks = _AtModelCalls(total)
+
+    async def run(directory: Path) -> None:
+        sys.settrace(on_call)
+        try:
+            await workload.run_once(rounds, directory / "s.db", "NORMAL", cpu_marks=marks)
+        finally:
+            sys.settrace(None)
+
+    with tempfile.TemporaryDirectory() as d:
+        trio.run(run, Path(d))
+    return workload.tenth_ratio(marks, rounds)
+
+
 def part(code: CodeType) -> str:
     path = code.co_filename
     if path.startswith("<attrs generated"):
@@ -116,7 +165,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, nargs=2, default=[40, 140], metavar=("A", "B"), help="the two runs (A < B)")
     p.add_argument("--top", type=int, default=30, help="functions to list")
     p.add_argument("--quick", action="store_true", help="R=10 -> 30 (a few seconds)")
+    p.add_argument("--flat", type=int, nargs="+", metavar="R", help="last/first 10%% of one run of R rounds, in bytecodes")
     args = p.parse_args(argv)
+    if args.flat:
+        print("## Bytecodes per durable step over the first and the last 10% of rounds, one run each\n")
+        print(f"pidurable at {workload.ROOT}\n")
+        print("| R | first 10% | last 10% | last/first |")
+        print("|---:|---:|---:|---:|")
+        for rounds in args.flat:
+            if rounds < 10:
+                p.error("--flat needs R >= 10")
+            first, last = flat(rounds)
+            print(f"| {rounds} | {first:,.0f} | {last:,.0f} | {last / first:.3f} |", flush=True)
+        return 0
     a, b = (10, 30) if args.quick else args.rounds
     if not 0 < a < b:
         p.error("--rounds A B needs 0 < A < B")
