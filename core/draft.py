@@ -169,7 +169,29 @@ class Tx:
     def _freeze(self, next_seq: int) -> State:
         """The draft as a State whose ``next_seq`` is ``next_seq``."""
         self.task_index = self.index.freeze()  # (its own base when nothing changed)
-        return State(next_seq=next_seq, opened=self._base.opened, **dict(zip(DRAFT_FIELDS, _read_drafted(self))))
+        # Every field by name, as the setter unpacks them (a dict of the
+        # drafted fields and its unpacking into State's arguments cost a step
+        # as much again as the keywords; tests/core/test_draft.py checks every
+        # field lands where it belongs).
+        return State(
+            next_id=self.next_id,
+            next_seq=next_seq,
+            conversations=self.conversations,
+            tasks=self.tasks,
+            submissions=self.submissions,
+            catalog=self.catalog,
+            task_catalog=self.task_catalog,
+            extensions=self.extensions,
+            invocations=self.invocations,
+            failed_migrations=self.failed_migrations,
+            scheduling=self.scheduling,
+            settings=self.settings,
+            opened=self._base.opened,
+            documents=self.documents,
+            keep_settled=self.keep_settled,
+            settled=self.settled,
+            task_index=self.task_index,
+        )
 
     def touch(self, task_id: TaskId) -> None:
         """The scheduling pass should look at ``task_id`` again."""
