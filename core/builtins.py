@@ -69,7 +69,6 @@ from .effects import (
     Write,
 )
 from .model import AgentConfig, ConversationId, Json
-from .records import evolve
 from .state import (
     AGENT_DOC,
     CONTEXT_DOC,
@@ -373,8 +372,30 @@ def revise(tx: Tx, conv: ConvState, kind: str, new: Any) -> tuple[ConvState, Put
         value=to_json(new) if action is _BASE else None,
         ops=ops,
     )
-    changed = evolve(conv, **{spec.field: new, "stored": {**conv.stored, kind: deltas}})
-    return changed, PutDocument(document_id=did, revision=revision)
+    return _with(conv, spec.field, new, {**conv.stored, kind: deltas}), PutDocument(document_id=did, revision=revision)
+
+
+#: ConvState's fields, as ``_with`` spells them out (checked here: a field
+#: added to ConvState must be added there, or it would be dropped).
+_CONV_FIELDS = ("conversation", "agent", "live", "inbox", "usage", "context", "stored")
+assert tuple(f.name for f in attrs.fields(ConvState)) == _CONV_FIELDS
+assert {spec.field for spec in BUILTINS.values()} <= set(_CONV_FIELDS[1:-1])
+
+
+def _with(conv: ConvState, field: str, value: Any, stored: Mapping[str, int]) -> ConvState:
+    """``conv`` with the built-in ``field`` set to ``value`` and ``stored``:
+    what ``evolve(conv, **{field: value, "stored": stored})`` makes, with
+    every field spelt out (a revision is made on most steps, and evolve's
+    dict of every field costs about half as much as the copy itself)."""
+    return ConvState(
+        conversation=conv.conversation,
+        agent=value if field == "agent" else conv.agent,
+        live=value if field == "live" else conv.live,
+        inbox=value if field == "inbox" else conv.inbox,
+        usage=value if field == "usage" else conv.usage,
+        context=value if field == "context" else conv.context,
+        stored=stored,
+    )
 
 
 def base_revision(cid: ConversationId | int, kind: str, value: Any) -> tuple[int, DocumentRevision]:
