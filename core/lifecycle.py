@@ -21,6 +21,8 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
 from .model import (
     CoreInvariantError,
     Outcome,
@@ -216,7 +218,45 @@ def task_to(task: Task, move: TaskMove, **changes: Any) -> Task:
         raise CoreInvariantError(f"task {task.id} cannot finish without an outcome")
     if status is not W and "on" not in changes:
         changes["on"] = ()
-    return evolve(task, status=status, **changes)
+    return _moved(task, status, changes)
+
+
+#: Task's fields, as ``_moved`` spells them out (checked here: a field added
+#: to Task must be added there too, or a move would drop it).
+_TASK_FIELDS = (
+    "id", "conversation_id", "kind", "version", "input", "owner", "background", "abort_requested",
+    "status", "checkpoint", "on", "policy", "outcome", "memos", "started_at", "ended_at",
+)
+assert tuple(f.name for f in attrs.fields(Task)) == _TASK_FIELDS and all(f.init for f in attrs.fields(Task))
+#: What a move may change besides the status it decides.
+_CHANGEABLE = frozenset(_TASK_FIELDS) - {"status"}
+
+
+def _moved(task: Task, status: TaskStatus, changes: Mapping[str, Any]) -> Task:
+    """``evolve(task, status=status, **changes)`` with every field spelt out:
+    the same copy (an unknown name is a ``TypeError`` as there), without
+    evolve's dict of every field - a step moves a task two or three times."""
+    if not _CHANGEABLE.issuperset(changes):
+        raise TypeError(f"a task move cannot set {sorted(set(changes) - _CHANGEABLE)}")
+    get = changes.get
+    return Task(
+        id=get("id", task.id),
+        conversation_id=get("conversation_id", task.conversation_id),
+        kind=get("kind", task.kind),
+        version=get("version", task.version),
+        input=get("input", task.input),
+        owner=get("owner", task.owner),
+        background=get("background", task.background),
+        abort_requested=get("abort_requested", task.abort_requested),
+        status=status,
+        checkpoint=get("checkpoint", task.checkpoint),
+        on=get("on", task.on),
+        policy=get("policy", task.policy),
+        outcome=get("outcome", task.outcome),
+        memos=get("memos", task.memos),
+        started_at=get("started_at", task.started_at),
+        ended_at=get("ended_at", task.ended_at),
+    )
 
 
 def submission_to(sub: Submission, move: SubmissionMove, **changes: Any) -> Submission:

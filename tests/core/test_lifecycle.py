@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis.strategies import sampled_from
@@ -245,3 +246,28 @@ def test_a_settled_slot_never_moves_and_only_settle_reaches_done() -> None:
     for (status, move), target in SLOT_TRANSITIONS.items():
         assert status is not SlotStatus.DONE
         assert (target is SlotStatus.DONE) == (move is SlotMove.SETTLE)
+
+
+@given(sampled_from(sorted(TASK_TRANSITIONS, key=str)))
+def test_task_to_is_attrs_evolve_with_the_rows_status(row: tuple[TaskStatus, TaskMove]) -> None:
+    """task_to builds the moved task with every field spelt out (lifecycle._moved):
+    the same copy attrs.evolve makes, whatever the move changes."""
+    status, move = row
+    task = Task(
+        id=TaskId(5), conversation_id=ConversationId(1), kind="pi.tool", owner=TaskId(2), input={"a": 1},
+        status=status, checkpoint={"phase": "call"}, on=(TaskId(3),), memos={"m": 1}, started_at=4,
+    )
+    changes = {"outcome": Outcome(status=OutcomeStatus.COMPLETED), "memos": None, "ended_at": 9, "checkpoint": {"phase": "x"}}
+    after = TASK_TRANSITIONS[row]
+    moved = task_to(task, move, **changes)
+    on = {} if after is TaskStatus.WAITING else {"on": ()}
+    assert moved == attrs.evolve(task, status=after, **changes, **on)
+    assert attrs.asdict(moved, recurse=False) == attrs.asdict(attrs.evolve(task, status=after, **changes, **on), recurse=False)
+
+
+def test_task_to_refuses_an_unknown_field_or_a_status() -> None:
+    task = Task(id=TaskId(5), conversation_id=ConversationId(1), kind="k")
+    with pytest.raises(TypeError):
+        task_to(task, TaskMove.RESERVE, nonsense=1)
+    with pytest.raises(TypeError):
+        task_to(task, TaskMove.RESERVE, status=TaskStatus.TERMINAL)
