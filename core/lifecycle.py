@@ -265,4 +265,24 @@ def submission_to(sub: Submission, move: SubmissionMove, **changes: Any) -> Subm
 
 def slot_to(slot: ToolSlot, move: SlotMove, **changes: Any) -> ToolSlot:
     """``slot`` after ``move`` (checked against the slot table)."""
-    return evolve(slot, status=next_slot_status(slot.status, move), **changes)
+    status = SLOT_TRANSITIONS.get((slot.status, move))
+    if status is None:
+        status = next_slot_status(slot.status, move)  # raises: not a transition
+    if not _SLOT_CHANGEABLE.issuperset(changes):
+        raise TypeError(f"a slot move cannot set {sorted(set(changes) - _SLOT_CHANGEABLE)}")
+    get = changes.get  # every field spelt out, as _moved does for a task
+    return ToolSlot(
+        call_id=get("call_id", slot.call_id),
+        name=get("name", slot.name),
+        task_id=get("task_id", slot.task_id),
+        status=status,
+        entry_id=get("entry_id", slot.entry_id),
+        output=get("output", slot.output),
+        control=get("control", slot.control),
+    )
+
+
+#: ToolSlot's fields, as ``slot_to`` spells them out (checked here).
+_SLOT_FIELDS = ("call_id", "name", "task_id", "status", "entry_id", "output", "control")
+assert tuple(f.name for f in attrs.fields(ToolSlot)) == _SLOT_FIELDS
+_SLOT_CHANGEABLE = frozenset(_SLOT_FIELDS) - {"status"}

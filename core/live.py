@@ -24,8 +24,9 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
 from .model import CoreInvariantError
-from .records import evolve
 from .state import Live
 
 
@@ -153,10 +154,35 @@ def live_to(live: Live, move: LiveMove, **changes: Any) -> Live:
     elif move is _END:
         new = Live()
     else:
-        new = evolve(live, **changes)
+        new = _changed(live, changes)
     if progress(new) is not target:
         raise CoreInvariantError(
             f"pi.live move {move.value!r} from {current.value!r} should reach {target.value!r}, "
             f"but its fields say {progress(new).value!r}"
         )
     return new
+
+
+#: Live's fields, as ``_changed`` spells them out (checked here: a field added
+#: to Live must be added there too, or a move would drop it).
+_FIELDS = ("run", "tools", "attempt", "partial", "retry_at", "retry_error", "poll_at")
+assert tuple(f.name for f in attrs.fields(Live)) == _FIELDS
+_NAMES = frozenset(_FIELDS)
+
+
+def _changed(live: Live, changes: Mapping[str, Any]) -> Live:
+    """``evolve(live, **changes)`` with every field spelt out: the same copy
+    (an unknown name is a ``TypeError`` as there), without evolve's dict of
+    every field - ``pi.live`` moves six times a tool round."""
+    if not _NAMES.issuperset(changes):
+        raise TypeError(f"Live has no field(s) {sorted(set(changes) - _NAMES)}")
+    get = changes.get
+    return Live(
+        run=get("run", live.run),
+        tools=get("tools", live.tools),
+        attempt=get("attempt", live.attempt),
+        partial=get("partial", live.partial),
+        retry_at=get("retry_at", live.retry_at),
+        retry_error=get("retry_error", live.retry_error),
+        poll_at=get("poll_at", live.poll_at),
+    )

@@ -271,3 +271,21 @@ def test_task_to_refuses_an_unknown_field_or_a_status() -> None:
         task_to(task, TaskMove.RESERVE, nonsense=1)
     with pytest.raises(TypeError):
         task_to(task, TaskMove.RESERVE, status=TaskStatus.TERMINAL)
+
+
+@pytest.mark.parametrize("row", sorted(SLOT_TRANSITIONS, key=str))
+def test_slot_to_is_attrs_evolve_with_the_rows_status(row: tuple[SlotStatus | None, SlotMove]) -> None:
+    """slot_to builds the moved slot with every field spelt out: the same copy
+    attrs.evolve makes; an unknown field or a status is refused."""
+    status, move = row
+    if status is None:
+        return  # a slot is born at its row's status (rounds.py), not moved
+    slot = ToolSlot(call_id="c", name="t", task_id=TaskId(4), status=status, output="so far")
+    changes = {"entry_id": 7, "output": None, "control": {"terminate": True}}
+    moved = slot_to(slot, move, **changes)
+    expected = attrs.evolve(slot, status=SLOT_TRANSITIONS[row], **changes)
+    assert attrs.asdict(moved, recurse=False) == attrs.asdict(expected, recurse=False)
+    with pytest.raises(TypeError):
+        slot_to(slot, move, nonsense=1)
+    with pytest.raises(TypeError):
+        slot_to(slot, move, status=SlotStatus.DONE)

@@ -66,3 +66,21 @@ def test_fields_that_contradict_the_row_are_refused() -> None:
     with pytest.raises(CoreInvariantError, match="should reach 'tools'"):
         live_to(EXAMPLES[Progress.ASKING], LiveMove.ROUND, attempt=None)
     assert attrs.evolve(EXAMPLES[Progress.STARTED]) == live_to(Live(), LiveMove.START, run=RUN)
+
+
+@given(st.sampled_from(sorted(LIVE_TRANSITIONS, key=str)))
+def test_a_move_is_attrs_evolve_of_its_changes(row: tuple[Progress, LiveMove]) -> None:
+    """live_to builds the moved document with every field spelt out
+    (live._changed): the same copy attrs.evolve makes (start and end build
+    a fresh document)."""
+    state, move = row
+    live = EXAMPLES[state]
+    if move in (LiveMove.START, LiveMove.END):
+        return
+    moved = live_to(live, move, **CHANGES[move])
+    assert attrs.asdict(moved, recurse=False) == attrs.asdict(attrs.evolve(live, **CHANGES[move]), recurse=False)
+
+
+def test_an_unknown_field_is_a_type_error() -> None:
+    with pytest.raises(TypeError):
+        live_to(EXAMPLES[Progress.ASKING], LiveMove.ASK, attempt=2, nonsense=1)
