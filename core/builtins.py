@@ -339,10 +339,30 @@ def _input(spec: Builtin, deltas: int | None, new: Any) -> tuple[DocStatus, DocI
     return _LIVE, (_CHECKPOINT if deltas + 1 >= BASE_EVERY else _CHANGE)
 
 
-def revise(tx: Tx, conv: ConvState, kind: str, new: Any) -> tuple[ConvState, PutDocument]:
+#: Tests set this: a revision whose change the caller placed (``revise``'s
+#: ``within``) also diffs the whole values and checks the ops are the same.
+CHECK_WITHIN = False
+
+
+def _part(value: Any, path: tuple[str | int, ...]) -> Any:
+    """The part of a typed value at ``path`` (a name is a field, a number an item)."""
+    for step in path:
+        value = value[step] if isinstance(step, int) else getattr(value, step)
+    return value
+
+
+def revise(
+    tx: Tx, conv: ConvState, kind: str, new: Any, within: tuple[str | int, ...] = ()
+) -> tuple[ConvState, PutDocument]:
     """``conv`` with its built-in ``kind`` set to ``new`` (a changed value),
     and the revision that stores it in this commit - one revision per
-    document per commit: a second change in the same step joins the first."""
+    document per commit: a second change in the same step joins the first.
+
+    ``within``: the path of the one part of the value that changed, when the
+    caller knows it (a slot of ``pi.live.tools``, tool_results.move_slot):
+    the ops are that part's diff at that path - what the whole value's diff
+    comes to when nothing else changed (typed_ops follows the one changed
+    field, and the one changed item of a tuple), without walking the rest."""
     spec = BUILTINS[kind]
     did = builtin_id(conv.id, kind)
     deltas = conv.stored.get(kind)
@@ -355,7 +375,13 @@ def revise(tx: Tx, conv: ConvState, kind: str, new: Any) -> tuple[ConvState, Put
     ops: tuple[Json, ...] = ()
     if action is _DELTA:
         assert deltas is not None
-        ops = tuple(typed_ops(getattr(conv, spec.field), new))
+        old = getattr(conv, spec.field)
+        if within:
+            ops = tuple(typed_ops(_part(old, within), _part(new, within), list(within)))
+            if CHECK_WITHIN:
+                assert ops == tuple(typed_ops(old, new)), f"{kind}: a change said to be within {within} is not"
+        else:
+            ops = tuple(typed_ops(old, new))
         deltas += 1
         if staged is not None:  # a delta already: one revision, the ops of both
             ops, deltas = staged.revision.ops + ops, deltas - 1

@@ -276,16 +276,17 @@ class Tx:
         self.changed.add(conv.id)
 
     # built-in documents: a revision only when they change (builtins.py) ----
-    def _set_builtin(self, cid: ConversationId, kind: str, value: Any) -> None:
+    def _set_builtin(self, cid: ConversationId, kind: str, value: Any, within: tuple[str | int, ...] = ()) -> None:
         conv = self.conversations[cid]
         if getattr(conv, BUILTINS[kind].field) == value:
             return
-        conv, write = revise(self, conv, kind, value)
+        conv, write = revise(self, conv, kind, value, within)
         self._replace_conv(conv)
         self.write(write)
 
-    def set_live(self, cid: ConversationId, live: Live) -> None:
-        self._set_builtin(cid, LIVE_DOC, live)
+    def set_live(self, cid: ConversationId, live: Live, within: tuple[str | int, ...] = ()) -> None:
+        """``within``: the path of the one part that changed, if known (builtins.revise)."""
+        self._set_builtin(cid, LIVE_DOC, live, within)
 
     def set_inbox(self, cid: ConversationId, items: tuple[InboxItem, ...]) -> None:
         self._set_builtin(cid, INBOX_DOC, items)

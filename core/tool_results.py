@@ -104,7 +104,9 @@ def settle(
 
 def move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = None, **changes: Json) -> None:
     """Move the slot of ``task`` in the current round (lifecycle.py's slot
-    table); ``changes`` are further slot fields (``output``)."""
+    table); ``changes`` are further slot fields (``output``). The move
+    changes that one slot of ``pi.live``: its revision is that slot's diff
+    (``within``, builtins.revise), not the whole document's."""
     live = tx.conversations[task.conversation_id].live
     if live.tools is None:
         return
@@ -114,7 +116,9 @@ def move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = 
         else s
         for s in live.tools
     )
-    tx.set_live(task.conversation_id, live_to(live, LiveMove.SLOT, tools=tools))
+    moved = [i for i, s in enumerate(tools) if s is not live.tools[i]]
+    within: tuple[str | int, ...] = ("tools", moved[0]) if len(moved) == 1 else ()
+    tx.set_live(task.conversation_id, live_to(live, LiveMove.SLOT, tools=tools), within)
 
 
 def slot(tx: Tx, task: Task) -> ToolSlot | None:

@@ -31,6 +31,10 @@ from pidurable.core import holding, scheduling  # noqa: E402
 scheduling.CHECK_TOUCHED = True
 # ... and the list of held settled conversations against every held one (core/holding.py).
 holding.CHECK = True
+# ... and a built-in revision whose caller placed the change against the whole value's diff (core/builtins.py).
+from pidurable.core import builtins  # noqa: E402
+
+builtins.CHECK_WITHIN = True
 
 # A throwaway PostgreSQL for the suites that run on it too (session-scoped).
 from pg_server import postgres_server  # noqa: E402, F401

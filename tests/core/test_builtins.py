@@ -7,7 +7,7 @@ import attrs
 import pytest
 
 from pidurable.core import step
-from pidurable.core import chord
+from pidurable.core import builtins, chord
 from pidurable.core.builtins import (
     BUILTINS,
     builtin_address,
@@ -158,6 +158,27 @@ def test_two_changes_in_one_step_are_one_revision() -> None:
     assert w.revision.action is RevisionAction.DELTA
     assert w.revision.ops == (["s", ["attempt"], 2], ["s", ["partial"], "he"])
     assert state.conversations[C].stored[LIVE_DOC] == 1
+
+
+def test_a_change_placed_within_one_slot_is_that_slots_diff() -> None:
+    """A slot move names the one slot it changed (``within``): the revision is
+    that slot's diff at ``tools[i]``, the same ops as the whole document's;
+    a change placed where it is not is caught by CHECK_WITHIN (on in tests)."""
+    run = RunInfo(task_id=TaskId(9), inputs=())
+    slots = (ToolSlot(call_id="a", name="t", task_id=TaskId(4)), ToolSlot(call_id="b", name="t", task_id=TaskId(5)))
+    state, _ = _commit(opened_state(), lambda tx: tx.set_live(C, Live(run=run, attempt=1)))
+    state, _ = _commit(state, lambda tx: tx.set_live(C, Live(run=run, tools=slots)))
+    settled = attrs.evolve(slots[1], status=SlotStatus.DONE, entry_id=12)
+    after = Live(run=run, tools=(slots[0], settled))
+    whole_state, whole = _commit(state, lambda tx: tx.set_live(C, after))
+    placed_state, placed = _commit(state, lambda tx: tx.set_live(C, after, ("tools", 1)))
+    assert placed == whole and placed_state == whole_state
+    assert placed.revision.ops == (["s", ["tools", 1, "status"], "done"], ["s", ["tools", 1, "entry_id"], 12])
+    assert builtins.CHECK_WITHIN
+    with pytest.raises(AssertionError, match="is not"):
+        _commit(state, lambda tx: tx.set_live(C, after, ("tools", 0)))
+    with pytest.raises(AssertionError, match="is not"):
+        _commit(state, lambda tx: tx.set_live(C, attrs.evolve(after, attempt=3), ("tools", 1)))
 
 
 @pytest.mark.parametrize(
