@@ -1,4 +1,4 @@
-"""How a commit is written in ``main.jsonl`` (schema 7, issue 11 item 3: a
+"""How a commit is written in ``main.jsonl`` (schema 7 and 8, issue 11 item 3: a
 lean JSONL store), and read back in every schema.
 
 Schema 7 lines are JSON arrays, fields by position::
@@ -32,6 +32,11 @@ adapter keeps: the events and the digest of the writes' journal text
 ``journal()`` and ``pidurable replay --check`` read a schema-7 line as any
 other. Per step this is 551 bytes instead of schema 6's 874 (R=1000,
 docs/performance.md).
+
+Schema 8 writes these lines as they are; a compacted store's
+``main.jsonl`` starts with snapshot rows (``["R",table,…]``,
+jsonl_snapshot.py), and its kept journal rows are lines of this grammar
+with no writes.
 
 Schema 6 and before: a line is an object, ``{"seq":…,"format":…,
 "digest":…,"events":[…],"writes":[…],"more":true}``, its writes in journal
