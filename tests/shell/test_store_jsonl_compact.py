@@ -37,7 +37,7 @@ from pidurable.shell.journal import check
 from pidurable.shell.providers import ScriptedModels, reply, tool_call
 from pidurable.shell.storage import JsonlStorage, MemoryStorage, jsonl, jsonl_snapshot
 from pidurable.shell.storage.base import DamagedRecord, JournalRow, StorageError
-from pidurable.shell.storage.readonly import open_view
+from pidurable.shell.storage.readonly import ReadOnlyJsonl, open_view
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LIVES7 = FIXTURES / "jsonl_schema7_lives_store"
@@ -361,3 +361,60 @@ def test_a_sidecar_compaction_cannot_delete_poisons_the_store_until_reopened(tmp
     closed.close()
     with pytest.raises(StorageError, match="is closed"):
         closed.compact()
+
+
+def test_the_new_file_is_flushed_before_its_rename_and_the_directory_after_whatever_fsync_says(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A rename that outlived its data (a power loss) would leave an empty
+    ``main.jsonl``: with ``fsync=False`` too, compaction flushes
+    ``main.jsonl.reclaim`` before renaming it over ``main.jsonl``, then the
+    directory, then deletes the sidecars."""
+    path = tmp_path / "store"
+    shutil.copytree(RUNNING7, path)
+    steps: list[str] = []
+    real_fsync, real_replace, real_unlink = os.fsync, os.replace, os.unlink
+
+    def fsync(fd: int) -> None:
+        steps.append(f"fsync {Path(os.readlink(f'/proc/self/fd/{fd}')).name}")
+        real_fsync(fd)
+
+    def replace(src: Any, dst: Any) -> None:
+        steps.append(f"rename {Path(src).name} {Path(dst).name}")
+        real_replace(src, dst)
+
+    def unlink(p: Any) -> None:
+        steps.append(f"delete {Path(p).name}")
+        real_unlink(p)
+
+    store = open_jsonl_storage(path, fsync=False)
+    try:
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "replace", replace)
+        monkeypatch.setattr(os, "unlink", unlink)
+        store.compact()
+    finally:
+        monkeypatch.undo()
+        store.close()
+    assert steps[:3] == ["fsync main.jsonl.reclaim", "rename main.jsonl.reclaim main.jsonl", "fsync store"]
+    assert sorted(steps[3:]) == sorted(f"delete {n}" for n in _files(RUNNING7) if n != "main.jsonl")
+
+
+def test_a_view_that_read_main_before_a_compaction_reads_it_again(tmp_path: Path, monkeypatch: Any) -> None:
+    """The read-only view read ``main.jsonl`` just before a live writer
+    compacted the store, and its sidecars after they were deleted: the
+    records that file refers to are missing, ``main.jsonl`` changed, so it
+    reads both again and sees the compacted store, whole."""
+    path = tmp_path / "store"
+    shutil.copytree(RUNNING7, path)
+    store = open_jsonl_storage(path)
+    stale = (path / jsonl.MAIN).read_bytes()
+    store.compact()
+    journal, tasks = store.journal(), store.tasks()
+    store.close()
+    fresh = (path / jsonl.MAIN).read_bytes()
+    reads = iter([stale, fresh])
+    monkeypatch.setattr(ReadOnlyJsonl, "_read_main", lambda self: next(reads))
+    view = ReadOnlyJsonl(path)
+    assert view.journal() == journal and view.tasks() == tasks
+    assert next(reads, None) is None  # read twice
