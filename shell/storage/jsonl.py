@@ -498,7 +498,7 @@ class JsonlStorage(MemoryStorage):
             raise StorageError(f"Store {self.path}: {self._poisoned}") from e
         dropped = len(self._journal) - len(kept)
         self._journal = kept
-        names = sorted(self._files | {n for n in os.listdir(self.dir) if sidecars.NAME.fullmatch(n)})
+        names = sorted(self._files)  # every sidecar: open found them all, this store made the rest
         failed = [n for n in names if not self._unlink(n)]
         self._files = set(failed)
         if failed:
