@@ -50,6 +50,17 @@ def wait_file(path: Path, timeout: float = WAIT) -> str:
     return path.read_text()
 
 
+def wait_group_gone(pgid: int, timeout: float = WAIT) -> None:
+    """Every member of process group ``pgid`` has died. SIGKILL reaches the
+    whole group at once, but each member dies when the kernel gets to it:
+    on a loaded machine a member may still be exiting when the leader and
+    the background child are already gone."""
+    deadline = time.monotonic() + timeout
+    while (members := group_members(pgid)):
+        assert time.monotonic() < deadline, f"process group {pgid} still has members {members}"
+        time.sleep(0.02)
+
+
 def group_members(pgid: int) -> list[int]:
     out = []
     for name in os.listdir("/proc"):
@@ -244,7 +255,7 @@ def test_a_leftover_group_is_found_and_killed(tmp_path: Path) -> None:
     assert kill_recorded_process(record) is True
     wait_dead(bg)
     wait_dead(pgid)
-    assert group_members(pgid) == []
+    wait_group_gone(pgid)
     assert kill_recorded_process(record) is False
 
 
