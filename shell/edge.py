@@ -33,6 +33,7 @@ from __future__ import annotations
 import enum
 import logging
 import math
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -131,7 +132,8 @@ def _clean(value: Any) -> Any:
             if type(k) is not str:
                 raise _Bad(f"object key {k!r} is not a string")
             ck = k if k.isascii() else clean_text(k)
-            cv = _clean(v)
+            tv = type(v)  # (a clean scalar without a call)
+            cv = v if tv in _AS_IS or (tv is str and v.isascii()) else _clean(v)
             if out is None and (ck is not k or cv is not v):
                 out = dict(list(value.items())[:i])
             if out is not None:
@@ -195,15 +197,19 @@ def clean_usage(usage: Any, where: str) -> Usage | None:
 # --- events from the shell's interpreters ------------------------------------------
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
+#: Per record class: its field names and a getter of all their values (one call).
+_FIELDS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
 _RECORDS: dict[type, bool] = {}
+_AS_IS = frozenset({int, bool, type(None)})  #: exact types whose values are JSON as they are
 
 
-def _fields(cls: type) -> tuple[str, ...]:
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in attrs.fields(cls))
-    return names
+def _fields(cls: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
+    known = _FIELDS.get(cls)
+    if known is None:
+        names = tuple(f.name for f in attrs.fields(cls))
+        get = operator.attrgetter(*names) if len(names) > 1 else lambda obj: tuple(getattr(obj, n) for n in names)
+        known = _FIELDS[cls] = (names, get)
+    return known
 
 
 def _is_record(cls: type) -> bool:
@@ -219,24 +225,18 @@ def _clean_fields(obj: Any, where: str) -> Any:
     too); raises EdgeError for a value that cannot be JSON. The hot path of
     every interpreter event: ASCII text, ints, None and empty containers
     pass without a call; a message is formatted only for a refusal."""
-    cls = type(obj)
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _fields(cls)
+    names, get = _FIELDS.get(type(obj)) or _fields(type(obj))
     changes: dict[str, Any] | None = None
-    for name in names:
-        v = getattr(obj, name)
+    for name, v in zip(names, get(obj)):
         t = type(v)
         if t is str:
             if v.isascii():
                 continue
             new: Any = clean_text(v)
-        elif v is None or t is int or t is bool:
-            continue
+        elif t in _AS_IS or ((t is tuple or t is dict) and not v):
+            continue  # an empty container is clean
         elif name == "usage":
             new = clean_usage(v, where)
-        elif (t is tuple or t is dict) and not v:
-            continue  # an empty container is clean
         elif t is dict:
             new = _clean_value(v, where, name)
         elif t is tuple:
