@@ -263,6 +263,8 @@ assert _leading(Task, ROW_COLUMNS["tasks"]) == _TASK_LEADING
 #: ``codec.plain``'s hooks without the spliced fields (the row's text, whole).
 _ENTRY_REST = codec.plain_hook(Entry, _ENTRY_LEADING)
 _TASK_REST = codec.plain_hook(Task, _TASK_LEADING)
+#: What a terminal task's row text leaves out of ``_TASK_REST``'s dict (:data:`TERMINAL_DROPS`).
+_TERMINAL_REST_DROPS = tuple(sorted(TERMINAL_DROPS - set(_TASK_LEADING)))
 #: A revision's row text leaves out what its ``document_records`` row holds
 #: (:func:`_lean_revision`); its version goes in front of both texts.
 _REVISION_REST = codec.plain_hook(DocumentRevision, ("scope", "owner", "kind", "version", "history", "fork"))
@@ -274,12 +276,12 @@ assert not codec.WRITE_WIRE[PutEntry].keys and not codec.WRITE_WIRE[PutTask].key
 assert [attr for attr, _ in _DOCUMENT_WIRE.keys] == ["document_id"]
 
 
-def _int(value: Any) -> int:
-    """An id spliced into a text with ``str`` (what JSON writes for an int;
-    a bool or an int subclass goes the reference way)."""
-    if type(value) is not int:
-        raise codec.NotPlain(f"{type(value).__name__} is not an int")
-    return value
+def _ints(a: Any, b: Any) -> None:
+    """Two ids spliced into a text by formatting (what JSON writes for an
+    int); NotPlain unless both are ints (a bool or an int subclass goes the
+    reference way)."""
+    if type(a) is not int or type(b) is not int:
+        raise codec.NotPlain(f"{type(a).__name__} and {type(b).__name__} are not both ints")
 
 
 def _splice(head: str, rest: str) -> tuple[str, str]:
@@ -293,32 +295,36 @@ def _splice(head: str, rest: str) -> tuple[str, str]:
 
 def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
     e = w.entry
-    record, lean = _splice(
-        f'{{"id":{_int(e.id)},"conversation_id":{_int(e.conversation_id)}', codec.plain_dumps(_ENTRY_REST(e))
-    )
-    columns = {"id": e.id, "conversation_id": e.conversation_id, "seq": seq, "record": lean}
-    return Row("entries", (e.id,), columns), _ENTRY_JOURNAL + record + "}"
+    eid, cid = e.id, e.conversation_id
+    _ints(eid, cid)
+    record, lean = _splice(f'{{"id":{eid},"conversation_id":{cid}', codec.plain_dumps(_ENTRY_REST(e)))
+    columns = {"id": eid, "conversation_id": cid, "seq": seq, "record": lean}
+    return Row("entries", (eid,), columns), _ENTRY_JOURNAL + record + "}"
 
 
 def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
     t = w.task
+    tid, cid, kind = t.id, t.conversation_id, t.kind
+    _ints(tid, cid)
     data = _TASK_REST(t)
-    head = f'{{"id":{_int(t.id)},"conversation_id":{_int(t.conversation_id)},"kind":{codec.plain_scalar(t.kind)}'
-    record, lean = _splice(head, codec.plain_dumps(data))
+    record, lean = _splice(f'{{"id":{tid},"conversation_id":{cid},"kind":{codec.plain_scalar(kind)}', codec.plain_dumps(data))
     status = t.status
     if status is TaskStatus.TERMINAL:
-        lean = codec.plain_dumps({k: v for k, v in data.items() if k not in TERMINAL_DROPS})
-    columns = {"id": t.id, "conversation_id": t.conversation_id, "kind": t.kind, "status": status._value_, "owner": t.owner, "record": lean}
-    return Row("tasks", (t.id,), columns), _TASK_JOURNAL + record + "}"
+        for name in _TERMINAL_REST_DROPS:  # (``data`` is the hook's new dict: its values are not touched)
+            data.pop(name, None)
+        lean = codec.plain_dumps(data)
+    columns = {"id": tid, "conversation_id": cid, "kind": kind, "status": status._value_, "owner": t.owner, "record": lean}
+    return Row("tasks", (tid,), columns), _TASK_JOURNAL + record + "}"
 
 
 def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
     r = w.revision
     rest = codec.plain_dumps(_REVISION_REST(r))[1:]  # '"action":...}': the action is always written
-    version = _int(r.version)
+    version, owner = r.version, r.owner
+    _ints(version, owner)
     scalar = codec.plain_scalar
     record = (
-        f'{{"scope":{scalar(r.scope)},"owner":{_int(r.owner)},"kind":{scalar(r.kind)},"version":{version},'
+        f'{{"scope":{scalar(r.scope)},"owner":{owner},"kind":{scalar(r.kind)},"version":{version},'
         f'"history":{scalar(r.history)},"fork":{scalar(r.fork)},{rest}'
     )
     wire = _DOCUMENT_WIRE
