@@ -289,6 +289,8 @@ class DocumentUpdates:
 
     def conversations(self, event: Event) -> list[int]:
         """The conversations whose documents ``event``'s staged updates change."""
+        if not self._pending:
+            return []  # nothing staged (the usual case: asked of every result event)
         key = self._key(event)
         pending = self._pending.get(key) if key is not None else None
         return sorted({s.owner for s in pending or () if s.doc.scope is DocScope.CONVERSATION})

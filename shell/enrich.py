@@ -23,7 +23,8 @@ strict JSON by ``edge.clean_event`` as they enter the channel.)
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import attrs
 
@@ -45,15 +46,23 @@ class LookupReads(PointReads, Protocol):
     def task(self, task_id: TaskId) -> Task | None: ...
 
 
+#: The events that can need a stored record, and whether this one does
+#: (asked of every event before its step: one lookup by exact type - no
+#: event class has subclasses - instead of a chain of ``isinstance`` tests;
+#: issue 11 item 2).
+LOOKUPS: dict[type, Callable[[Any], bool]] = {
+    InputSubmitted: lambda e: e.request_id is not None and e.existing is None,
+    WriteSubmitted: lambda e: e.request_id is not None and e.existing is None,
+    TaskAbortRequested: lambda e: e.known is None,
+    ForkRequested: lambda e: e.point is None,
+    SubmissionAbortRequested: lambda e: e.known is None,
+}
+
+
 def needs_lookup(event: Event) -> bool:
     """Does stepping ``event`` read storage (so earlier commits must land first)?"""
-    if isinstance(event, (InputSubmitted, WriteSubmitted)):
-        return event.request_id is not None and event.existing is None
-    if isinstance(event, TaskAbortRequested):
-        return event.known is None
-    if isinstance(event, ForkRequested):
-        return event.point is None
-    return isinstance(event, SubmissionAbortRequested) and event.known is None
+    check = LOOKUPS.get(type(event))
+    return check is not None and check(event)
 
 
 def enrich(event: Event, state: State, storage: LookupReads) -> Event:

@@ -98,7 +98,9 @@ def named(event: Event, staging: Staging) -> set[ConversationId]:
     of = TARGETS.get(type(event))
     ids = set(of(event)) if of is not None else set()
     if isinstance(event, _STAGING):
-        ids.update(ConversationId(c) for c in staging.conversations(event))
+        staged = staging.conversations(event)  # (none, as a rule)
+        if staged:
+            ids.update(ConversationId(c) for c in staged)
     return ids
 
 
