@@ -205,10 +205,8 @@ class Observer:
         if otel is None and not log.isEnabledFor(logging.INFO):
             # warnings only (Python's default): look just at what can warn
             for (commit, events, before), after in zip(commits, afters):
-                for w in commit.writes:
-                    if _may_warn(w, after):
-                        _Commit(commit, events, before, None, self.started, after).observe()
-                        break
+                if _may_warn(commit.writes, after):
+                    _Commit(commit, events, before, None, self.started, after).observe()
             return
         for (commit, events, before), after in zip(commits, afters):
             _Commit(commit, events, before, otel, self.started, after).observe()
@@ -403,27 +401,28 @@ def _lives(writes: Sequence[Write], after: State) -> list[ConversationId]:
     return out
 
 
-def _may_warn(w: Write, after: State) -> bool:
-    """A write that can make a WARNING record: a run ending (its inputs may
-    have settled in trouble), a task entering a retry phase, a task ending
-    faulted or orphaned. Asked of every write of every commit when only
-    warnings are logged (Python's default): exact types first (no subclass
-    of a write exists), a document that is not a built-in (id >= 0) at once."""
-    t = type(w)
-    if t is PutTask:
-        task = w.task  # type: ignore[union-attr]
-        if task.checkpoint.get("phase") in RETRYING:
-            return True
-        return task.outcome is not None and task.outcome.status in _TROUBLE_OUTCOMES
-    if t is PutDocument:
-        document_id = w.document_id  # type: ignore[union-attr]
-        if document_id >= 0:
-            return False
-        address = builtin_address(document_id)
-        if address is None or address[1] != LIVE_DOC:
-            return False
-        conv = after.conversations.get(address[0])
-        return conv is not None and conv.live.run is None
+def _may_warn(writes: Sequence[Write], after: State) -> bool:
+    """Whether a commit's writes can make a WARNING record: a run ending (its
+    inputs may have settled in trouble), a task entering a retry phase, a
+    task ending faulted or orphaned. Asked of every commit when only
+    warnings are logged (Python's default): one call per commit, exact types
+    (no subclass of a write exists), a document that is not a built-in (id
+    >= 0) passed at once."""
+    for w in writes:
+        t = type(w)
+        if t is PutTask:
+            task = w.task  # type: ignore[union-attr]
+            if task.checkpoint.get("phase") in RETRYING:
+                return True
+            if task.outcome is not None and task.outcome.status in _TROUBLE_OUTCOMES:
+                return True
+        elif t is PutDocument:
+            document_id = w.document_id  # type: ignore[union-attr]
+            address = builtin_address(document_id) if document_id < 0 else None
+            if address is not None and address[1] == LIVE_DOC:
+                conv = after.conversations.get(address[0])
+                if conv is not None and conv.live.run is None:
+                    return True
     return False
 
 
