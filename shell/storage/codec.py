@@ -532,25 +532,21 @@ def _refuse(value: Any) -> Any:
 #: :func:`plain_dumps` turns into NotPlain; the reference way names it) and
 #: without a ``default`` (:func:`_refuse`).
 _c_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # (not in typeshed)
+#: ``(value, 0)`` -> the text's chunks (called by :func:`plain_dumps` itself:
+#: no Python call between, issue 11 item 2).
+_plain_chunks: Callable[..., Iterable[str]]
 if _c_make_encoder is not None:
     _plain_chunks = _c_make_encoder(None, _refuse, encode_basestring, None, ":", ",", False, False, False)
-
-    def _plain_encode(value: Any) -> str:
-        return "".join(_plain_chunks(value, 0))
-
 else:  # pragma: no cover - a Python without the C accelerator
-    _plain_encoder = json.JSONEncoder(
+    _plain_chunks = json.JSONEncoder(
         separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False, default=_refuse
-    )
-
-    def _plain_encode(value: Any) -> str:
-        return _plain_encoder.encode(value)
+    ).iterencode  # (value, 0): not "one shot", the same chunks
 
 
 def plain_dumps(value: Any) -> str:
     """:func:`dumps` of plain JSON data; :class:`NotPlain` for anything else."""
     try:
-        return _plain_encode(value)
+        return "".join(_plain_chunks(value, 0))
     except (TypeError, ValueError, RecursionError) as e:
         raise NotPlain(f"{type(e).__name__}: {e}") from e
 
