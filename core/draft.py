@@ -271,17 +271,14 @@ class Tx:
         for revision in revisions:
             self.write(revision)
 
-    def _replace_conv(self, conv: ConvState) -> None:
-        self._owned("conversations")[conv.id] = conv
-        self.changed.add(conv.id)
-
     # built-in documents: a revision only when they change (builtins.py) ----
     def _set_builtin(self, cid: ConversationId, kind: str, value: Any, within: tuple[str | int, ...] = ()) -> None:
         conv = self.conversations[cid]
         if getattr(conv, BUILTINS[kind].field) == value:
             return
         conv, write = revise(self, conv, kind, value, within)
-        self._replace_conv(conv)
+        self._owned("conversations")[cid] = conv
+        self.changed.add(cid)
         self.write(write)
 
     def set_live(self, cid: ConversationId, live: Live, within: tuple[str | int, ...] = ()) -> None:
