@@ -30,7 +30,7 @@ from pidurable.core.effects import (
 )
 from pidurable.core.events import Event
 from pidurable.core.model import Entry, Task, TaskStatus
-from pidurable.core.state import AGENT_DOC, CONTEXT_DOC, INBOX_DOC, LIVE_DOC, USAGE_DOC, DocHistory, DocScope
+from pidurable.core.state import AGENT_DOC, CONTEXT_DOC, INBOX_DOC, LIVE_DOC, USAGE_DOC, DocHistory, DocScope, ForkPolicy
 
 from . import codec
 
@@ -272,6 +272,9 @@ _REVISION_REST = codec.plain_hook(DocumentRevision, ("scope", "owner", "kind", "
 _ENTRY_JOURNAL = codec.WRITE_WIRE[PutEntry].head + codec.WRITE_WIRE[PutEntry].record_key
 _TASK_JOURNAL = codec.WRITE_WIRE[PutTask].head + codec.WRITE_WIRE[PutTask].record_key
 _DOCUMENT_WIRE = codec.WRITE_WIRE[PutDocument]
+#: The JSON text of each member of the enums a revision's record starts with
+#: (looked up, not encoded for every revision; another value goes the reference way).
+_ENUM_TEXT: dict[Any, str] = {m: codec.plain_scalar(m) for e in (DocScope, DocHistory, ForkPolicy) for m in e}
 assert not codec.WRITE_WIRE[PutEntry].keys and not codec.WRITE_WIRE[PutTask].keys
 assert [attr for attr, _ in _DOCUMENT_WIRE.keys] == ["document_id"]
 
@@ -322,10 +325,13 @@ def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
     rest = codec.plain_dumps(_REVISION_REST(r))[1:]  # '"action":...}': the action is always written
     version, owner = r.version, r.owner
     _ints(version, owner)
-    scalar = codec.plain_scalar
+    try:
+        scope, history, fork = _ENUM_TEXT[r.scope], _ENUM_TEXT[r.history], _ENUM_TEXT[r.fork]
+    except (KeyError, TypeError):
+        raise codec.NotPlain("a revision's scope, history or fork is not one of its enum's members") from None
     record = (
-        f'{{"scope":{scalar(r.scope)},"owner":{owner},"kind":{scalar(r.kind)},"version":{version},'
-        f'"history":{scalar(r.history)},"fork":{scalar(r.fork)},{rest}'
+        f'{{"scope":{scope},"owner":{owner},"kind":{codec.plain_scalar(r.kind)},"version":{version},'
+        f'"history":{history},"fork":{fork},{rest}'
     )
     wire = _DOCUMENT_WIRE
     journal = wire.head + wire.keys[0][1] + str(w.document_id) + wire.record_key + record + "}"
