@@ -355,9 +355,10 @@ class Loop:
     def _act(self, effect: Effect) -> None:
         do = self.interpreters
         assert do is not None and self.nursery is not None, "Loop.start() first"
-        match effect:
-            case Commit():
-                raise AssertionError("a commit is persisted by _flush, never acted")
+        match effect:  # (a case is an isinstance test: the most frequent acts first)
+            case RunTool():
+                run = partial(do.tools.run, effect, self.state.settings.partial_interval_ms)
+                self._spawn_in_call_order(effect, run)
             case CallModel():
                 self._spawn(effect, partial(do.models.call, effect, self.state.settings.partial_interval_ms))
             case PollModel():
@@ -380,9 +381,6 @@ class Loop:
                     self._spawn(effect, partial(do.tools.prepare_with_hooks, effect))
                 else:
                     do.tools.prepare(effect)
-            case RunTool():
-                run = partial(do.tools.run, effect, self.state.settings.partial_interval_ms)
-                self._spawn_in_call_order(effect, run)
             case RunPhase():
                 task = self.state.tasks.get(effect.task_id)  # a read-only snapshot, at dispatch
                 self._spawn(effect, partial(do.tasks.run_phase, effect, task))
@@ -407,6 +405,8 @@ class Loop:
                     scope.cancel()
             case Respond():
                 self.waits.answer(effect)
+            case Commit():
+                raise AssertionError("a commit is persisted by _flush, never acted")
             case _:
                 assert_never(effect)
 
