@@ -80,20 +80,11 @@ def record_events(rounds: int, directory: Path) -> tuple[Path, list[int]]:
     just past each model call's answer (to cut a replay at R rounds)."""
     import trio
 
-    from pidurable.shell import journal
-    from pidurable.shell.storage import codec
-    from pidurable.shell.storage.sqlite import open_sqlite_storage
+    from breakdown import journal_events  # the journal's events, as breakdown.py's core column replays them
 
     db = directory / "journal.db"
     trio.run(workload.run_once, rounds, db, "NORMAL")
-    storage = open_sqlite_storage(db, create=False)
-    try:
-        rows = list(storage.journal())
-    finally:
-        storage.close()
-    events: list[Any] = []
-    for row in rows:
-        events.extend(codec.event_from_data(d) for d in journal._event_datas(row))
+    events = journal_events(db)
     answers = [i + 1 for i, ev in enumerate(events) if type(ev).__name__ == "ModelResponded"]
     path = directory / "events.pkl"
     with open(path, "wb") as f:
