@@ -233,8 +233,8 @@ def _clean_fields(obj: Any, where: str) -> Any:
             if v.isascii():
                 continue
             new: Any = clean_text(v)
-        elif t in _AS_IS or ((t is tuple or t is dict) and not v):
-            continue  # an empty container is clean
+        elif t in _AS_IS or ((t is tuple or t is dict) and not v and name != "usage"):
+            continue  # clean: a scalar, an empty container (but an empty usage is no Usage)
         elif name == "usage":
             new = clean_usage(v, where)
         elif t is dict:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from pidurable.core.events import ModelFailed, ModelResponded, PreparedCall, ToolFinished
 from pidurable.core.model import ToolCall
 from pidurable.shell.edge import clean_event
@@ -51,3 +53,14 @@ def test_infinity_in_a_call_refuses_the_reply() -> None:
     out = clean_event(_reply([{"i": 0}, {"k": math.inf}], [None, None]))
     assert isinstance(out, ModelFailed)
     assert out.message.endswith("model_responded arguments.k: inf is not a JSON number (NaN and Infinity are not allowed)")
+
+
+def test_a_usage_that_is_not_a_usage_is_dropped_even_when_empty(caplog: pytest.LogCaptureFixture) -> None:
+    """An empty dict (or tuple) where usage belongs is no ``Usage``: dropped
+    with a warning, as any other non-Usage - not passed on as an empty
+    container that needs no cleaning."""
+    for bad in ({}, (), {"input_tokens": 1}):
+        done = ToolFinished(now=1, task_id=2, text="ok", usage=bad)  # type: ignore[arg-type]
+        out = clean_event(done)
+        assert isinstance(out, ToolFinished) and out.usage is None and out.text == "ok"
+    assert caplog.text.count("is not a Usage; usage dropped") == 3
