@@ -69,6 +69,7 @@ from .effects import (
     Write,
 )
 from .model import AgentConfig, ConversationId, Json
+from .records import spelt_out
 from .state import (
     AGENT_DOC,
     CONTEXT_DOC,
@@ -405,7 +406,7 @@ def revise(
 #: ConvState's fields, as ``_with`` spells them out (checked here: a field
 #: added to ConvState must be added there, or it would be dropped).
 _CONV_FIELDS = ("conversation", "agent", "live", "inbox", "usage", "context", "stored")
-assert tuple(f.name for f in attrs.fields(ConvState)) == _CONV_FIELDS
+spelt_out(ConvState, _CONV_FIELDS)
 assert {spec.field for spec in BUILTINS.values()} <= set(_CONV_FIELDS[1:-1])
 
 

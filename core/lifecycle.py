@@ -21,8 +21,6 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
-
 from .model import (
     CoreInvariantError,
     Outcome,
@@ -31,7 +29,7 @@ from .model import (
     Task,
     TaskStatus,
 )
-from .records import evolve
+from .records import evolve, refuse_changes, spelt_out
 from .state import SlotStatus, ToolSlot
 
 
@@ -227,9 +225,8 @@ _TASK_FIELDS = (
     "id", "conversation_id", "kind", "version", "input", "owner", "background", "abort_requested",
     "status", "checkpoint", "on", "policy", "outcome", "memos", "started_at", "ended_at",
 )
-assert tuple(f.name for f in attrs.fields(Task)) == _TASK_FIELDS and all(f.init for f in attrs.fields(Task))
 #: What a move may change besides the status it decides.
-_CHANGEABLE = frozenset(_TASK_FIELDS) - {"status"}
+_CHANGEABLE = spelt_out(Task, _TASK_FIELDS) - {"status"}
 
 
 def _moved(task: Task, status: TaskStatus, changes: Mapping[str, Any]) -> Task:
@@ -237,7 +234,7 @@ def _moved(task: Task, status: TaskStatus, changes: Mapping[str, Any]) -> Task:
     the same copy (an unknown name is a ``TypeError`` as there), without
     evolve's dict of every field - a step moves a task two or three times."""
     if not _CHANGEABLE.issuperset(changes):
-        raise TypeError(f"a task move cannot set {sorted(set(changes) - _CHANGEABLE)}")
+        refuse_changes(_CHANGEABLE, changes, "a task move")
     get = changes.get
     return Task(
         id=get("id", task.id),
@@ -269,7 +266,7 @@ def slot_to(slot: ToolSlot, move: SlotMove, **changes: Any) -> ToolSlot:
     if status is None:
         status = next_slot_status(slot.status, move)  # raises: not a transition
     if not _SLOT_CHANGEABLE.issuperset(changes):
-        raise TypeError(f"a slot move cannot set {sorted(set(changes) - _SLOT_CHANGEABLE)}")
+        refuse_changes(_SLOT_CHANGEABLE, changes, "a slot move")
     get = changes.get  # every field spelt out, as _moved does for a task
     return ToolSlot(
         call_id=get("call_id", slot.call_id),
@@ -284,5 +281,4 @@ def slot_to(slot: ToolSlot, move: SlotMove, **changes: Any) -> ToolSlot:
 
 #: ToolSlot's fields, as ``slot_to`` spells them out (checked here).
 _SLOT_FIELDS = ("call_id", "name", "task_id", "status", "entry_id", "output", "control")
-assert tuple(f.name for f in attrs.fields(ToolSlot)) == _SLOT_FIELDS
-_SLOT_CHANGEABLE = frozenset(_SLOT_FIELDS) - {"status"}
+_SLOT_CHANGEABLE = spelt_out(ToolSlot, _SLOT_FIELDS) - {"status"}

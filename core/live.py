@@ -24,9 +24,8 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
-
 from .model import CoreInvariantError
+from .records import refuse_changes, spelt_out
 from .state import Live
 
 
@@ -166,8 +165,7 @@ def live_to(live: Live, move: LiveMove, **changes: Any) -> Live:
 #: Live's fields, as ``_changed`` spells them out (checked here: a field added
 #: to Live must be added there too, or a move would drop it).
 _FIELDS = ("run", "tools", "attempt", "partial", "retry_at", "retry_error", "poll_at")
-assert tuple(f.name for f in attrs.fields(Live)) == _FIELDS
-_NAMES = frozenset(_FIELDS)
+_NAMES = spelt_out(Live, _FIELDS)
 
 
 def _changed(live: Live, changes: Mapping[str, Any]) -> Live:
@@ -175,7 +173,7 @@ def _changed(live: Live, changes: Mapping[str, Any]) -> Live:
     (an unknown name is a ``TypeError`` as there), without evolve's dict of
     every field - ``pi.live`` moves six times a tool round."""
     if not _NAMES.issuperset(changes):
-        raise TypeError(f"Live has no field(s) {sorted(set(changes) - _NAMES)}")
+        refuse_changes(_NAMES, changes, "a pi.live move")
     get = changes.get
     return Live(
         run=get("run", live.run),

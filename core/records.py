@@ -12,9 +12,9 @@ several per event (issue 11 item 2).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import attrs
 
@@ -53,4 +53,22 @@ def evolve(inst: T, **changes: Any) -> T:
     return cls(**values)
 
 
-__all__ = ["evolve"]
+def spelt_out(cls: type, names: tuple[str, ...]) -> frozenset[str]:
+    """``names``, checked to be ``cls``'s attrs fields in order (all set by
+    ``__init__``), as a set. For a copy that spells every field out instead
+    of calling :func:`evolve` (a hot path: no dict of every field): checked
+    at import, so a field added to ``cls`` fails until the copy names it."""
+    fields = attrs.fields(cls)
+    if tuple(f.name for f in fields) != names or not all(f.init for f in fields):
+        raise AssertionError(f"{cls.__name__} has fields {[f.name for f in fields]}: its spelt-out copy names {list(names)}")
+    return frozenset(names)
+
+
+def refuse_changes(allowed: frozenset[str], changes: Mapping[str, Any], what: str) -> NoReturn:
+    """A spelt-out copy's ``changes`` name a field not ``allowed``: the
+    ``TypeError`` ``evolve`` raises for an unknown name. (The caller tests
+    ``allowed.issuperset(changes)`` itself: no call on the hot path.)"""
+    raise TypeError(f"{what} cannot set {sorted(set(changes) - allowed)}")
+
+
+__all__ = ["evolve", "refuse_changes", "spelt_out"]

@@ -7,7 +7,7 @@ import attrs
 import pytest
 
 from pidurable.core.model import ConversationId, Replay, Task, TaskId, TaskStatus, ToolInfo
-from pidurable.core.records import evolve
+from pidurable.core.records import evolve, refuse_changes, spelt_out
 from pidurable.core.state import ConvState, Live, RunInfo, ToolSlot, UsageDoc
 from pidurable.core.model import Conversation
 
@@ -63,3 +63,16 @@ def test_an_unknown_field_is_a_type_error() -> None:
         evolve(_Private(), _hidden=1)  # the argument is the alias, as attrs.evolve's
     with pytest.raises(TypeError):
         evolve(_Private(), derived=1)  # not an init field
+
+
+def test_a_spelt_out_copy_must_name_every_field_in_order() -> None:
+    """spelt_out guards the copies that write every field out (lifecycle,
+    live, builtins): a field added to the class, a name missing or out of
+    order fails at import instead of a copy silently dropping a field."""
+    names = tuple(f.name for f in attrs.fields(Live))
+    assert spelt_out(Live, names) == frozenset(names)
+    for wrong in (names[:-1], names[::-1], (*names, "extra")):
+        with pytest.raises(AssertionError, match="spelt-out copy"):
+            spelt_out(Live, wrong)
+    with pytest.raises(TypeError, match=r"a move cannot set \['tools'\]"):
+        refuse_changes(frozenset({"run"}), {"run": None, "tools": ()}, "a move")
