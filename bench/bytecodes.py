@@ -58,35 +58,6 @@ import workload  # noqa: E402
 Counts = collections.Counter[CodeType]
 
 
-def count(rounds: int) -> tuple[Counts, Counts]:
-    """Bytecodes and calls per code object over one run of ``rounds``."""
-    ops: Counts = collections.Counter()
-    calls: Counts = collections.Counter()
-
-    def on_opcode(frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "opcode":
-            ops[frame.f_code] += 1
-        return on_opcode
-
-    def on_call(frame: FrameType, event: str, arg: Any) -> Any:
-        if event != "call":
-            return None
-        frame.f_trace_opcodes = True
-        calls[frame.f_code] += 1
-        return on_opcode
-
-    async def run(directory: Path) -> None:
-        sys.settrace(on_call)
-        try:
-            await workload.run_once(rounds, directory / "s.db", "NORMAL")
-        finally:
-            sys.settrace(None)
-
-    with tempfile.TemporaryDirectory() as d:
-        trio.run(run, Path(d))
-    return ops, calls
-
-
 class _AtModelCalls(list[float]):
     """Given to the workload as its ``cpu_marks``: at each model call it
     records the bytecodes counted so far instead of the CPU time."""
@@ -99,20 +70,27 @@ class _AtModelCalls(list[float]):
         super().append(float(self.total[0]))
 
 
-def flat(rounds: int) -> tuple[float, float]:
-    """Bytecodes per durable step over the first and the last 10% of rounds
-    of one run (counted at each model call, a round being 4 steps)."""
+def count(rounds: int, per_code: bool = True) -> tuple[Counts, Counts, _AtModelCalls]:
+    """One traced run of ``rounds``: bytecodes and calls per code object
+    (empty unless ``per_code``: the total alone traces faster), and the total
+    so far at each model call."""
+    ops: Counts = collections.Counter()
+    calls: Counts = collections.Counter()
     total = [0]
 
     def on_opcode(frame: FrameType, event: str, arg: Any) -> Any:
         if event == "opcode":
             total[0] += 1
+            if per_code:
+                ops[frame.f_code] += 1
         return on_opcode
 
     def on_call(frame: FrameType, event: str, arg: Any) -> Any:
         if event != "call":
             return None
         frame.f_trace_opcodes = True
+        if per_code:
+            calls[frame.f_code] += 1
         return on_opcode
 
     marks = _AtModelCalls(total)
@@ -126,7 +104,13 @@ def flat(rounds: int) -> tuple[float, float]:
 
     with tempfile.TemporaryDirectory() as d:
         trio.run(run, Path(d))
-    return workload.tenth_ratio(marks, rounds)
+    return ops, calls, marks
+
+
+def flat(rounds: int) -> tuple[float, float]:
+    """Bytecodes per durable step over the first and the last 10% of rounds
+    of one run (counted at each model call, a round being 4 steps)."""
+    return workload.tenth_ratio(count(rounds, per_code=False)[2], rounds)
 
 
 def part(code: CodeType) -> str:
@@ -172,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pidurable at {workload.ROOT}\n")
         print("| R | first 10% | last 10% | last/first |")
         print("|---:|---:|---:|---:|")
+        count(2, per_code=False)  # warm-up, as below: first-use set-up is not a step's
         for rounds in args.flat:
             if rounds < 10:
                 p.error("--flat needs R >= 10")
@@ -182,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < a < b:
         p.error("--rounds A B needs 0 < A < B")
     count(2)  # warm-up: lazy imports, caches and first-use set-up are not per step
-    ops_a, calls_a = count(a)
-    ops_b, calls_b = count(b)
+    ops_a, calls_a, _ = count(a)
+    ops_b, calls_b, _ = count(b)
     steps = 4 * (b - a)
     ops = {c: ops_b[c] - ops_a[c] for c in set(ops_a) | set(ops_b)}
     calls = {c: calls_b[c] - calls_a[c] for c in set(calls_a) | set(calls_b)}
