@@ -78,6 +78,8 @@ from .state import (
 )
 
 _TERMINAL = TaskStatus.TERMINAL  # read once: put_task runs several times a step
+_TASK_WRITE = WRITE_KEYS[PutTask][0]  # the key put_task writes under (and the task's id)
+_ENTRY_WRITE = WRITE_KEYS[PutEntry][0]  # the same for put_entry (and the entry's id)
 
 #: State fields the draft does not carry: ``next_seq`` is advanced by
 #: ``finish`` (one per Commit), ``opened`` only by ``on_opened``.
@@ -218,14 +220,16 @@ class Tx:
     def put_task(self, task: Task, *, durable: bool = True) -> None:
         """Replace a task in the draft; ``durable=False`` changes only memory
         (a reservation whose intent is already stored)."""
-        tasks = self._owned("tasks")
-        old = tasks.get(task.id)
+        # (the owned copy without a call once made: most steps put several)
+        tasks: dict[TaskId, Task] = self.tasks if "tasks" in self._own else self._owned("tasks")  # type: ignore[assignment]
+        tid = task.id
+        old = tasks.get(tid)
         ix = self.index
-        self.touched.add(task.id)
+        self.touched.add(tid)
         if task.status is _TERMINAL:
             if old is not None:
                 # whoever waited on it, owned it or owns its conversation may now run
-                self.touched.update(ix.waiters.get(task.id, ()))
+                self.touched.update(ix.waiters.get(tid, ()))
                 owner = task.owner
                 if owner is None:
                     conv = self.conversations.get(task.conversation_id)
@@ -233,18 +237,18 @@ class Tx:
                 if owner is not None:
                     self.touched.add(owner)
                 self.changed.add(task.conversation_id)
-                self.changed.update(ix.owned_conversations.get(task.id, ()))
+                self.changed.update(ix.owned_conversations.get(tid, ()))
                 ix.task(old, None)
-            tasks.pop(task.id, None)
+            tasks.pop(tid, None)
             if self.documents:
-                retire_task_documents(self, task.id)
+                retire_task_documents(self, tid)
         else:
             if old is None:
                 self.changed.add(task.conversation_id)  # it holds its conversation now (holding.py)
             ix.task(old, task)
-            tasks[task.id] = task
+            tasks[tid] = task
         if durable:
-            self.write(PutTask(task=task))
+            self._writes[(_TASK_WRITE, tid)] = PutTask(task=task)  # write(), without its lookups
 
     def put_submission(self, sub: Submission) -> None:
         subs = self._owned("submissions")
@@ -255,7 +259,7 @@ class Tx:
         self.write(PutSubmission(submission=sub))
 
     def put_entry(self, entry: Entry) -> None:
-        self.write(PutEntry(entry=entry))
+        self._writes[(_ENTRY_WRITE, entry.id)] = PutEntry(entry=entry)  # write(), without its lookups
 
     def put_conversation(self, conv: ConvState) -> None:
         convs = self._owned("conversations")

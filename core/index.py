@@ -132,34 +132,36 @@ class IndexDraft:
         old_on = old.on if old is not None and old.status is _WAITING else ()
         new_on = new.on if new is not None and new.status is _WAITING else ()
         if old_on != new_on:
-            waiters = self._owned("waiters")
+            waiters: dict[Any, Any] = self.waiters if "waiters" in self._own else self._owned("waiters")  # type: ignore[assignment]
             for tid in old_on:
                 _remove(waiters, tid, old.id)  # type: ignore[union-attr]
             for tid in new_on:
                 _add(waiters, tid, new.id)  # type: ignore[union-attr]
-        was = old is not None and needs_reconcile(old)
-        now = new is not None and needs_reconcile(new)
+        # needs_reconcile, spelt out (two calls per put_task otherwise)
+        was = old is not None and (old.abort_requested or old.status is _COMPLETING)
+        now = new is not None and (new.abort_requested or new.status is _COMPLETING)
         if was != now:
             tid = (new or old).id  # type: ignore[union-attr]
             self.intent = self.intent | {tid} if now else self.intent - {tid}
 
     def _place(self, old: Task | None, new: Task | None) -> None:
         """The owner and conversation indexes, for a task that appeared, left,
-        or changed its owner or conversation."""
-        if old is not None and (new is None or new.owner != old.owner or new.conversation_id != old.conversation_id):
+        or changed its owner or conversation (``task`` checked that it did)."""
+        if old is not None:
             if old.owner is not None:
                 _remove(self._owned("children"), old.owner, old.id)
             else:
                 _remove(self._owned("top"), old.conversation_id, old.id)
-        if new is not None and (old is None or new.owner != old.owner or new.conversation_id != old.conversation_id):
+        if new is not None:
             if new.owner is not None:
                 _add(self._owned("children"), new.owner, new.id)
             else:
                 _add(self._owned("top"), new.conversation_id, new.id)
-        if old is not None and (new is None or new.conversation_id != old.conversation_id):
-            _remove(self._owned("in_conversation"), old.conversation_id, old.id)
-        if new is not None and (old is None or new.conversation_id != old.conversation_id):
-            _add(self._owned("in_conversation"), new.conversation_id, new.id)
+        if old is None or new is None or new.conversation_id != old.conversation_id:
+            if old is not None:
+                _remove(self._owned("in_conversation"), old.conversation_id, old.id)
+            if new is not None:
+                _add(self._owned("in_conversation"), new.conversation_id, new.id)
 
     def conversation(self, cid: ConversationId, old_owner: TaskId | None, new_owner: TaskId | None) -> None:
         if old_owner == new_owner:

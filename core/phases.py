@@ -80,12 +80,6 @@ class Turn:
 
 Handler = Callable[[Turn, Any], None]
 
-#: The ``Step.rules`` name of each row run so far, without its task id
-#: (``<kind>:<phase>,<input> #``): formatting two members costs more than the
-#: rest of a run's bookkeeping. At most one per row of the tables.
-_NAMES: dict[tuple[str, enum.StrEnum, enum.StrEnum], str] = {}
-
-
 @attrs.frozen(kw_only=True)
 class Row:
     """What a (phase, input) pair does: the handler, and the phase it leads to."""
@@ -104,6 +98,10 @@ class Machine:
     inputs: type[enum.StrEnum]
     rows: Mapping[tuple[enum.StrEnum, enum.StrEnum], Row]
     parse: Callable[[Mapping[str, Any]], Checkpoint | None]
+    #: The ``Step.rules`` name of each row run so far, by the row's key,
+    #: without its task id (``<kind>:<phase>,<input> #``): formatting two
+    #: members costs more than the rest of a run's bookkeeping.
+    _names: dict[tuple[enum.StrEnum, enum.StrEnum], str] = attrs.field(init=False, factory=dict, eq=False, repr=False)
 
     def row(self, phase: enum.StrEnum, move: enum.StrEnum) -> Row:
         """The row for (phase, input); a missing row is a loud bug."""
@@ -135,16 +133,18 @@ class Machine:
     def run(self, tx: Tx, task: Task, checkpoint: Checkpoint, move: enum.StrEnum, event: Any = None) -> None:
         """Apply the row (checkpoint.PHASE, move) to ``task``, then check the
         task ended up where the row says."""
-        phase = checkpoint.PHASE
-        row = self.rows.get((phase, move)) or self.row(phase, move)  # (the second raises: not a row)
-        name = _NAMES.get((self.kind, phase, move))
+        key = (checkpoint.PHASE, move)
+        row = self.rows.get(key) or self.row(*key)  # (the second raises: not a row)
+        name = self._names.get(key)
         if name is None:
-            name = _NAMES[(self.kind, phase, move)] = f"{self.kind}:{phase},{move} #"
+            name = self._names[key] = f"{self.kind}:{key[0]},{move} #"
         tx.rules.append(f"{name}{task.id}")
         row.handler(Turn(tx, task, checkpoint, row.next), event)
         after = tx.tasks.get(task.id)
         if row.next is END:
             if after is not None and after.status is not _COMPLETING:
                 raise CoreInvariantError(f"task {task.id}: row ({checkpoint.PHASE}, {move}) must end it")
-        elif after is None or after.phase != row.next:
+        # the stored phase itself (not Task.phase: a property call per run; a
+        # phase that is no string differs from every phase as None does)
+        elif after is None or after.checkpoint.get("phase") != row.next:
             raise CoreInvariantError(f"task {task.id}: row ({checkpoint.PHASE}, {move}) must lead to {row.next}")

@@ -57,22 +57,22 @@ _PENDING, _WAITING = TaskStatus.PENDING, TaskStatus.WAITING
 
 
 def is_runnable(tx: Tx, task: Task) -> bool:
+    status = task.status
+    if status is not _PENDING and status is not _WAITING:
+        return False  # running or completing (an abort handler, too, runs only from these two)
     if task.id in tx.invocations:
         return False  # its host code is still out in the shell
     if task.abort_requested:
         return cancellation.abort_ready(tx, task)
     if task.kind not in RESERVE and custom.blocked_reason(tx, task) is not None:
         return False  # blocked: stays live and visible, never dropped
-    status = task.status
     if status is _PENDING:
         return True
-    if status is _WAITING:
-        tasks = tx.tasks
-        for t in task.on:
-            if t in tasks:
-                return False
-        return True
-    return False
+    tasks = tx.tasks  # waiting: for every task in ``on`` to be terminal
+    for t in task.on:
+        if t in tasks:
+            return False
+    return True
 
 
 def _dispatch(tx: Tx, task: Task) -> None:
@@ -96,8 +96,7 @@ def _candidates(tx: Tx) -> list[TaskId]:
         tx.rescan = False
         tx.touched.clear()
         return sorted(tx.tasks)
-    tasks = tx.tasks
-    ids = sorted([t for t in tx.touched if t in tasks])
+    ids = sorted(tx.tasks.keys() & tx.touched)  # (C: walks the smaller of the two)
     tx.touched.clear()
     return ids
 
@@ -118,8 +117,11 @@ def run_pass(tx: Tx) -> None:
     while True:
         if tx.index.intent:
             cancellation.reconcile(tx)
-        candidates = _candidates(tx)
-        ready = [tx.tasks[t] for t in candidates if is_runnable(tx, tx.tasks[t])]
+        tasks = tx.tasks
+        ready: list[Task] = []
+        for t in _candidates(tx):
+            if is_runnable(tx, task := tasks[t]):
+                ready.append(task)
         if CHECK_TOUCHED:
             everything = [t.id for _, t in sorted(tx.tasks.items()) if is_runnable(tx, t)]
             assert [t.id for t in ready] == everything, (
@@ -129,14 +131,19 @@ def run_pass(tx: Tx) -> None:
             if CHECK_TOUCHED:
                 _check_index(tx)
             return
+        ran = False  # nothing ran since ``ready`` was found: its first task is still runnable
         for task in ready:
-            current = tx.tasks.get(task.id)
-            if current is None or (current is not task and current != task) or not is_runnable(tx, current):
-                continue  # an earlier phase in this pass changed it
+            if ran:
+                current = tx.tasks.get(task.id)
+                if current is None or (current is not task and current != task) or not is_runnable(tx, current):
+                    continue  # an earlier phase in this pass changed it (else it is ``task`` or equal to it)
+            ran = True
             _dispatch(tx, task)
             after = tx.tasks.get(task.id)
-            if after is not None and (after is current or after == current) and is_runnable(tx, after):
-                raise CoreInvariantError(f"task {task.id} is still runnable after its phase ran")
+            # (equal tasks have the same status: most phases move it, no __eq__ call then)
+            if after is not None and (after is task or (after.status is task.status and after == task)):
+                if is_runnable(tx, after):
+                    raise CoreInvariantError(f"task {task.id} is still runnable after its phase ran")
 
 
 def on_opened(tx: Tx, ev: Opened) -> None:

@@ -61,3 +61,19 @@ def test_usage_totals_add() -> None:
     """UsageTotals add field by field; one call counts its tokens and one call."""
     a = UsageTotals(input_tokens=1, output_tokens=2, calls=3)
     assert a + UsageTotals.one_call(None) == UsageTotals(input_tokens=1, output_tokens=2, calls=4)
+
+
+def test_put_task_and_put_entry_stage_their_write_under_its_write_key() -> None:
+    """put_task/put_entry stage their write without Tx.write's lookups: the
+    key is still write_key's, so a later write of the same record replaces it."""
+    from pidurable.core.effects import PutEntry, PutTask, write_key
+    from pidurable.core.model import Entry, EntryKind, Task
+
+    tx = Tx(opened_state(), 5)
+    task = Task(id=40, conversation_id=1, kind="custom")
+    entry = Entry(id=41, conversation_id=1, kind=EntryKind.USER, text="hi", at=5)
+    tx.put_task(task)
+    tx.put_entry(entry)
+    tx.write(PutTask(task=task))  # the same keys: replaced in place, not added
+    tx.write(PutEntry(entry=entry))
+    assert list(tx._writes) == [write_key(PutTask(task=task)), write_key(PutEntry(entry=entry))]
