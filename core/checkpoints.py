@@ -435,10 +435,11 @@ def parse_generation(cp: Mapping[str, Any]) -> GenerationCheckpoint | None:
     """The typed checkpoint of a generation task; None for an unknown phase
     (the task faults). A known phase with damaged fields is a loud error."""
     phase = cp.get("phase")
-    if not isinstance(phase, str) or phase not in _GENERATION_PARSERS:
+    parse = _GENERATION_PARSERS.get(phase) if isinstance(phase, str) else None  # (one lookup)
+    if parse is None:
         return None
     try:
-        return _GENERATION_PARSERS[phase](cp)
+        return parse(cp)
     except (KeyError, TypeError, ValueError) as e:
         raise CoreInvariantError(f"damaged {phase} checkpoint {cp!r}: {e!r}") from None
 
@@ -446,10 +447,11 @@ def parse_generation(cp: Mapping[str, Any]) -> GenerationCheckpoint | None:
 def parse_tool(cp: Mapping[str, Any]) -> ToolCheckpoint | None:
     """The typed checkpoint of a tool task; None for an unknown phase."""
     phase = cp.get("phase")
-    if not isinstance(phase, str) or phase not in _TOOL_PARSERS:
+    parse = _TOOL_PARSERS.get(phase) if isinstance(phase, str) else None  # (one lookup)
+    if parse is None:
         return None
     try:
-        return _TOOL_PARSERS[phase](cp)
+        return parse(cp)
     except (KeyError, TypeError, ValueError) as e:
         raise CoreInvariantError(f"damaged {phase} checkpoint {cp!r}: {e!r}") from None
 

@@ -208,18 +208,39 @@ def next_slot_status(status: SlotStatus | None, move: SlotMove) -> SlotStatus:
 
 
 def task_to(task: Task, move: TaskMove, **changes: Any) -> Task:
-    """``task`` after ``move`` (checked against the table) and field changes."""
+    """``task`` after ``move`` (checked against the table) and field changes:
+    ``evolve(task, status=..., **changes)`` with every field spelt out (the
+    same copy; an unknown name is a ``TypeError`` as there), without evolve's
+    dict of every field - a step moves a task two or three times."""
     status = TASK_TRANSITIONS.get((task.status, move))
     if status is None:
         status = next_task_status(task.status, move)  # raises: not a transition
     if (status is T or status is C) and not isinstance(changes.get("outcome", task.outcome), Outcome):
         raise CoreInvariantError(f"task {task.id} cannot finish without an outcome")
-    if status is not W and "on" not in changes:
-        changes["on"] = ()
-    return _moved(task, status, changes)
+    if not _CHANGEABLE.issuperset(changes):
+        refuse_changes(_CHANGEABLE, changes, "a task move")
+    c = changes  # each field: the change if one is named (an ``in`` test, where .get would be a call)
+    return Task(
+        id=c["id"] if "id" in c else task.id,
+        conversation_id=c["conversation_id"] if "conversation_id" in c else task.conversation_id,
+        kind=c["kind"] if "kind" in c else task.kind,
+        version=c["version"] if "version" in c else task.version,
+        input=c["input"] if "input" in c else task.input,
+        owner=c["owner"] if "owner" in c else task.owner,
+        background=c["background"] if "background" in c else task.background,
+        abort_requested=c["abort_requested"] if "abort_requested" in c else task.abort_requested,
+        status=status,
+        checkpoint=c["checkpoint"] if "checkpoint" in c else task.checkpoint,
+        on=c["on"] if "on" in c else task.on if status is W else (),  # only a waiting task waits on anything
+        policy=c["policy"] if "policy" in c else task.policy,
+        outcome=c["outcome"] if "outcome" in c else task.outcome,
+        memos=c["memos"] if "memos" in c else task.memos,
+        started_at=c["started_at"] if "started_at" in c else task.started_at,
+        ended_at=c["ended_at"] if "ended_at" in c else task.ended_at,
+    )
 
 
-#: Task's fields, as ``_moved`` spells them out (checked here: a field added
+#: Task's fields, as ``task_to`` spells them out (checked here: a field added
 #: to Task must be added there too, or a move would drop it).
 _TASK_FIELDS = (
     "id", "conversation_id", "kind", "version", "input", "owner", "background", "abort_requested",
@@ -227,33 +248,6 @@ _TASK_FIELDS = (
 )
 #: What a move may change besides the status it decides.
 _CHANGEABLE = spelt_out(Task, _TASK_FIELDS) - {"status"}
-
-
-def _moved(task: Task, status: TaskStatus, changes: Mapping[str, Any]) -> Task:
-    """``evolve(task, status=status, **changes)`` with every field spelt out:
-    the same copy (an unknown name is a ``TypeError`` as there), without
-    evolve's dict of every field - a step moves a task two or three times."""
-    if not _CHANGEABLE.issuperset(changes):
-        refuse_changes(_CHANGEABLE, changes, "a task move")
-    get = changes.get
-    return Task(
-        id=get("id", task.id),
-        conversation_id=get("conversation_id", task.conversation_id),
-        kind=get("kind", task.kind),
-        version=get("version", task.version),
-        input=get("input", task.input),
-        owner=get("owner", task.owner),
-        background=get("background", task.background),
-        abort_requested=get("abort_requested", task.abort_requested),
-        status=status,
-        checkpoint=get("checkpoint", task.checkpoint),
-        on=get("on", task.on),
-        policy=get("policy", task.policy),
-        outcome=get("outcome", task.outcome),
-        memos=get("memos", task.memos),
-        started_at=get("started_at", task.started_at),
-        ended_at=get("ended_at", task.ended_at),
-    )
 
 
 def submission_to(sub: Submission, move: SubmissionMove, **changes: Any) -> Submission:
@@ -267,15 +261,15 @@ def slot_to(slot: ToolSlot, move: SlotMove, **changes: Any) -> ToolSlot:
         status = next_slot_status(slot.status, move)  # raises: not a transition
     if not _SLOT_CHANGEABLE.issuperset(changes):
         refuse_changes(_SLOT_CHANGEABLE, changes, "a slot move")
-    get = changes.get  # every field spelt out, as _moved does for a task
+    c = changes  # every field spelt out, as task_to does for a task
     return ToolSlot(
-        call_id=get("call_id", slot.call_id),
-        name=get("name", slot.name),
-        task_id=get("task_id", slot.task_id),
+        call_id=c["call_id"] if "call_id" in c else slot.call_id,
+        name=c["name"] if "name" in c else slot.name,
+        task_id=c["task_id"] if "task_id" in c else slot.task_id,
         status=status,
-        entry_id=get("entry_id", slot.entry_id),
-        output=get("output", slot.output),
-        control=get("control", slot.control),
+        entry_id=c["entry_id"] if "entry_id" in c else slot.entry_id,
+        output=c["output"] if "output" in c else slot.output,
+        control=c["control"] if "control" in c else slot.control,
     )
 
 

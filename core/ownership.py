@@ -96,9 +96,14 @@ def owned_work(g: Graph, owner: TaskId, *, background: bool = False) -> list[Tas
 
 
 def has_owned_work(g: Graph, owner: TaskId) -> bool:
-    if any(not g.tasks[t].background for t in g.index.children.get(owner, ())):
-        return True
-    if owner not in g.index.children and owner not in g.index.owned_conversations:
+    index = g.index
+    children = index.children.get(owner)
+    if children is not None:
+        tasks = g.tasks  # (a loop, not any() over a generator: every outcome asks)
+        for t in children:
+            if not tasks[t].background:
+                return True
+    elif owner not in index.owned_conversations:
         return False
     return bool(owned_work(g, owner))
 

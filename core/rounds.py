@@ -59,15 +59,22 @@ from .runs import end_run, hand_over, start_run
 from .settlement import finish_task
 from .state import ToolSlot
 
+# Members read once: each round reads them per call (a member read through
+# its enum class goes through EnumType's __getattr__ hook: ~1,000 machine
+# instructions, where a global is ~20).
+_SEQUENTIAL, _EXECUTE, _WAIT, _ROUND = ExecutionMode.SEQUENTIAL, ToolPhase.EXECUTE, TaskMove.WAIT, LiveMove.ROUND
+_OPEN, _START, _COMPLETED = SlotMove.OPEN, SlotMove.START, OutcomeStatus.COMPLETED
+_PREPARED_REPLAYS = (Replay.SAFE, Replay.UNSAFE)  # a call prepared with a valid promise
+
 
 def _is_sequential(tx: Tx, task: Task, calls: tuple[ToolCall, ...]) -> bool:
     """The round runs one call at a time if the agent says so, or if any of
     its tools does."""
-    if tx.conversations[task.conversation_id].agent.tool_execution == ExecutionMode.SEQUENTIAL:
+    if tx.conversations[task.conversation_id].agent.tool_execution == _SEQUENTIAL:
         return True
     for call in calls:
         info = tx.catalog.get(call.name)
-        if info is not None and info.execution_mode == ExecutionMode.SEQUENTIAL:
+        if info is not None and info.execution_mode == _SEQUENTIAL:
             return True
     return False
 
@@ -88,7 +95,7 @@ def create_tool_task(
         input={"assistant": assistant, "call_id": call.id, "name": call.name},
         checkpoint=to_dict(CallCheckpoint()),
     )
-    if prepared is not None and prepared.replay in (Replay.SAFE, Replay.UNSAFE):
+    if prepared is not None and prepared.replay in _PREPARED_REPLAYS:
         return tools.start_prepared(tx, tool, prepared)
     tx.put_task(tool)
     return tool
@@ -103,18 +110,18 @@ def start_round(turn: Turn, entry: Entry, prepared: tuple[PreparedCall | None, .
     pending: list[str] = []
     for i, call in enumerate(entry.tool_calls):
         if sequential and created:
-            slots.append(ToolSlot(call_id=call.id, name=call.name, status=next_slot_status(None, SlotMove.OPEN)))
+            slots.append(ToolSlot(call_id=call.id, name=call.name, status=next_slot_status(None, _OPEN)))
             pending.append(call.id)
             continue
         tool = create_tool_task(tx, task, entry.id, call, prepared[i] if i < len(prepared) else None)
         created.append(tool.id)
         # A call born at execute has its intent stored already.
-        move = SlotMove.START if tool.phase == ToolPhase.EXECUTE else SlotMove.OPEN
+        move = _START if tool.phase == _EXECUTE else _OPEN
         slots.append(ToolSlot(call_id=call.id, name=call.name, task_id=tool.id, status=next_slot_status(None, move)))
     round_ = ToolsCheckpoint(assistant=entry.id, tools=tuple(created), pending=tuple(pending))
-    turn.store(TaskMove.WAIT, round_, on=tuple(created))
+    turn.store(_WAIT, round_, on=tuple(created))
     live = tx.conversations[task.conversation_id].live
-    tx.set_live(task.conversation_id, live_to(live, LiveMove.ROUND, tools=tuple(slots), attempt=None))
+    tx.set_live(task.conversation_id, live_to(live, _ROUND, tools=tuple(slots), attempt=None))
 
 
 def next_call(turn: Turn, _: None) -> None:
@@ -174,7 +181,7 @@ def round_done(turn: Turn, ev: AfterToolsRan | None) -> None:
     slots = tx.conversations[cid].live.tools or ()
     decision = controls.decide(controls.round_controls(slots), ev.control if ev else None)
     controls.apply_added(tx, cid, decision.added)
-    done = Outcome(status=OutcomeStatus.COMPLETED, result={"entry_id": cp.assistant})
+    done = Outcome(status=_COMPLETED, result={"entry_id": cp.assistant})
     if decision.ends_run:
         if decision.handoff is not None:
             append_write(tx, cid, EntryKind.RESET, decision.handoff, {"head": HEAD_SELF})
