@@ -281,7 +281,8 @@ class Tx:
         if getattr(conv, BUILTINS[kind].field) == value:
             return
         conv, write = revise(self, conv, kind, value, within)
-        self._owned("conversations")[cid] = conv
+        convs = self.conversations if "conversations" in self._own else self._owned("conversations")
+        convs[cid] = conv  # type: ignore[index]
         self.changed.add(cid)
         self.write(write)
 
@@ -331,12 +332,10 @@ class Tx:
 
     def finish(self) -> Step:
         """The frozen result: ``[Commit(writes)?, acts..., replies...]``."""
-        effects: list[Effect] = []
         seq = self._base.next_seq
         if self._writes:  # the State is built once, with the sequence number the Commit takes
-            effects.append(Commit(seq=seq, writes=tuple(self._writes.values())))
+            effects: tuple[Effect, ...] = (Commit(seq=seq, writes=tuple(self._writes.values())), *self._acts, *self._replies)
             seq += 1
-        state = self._freeze(seq)
-        effects.extend(self._acts)
-        effects.extend(self._replies)
-        return Step(state=state, effects=tuple(effects), rules=tuple(self.rules))
+        else:
+            effects = (*self._acts, *self._replies)
+        return Step(state=self._freeze(seq), effects=effects, rules=tuple(self.rules))

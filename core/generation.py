@@ -157,6 +157,7 @@ class GenerationInput(enum.StrEnum):
 _RUNNING, _RESERVE, _CHECKPOINT, _ASK = TaskStatus.RUNNING, TaskMove.RESERVE, TaskMove.CHECKPOINT, LiveMove.ASK
 _I_RESERVE, _NEXT_CALL, _ROUND_DONE = GenerationInput.RESERVE, GenerationInput.NEXT_CALL, GenerationInput.ROUND_DONE
 _TOOL_CALLS, _ANSWER, _STREAMED = GenerationInput.TOOL_CALLS, GenerationInput.ANSWER, GenerationInput.STREAMED
+_STREAM = LiveMove.STREAM  # (every streamed partial)
 
 
 # --- the rows' handlers ------------------------------------------------------
@@ -268,7 +269,7 @@ def _streamed(turn: Turn, ev: ModelStreamed) -> None:
     current = live.partial or ""
     if 0 <= ev.offset <= len(current):
         partial = current[: ev.offset] + ev.text
-        turn.tx.set_live(turn.task.conversation_id, live_to(live, LiveMove.STREAM, partial=partial))
+        turn.tx.set_live(turn.task.conversation_id, live_to(live, _STREAM, partial=partial))
 
 
 def _deferred(turn: Turn, ev: ModelDeferred) -> None:

@@ -33,7 +33,7 @@ import attrs
 
 from .live import LiveMove, live_to
 from . import controls, system, tools
-from .checkpoints import CallCheckpoint, ToolPhase, ToolsCheckpoint, to_dict
+from .checkpoints import CALL_CHECKPOINT, ToolPhase, ToolsCheckpoint, to_dict
 from .draft import Tx
 from .effects import RunAfterTools
 from .events import AfterToolsRan, PreparedCall
@@ -93,7 +93,7 @@ def create_tool_task(
         kind=TOOL,
         owner=gen.id,
         input={"assistant": assistant, "call_id": call.id, "name": call.name},
-        checkpoint=to_dict(CallCheckpoint()),
+        checkpoint=to_dict(CALL_CHECKPOINT),
     )
     if prepared is not None and prepared.replay in _PREPARED_REPLAYS:
         return tools.start_prepared(tx, tool, prepared)

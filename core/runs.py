@@ -44,6 +44,8 @@ from .state import Live, RunInfo
 # hook: ~1,000 machine instructions, where a global is ~20).
 _PENDING, _START, _HAND_OVER, _END = TaskStatus.PENDING, LiveMove.START, LiveMove.HAND_OVER, LiveMove.END
 _DONE, _ANSWER, _FAIL = SubmissionStatus.DONE, SubmissionMove.ANSWER, SubmissionMove.FAIL
+#: Every generation starts here (a frozen record: one instance serves them all).
+_FIRST_ATTEMPT = PrepareCheckpoint(attempt=1)
 
 
 def create_generation(tx: Tx, cid: ConversationId) -> Task:
@@ -53,7 +55,7 @@ def create_generation(tx: Tx, cid: ConversationId) -> Task:
         conversation_id=cid,
         kind=GENERATION,
         status=_PENDING,
-        checkpoint=to_dict(PrepareCheckpoint(attempt=1)),
+        checkpoint=to_dict(_FIRST_ATTEMPT),
     )
     tx.put_task(task)
     return task
