@@ -49,7 +49,7 @@ from .model import (
     ToolInfo,
     Usage,
 )
-from .index import TaskIndex
+from .index import TaskIndex, empty_index
 
 AGENT_DOC = "pi.agent"
 LIVE_DOC = "pi.live"
@@ -324,7 +324,7 @@ class State:
     settled: tuple[ConversationId, ...] = ()
     #: Derived indexes over ``tasks``/``conversations`` (index.py): kept in
     #: step by the draft, rebuilt by ``Opened``; no part of equality.
-    task_index: TaskIndex = attrs.field(factory=TaskIndex, eq=False, repr=False)
+    task_index: TaskIndex = attrs.field(factory=empty_index, eq=False, repr=False)
 
     @property
     def index(self) -> TaskIndex:

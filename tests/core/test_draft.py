@@ -10,7 +10,7 @@ from pidurable.core import State
 from pidurable.core.draft import DRAFT_FIELDS, Tx
 from pidurable.core.effects import EFFECT_TYPES, WRITE_TYPES, Effect, Write
 from pidurable.core.events import EVENT_TYPES, Event
-from pidurable.core.index import TaskIndex
+from pidurable.core.index import empty_index
 from pidurable.core.state import UsageTotals
 
 from .helpers import opened_state
@@ -31,7 +31,7 @@ def test_the_draft_takes_each_field_from_its_own_state_field() -> None:
     marked: dict[str, object] = {name: object() for name in DRAFT_FIELDS}
     # the draft opens its working index on the state's: that marker is an
     # index (a fresh one, so still only this field's value)
-    marked["task_index"] = TaskIndex()
+    marked["task_index"] = empty_index()
     for name, value in marked.items():
         object.__setattr__(state, name, value)
     tx = Tx(state, 0)
