@@ -118,12 +118,8 @@ class IndexDraft:
     def __init__(self, base: TaskIndex) -> None:
         self._base = base
         self._own: set[str] = set()
-        self.children = base.children
-        self.top = base.top
-        self.owned_conversations = base.owned_conversations
-        self.waiters = base.waiters
-        self.intent = base.intent
-        self.in_conversation = base.in_conversation
+        # one unpacking of the tuple, in _FIELDS' order (checked below)
+        self.children, self.top, self.owned_conversations, self.waiters, self.intent, self.in_conversation = base
 
     def _owned(self, name: str) -> dict[Any, Any]:
         if name not in self._own:
@@ -181,11 +177,11 @@ class IndexDraft:
     def freeze(self) -> TaskIndex:
         if not self._own and self.intent is self._base.intent:
             return self._base
-        return TaskIndex(
-            children=self.children,
-            top=self.top,
-            owned_conversations=self.owned_conversations,
-            waiters=self.waiters,
-            intent=self.intent,
-            in_conversation=self.in_conversation,
-        )
+        # by position, in _FIELDS' order (checked below): keywords would cost a dict
+        return TaskIndex(self.children, self.top, self.owned_conversations, self.waiters, self.intent, self.in_conversation)
+
+
+#: TaskIndex's fields in the order IndexDraft unpacks and rebuilds them.
+_FIELDS = ("children", "top", "owned_conversations", "waiters", "intent", "in_conversation")
+if TaskIndex._fields != _FIELDS:
+    raise AssertionError(f"TaskIndex has fields {TaskIndex._fields}: IndexDraft spells out {_FIELDS}")

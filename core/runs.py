@@ -24,7 +24,7 @@ from __future__ import annotations
 import attrs
 
 from .live import LiveMove, live_to
-from .checkpoints import PrepareCheckpoint, to_dict
+from .checkpoints import FIRST_PREPARE, to_dict
 from .draft import Tx
 from .lifecycle import SubmissionMove, submission_to
 from .model import (
@@ -44,8 +44,6 @@ from .state import Live, RunInfo
 # hook: ~1,000 machine instructions, where a global is ~20).
 _PENDING, _START, _HAND_OVER, _END = TaskStatus.PENDING, LiveMove.START, LiveMove.HAND_OVER, LiveMove.END
 _DONE, _ANSWER, _FAIL = SubmissionStatus.DONE, SubmissionMove.ANSWER, SubmissionMove.FAIL
-#: Every generation starts here (a frozen record: one instance serves them all).
-_FIRST_ATTEMPT = PrepareCheckpoint(attempt=1)
 
 
 def create_generation(tx: Tx, cid: ConversationId) -> Task:
@@ -55,7 +53,7 @@ def create_generation(tx: Tx, cid: ConversationId) -> Task:
         conversation_id=cid,
         kind=GENERATION,
         status=_PENDING,
-        checkpoint=to_dict(_FIRST_ATTEMPT),
+        checkpoint=to_dict(FIRST_PREPARE),
     )
     tx.put_task(task)
     return task

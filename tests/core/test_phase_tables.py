@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from pidurable.core import compaction_task, generation, tools
 from pidurable.core.checkpoints import (
+    FIRST_PREPARE,
     CallCheckpoint,
     ExecuteCheckpoint,
     GenerationPhase,
@@ -140,6 +141,8 @@ def test_rows_are_what_the_code_runs(monkeypatch: pytest.MonkeyPatch) -> None:
 
 WIRE = [
     {"phase": "prepare", "attempt": 2},
+    {"phase": "prepare", "attempt": 1},
+    {"phase": "prepare", "attempt": 1, "compacted": 4},
     {"phase": "request", "attempt": 1, "model": {"provider": "p", "model_id": "m"}, "cutoff": 7},
     {"phase": "retry", "attempt": 1, "until": 2000},
     {"phase": "poll", "attempt": 1, "model": {"provider": "p", "model_id": "m"}, "cutoff": 7, "handle": {"id": "x"}, "poll_at": 5},
@@ -178,3 +181,12 @@ def test_unknown_phases_parse_to_none_and_damaged_ones_are_loud() -> None:
     assert parse_tool({"phase": 3}) is None
     with pytest.raises(CoreInvariantError, match="damaged"):
         parse_generation({"phase": "retry", "attempt": 1})
+
+
+def test_a_first_prepare_parses_to_the_shared_record_only_when_it_is_one() -> None:
+    """Every generation starts at FIRST_PREPARE; its stored form parses back
+    to that one instance, and anything else at attempt 1 to its own record."""
+    assert parse_generation(to_dict(FIRST_PREPARE)) is FIRST_PREPARE
+    compacted = parse_generation({"phase": "prepare", "attempt": 1, "compacted": 4})
+    assert compacted == PrepareCheckpoint(attempt=1, compacted=TaskId(4))
+    assert parse_generation({"phase": "prepare", "attempt": 2}) == PrepareCheckpoint(attempt=2)
