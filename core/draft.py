@@ -284,7 +284,8 @@ class Tx:
         convs = self.conversations if "conversations" in self._own else self._owned("conversations")
         convs[cid] = conv  # type: ignore[index]
         self.changed.add(cid)
-        self.write(write)
+        name, read = WRITE_KEYS[type(write)]  # write(), inline: most steps revise a document or two
+        self._writes[(name, read(write))] = write
 
     def set_live(self, cid: ConversationId, live: Live, within: tuple[str | int, ...] = ()) -> None:
         """``within``: the path of the one part that changed, if known (builtins.revise)."""

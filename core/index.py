@@ -149,21 +149,23 @@ class IndexDraft:
     def _place(self, old: Task | None, new: Task | None) -> None:
         """The owner and conversation indexes, for a task that appeared, left,
         or changed its owner or conversation (``task`` checked that it did)."""
+        own = self._own  # (a mapping owned already is used without a call: most steps put several tasks)
         if old is not None:
             if old.owner is not None:
-                _remove(self._owned("children"), old.owner, old.id)
+                _remove(self.children if "children" in own else self._owned("children"), old.owner, old.id)  # type: ignore[arg-type]
             else:
-                _remove(self._owned("top"), old.conversation_id, old.id)
+                _remove(self.top if "top" in own else self._owned("top"), old.conversation_id, old.id)  # type: ignore[arg-type]
         if new is not None:
             if new.owner is not None:
-                _add(self._owned("children"), new.owner, new.id)
+                _add(self.children if "children" in own else self._owned("children"), new.owner, new.id)  # type: ignore[arg-type]
             else:
-                _add(self._owned("top"), new.conversation_id, new.id)
+                _add(self.top if "top" in own else self._owned("top"), new.conversation_id, new.id)  # type: ignore[arg-type]
         if old is None or new is None or new.conversation_id != old.conversation_id:
+            convs = self.in_conversation if "in_conversation" in own else self._owned("in_conversation")
             if old is not None:
-                _remove(self._owned("in_conversation"), old.conversation_id, old.id)
+                _remove(convs, old.conversation_id, old.id)  # type: ignore[arg-type]
             if new is not None:
-                _add(self._owned("in_conversation"), new.conversation_id, new.id)
+                _add(convs, new.conversation_id, new.id)  # type: ignore[arg-type]
 
     def conversation(self, cid: ConversationId, old_owner: TaskId | None, new_owner: TaskId | None) -> None:
         if old_owner == new_owner:
