@@ -116,7 +116,7 @@ def start_round(turn: Turn, entry: Entry, prepared: tuple[PreparedCall | None, .
         tool = create_tool_task(tx, task, entry.id, call, prepared[i] if i < len(prepared) else None)
         created.append(tool.id)
         # A call born at execute has its intent stored already.
-        move = _START if tool.phase == _EXECUTE else _OPEN
+        move = _START if tool.checkpoint.get("phase") == _EXECUTE else _OPEN  # (Task.phase, without its call)
         slots.append(ToolSlot(call_id=call.id, name=call.name, task_id=tool.id, status=next_slot_status(None, move)))
     round_ = ToolsCheckpoint(assistant=entry.id, tools=tuple(created), pending=tuple(pending))
     turn.store(_WAIT, round_, on=tuple(created))
