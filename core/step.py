@@ -144,17 +144,18 @@ def _model_reply(tx: Tx, ev: ModelResponded | ModelFailed, to_generation: Callab
 
 
 def step(state: State, event: Event) -> Step:
-    handler = HANDLERS.get(type(event))
+    kind = type(event)
+    handler = HANDLERS.get(kind)
     if handler is None:
-        raise CoreInvariantError(f"no handler for event {type(event).__name__}")
+        raise CoreInvariantError(f"no handler for event {kind.__name__}")
     if not state.opened and not isinstance(event, Opened):
-        raise CoreInvariantError(f"{type(event).__name__} before Opened")
+        raise CoreInvariantError(f"{kind.__name__} before Opened")
     tx = Tx(state, event.now)
-    if type(event) in _ROUTED:
+    if kind in _ROUTED:
         handler(tx, event)
     else:
         _route(tx, handler, event)
     scheduling.run_pass(tx)
-    if type(event) is not ConversationsLoaded:  # what it loaded waits for the event that asked (holding.py)
+    if kind is not ConversationsLoaded:  # what it loaded waits for the event that asked (holding.py)
         holding.settle(tx)
     return tx.finish()
