@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 Every status change of a task, a submission or a tool slot in the core goes
-through :func:`task_to`, :func:`submission_to` or :func:`slot_to`, which look
-the move up in the tables below. A move that is not a row is a bug and raises
+through :func:`task_to` (or :func:`move_task`: the same, its changes in one
+mapping), :func:`submission_to` or :func:`slot_to`, which look the move up in
+the tables below. A move that is not a row is a bug and raises
 :class:`~pidurable.core.model.CoreInvariantError` loudly; nothing changes
 status by assigning a field directly, and no code reaches a legal move through
 another one (a move that happens has its own row). The state diagrams in
@@ -212,6 +213,12 @@ def task_to(task: Task, move: TaskMove, **changes: Any) -> Task:
     ``evolve(task, status=..., **changes)`` with every field spelt out (the
     same copy; an unknown name is a ``TypeError`` as there), without evolve's
     dict of every field - a step moves a task two or three times."""
+    return move_task(task, move, changes)
+
+
+def move_task(task: Task, move: TaskMove, changes: Mapping[str, Any]) -> Task:
+    """``task_to`` with its changes as one mapping (no keyword dict rebuilt
+    by a caller that has them in one already)."""
     status = TASK_TRANSITIONS.get((task.status, move))
     if status is None:
         status = next_task_status(task.status, move)  # raises: not a transition

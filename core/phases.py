@@ -39,7 +39,7 @@ import attrs
 
 from .checkpoints import Checkpoint, to_dict
 from .draft import Tx
-from .lifecycle import TaskMove, task_to
+from .lifecycle import TaskMove, move_task
 from .model import CoreInvariantError, Task, TaskId, TaskStatus
 from .settlement import fault
 
@@ -76,7 +76,7 @@ class Turn:
             self.checkpoint = checkpoint
         elif self.checkpoint.PHASE != self.next:
             raise CoreInvariantError(f"task {self.task.id}: row leads to {self.next}; a new checkpoint is needed")
-        self.task = task_to(self.task, move, **changes)
+        self.task = move_task(self.task, move, changes)
         self.tx.put_task(self.task, durable=durable)
         return self.task
 

@@ -27,7 +27,7 @@ from .live import LiveMove, live_to
 from .draft import Tx
 from .effects import Cancel
 from .events import InvocationFailed
-from .lifecycle import SlotMove, TaskMove, slot_to, task_to
+from .lifecycle import SlotMove, TaskMove, move_task, slot_to, task_to
 from .model import Outcome, OutcomeStatus, Reason, SubmissionStatus, Task, TaskStatus, WaitPolicy
 from .ownership import has_owned_work
 from .runs import end_run
@@ -46,7 +46,7 @@ def finish_task(tx: Tx, task: Task, outcome: Outcome) -> Task:
     if has_owned_work(tx, task.id):
         done = task_to(task, _HOLD, outcome=outcome, memos=None)
     else:
-        done = task_to(task, _FINISH, outcome=outcome, memos=None, ended_at=tx.now)
+        done = move_task(task, _FINISH, {"outcome": outcome, "memos": None, "ended_at": tx.now})
     tx.put_task(done)
     if outcome.status is not _COMPLETED:
         fail_fast(tx, done)

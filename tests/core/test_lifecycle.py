@@ -20,6 +20,7 @@ from pidurable.core.lifecycle import (
     next_task_status,
     slot_to,
     submission_to,
+    move_task,
     task_to,
 )
 from pidurable.core.model import (
@@ -141,6 +142,21 @@ def test_task_to_does_not_mutate_its_argument() -> None:
     before = repr(task)
     task_to(task, "reserve", checkpoint={"phase": "request", "attempt": 2})
     assert repr(task) == before
+
+
+def test_move_task_is_task_to_with_its_changes_in_one_mapping() -> None:
+    """Every field the mapping names is changed as task_to's keywords would
+    (on cleared by a move out of waiting that names none); a name that is no
+    field is refused."""
+    running = a_task(TaskStatus.RUNNING, started_at=5)
+    changes = {"checkpoint": {"phase": "tools"}, "on": (TaskId(8),), "memos": {"m": 1}}
+    assert move_task(running, TaskMove.WAIT, changes) == task_to(running, TaskMove.WAIT, **changes)
+    assert move_task(running, TaskMove.INTERRUPT, changes) == task_to(running, TaskMove.INTERRUPT, **changes)
+    waiting = move_task(running, TaskMove.WAIT, changes)
+    assert move_task(waiting, TaskMove.RESERVE, {}).on == () == task_to(waiting, TaskMove.RESERVE).on
+    assert changes == {"checkpoint": {"phase": "tools"}, "on": (TaskId(8),), "memos": {"m": 1}}  # not mutated
+    with pytest.raises(TypeError, match="cannot set"):
+        move_task(running, TaskMove.CHECKPOINT, {"colour": "red"})
 
 
 # --- submissions -------------------------------------------------------------
