@@ -17,6 +17,7 @@ Must not touch: phases (the rows' handlers store them through their Turn).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 
 from . import diagnostics
 from .checkpoints import ExecuteCheckpoint
@@ -102,21 +103,31 @@ def settle(
         tx.set_usage(task.conversation_id, evolve(doc, tools={**doc.tools, name: total}))
 
 
+_TASK_ID = attrgetter("task_id")
+
+
 def move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = None, **changes: Json) -> None:
     """Move the slot of ``task`` in the current round (lifecycle.py's slot
     table); ``changes`` are further slot fields (``output``). The move
     changes that one slot of ``pi.live``: its revision is that slot's diff
     (``within``, builtins.revise), not the whole document's."""
     live = tx.conversations[task.conversation_id].live
-    if live.tools is None:
+    slots = live.tools
+    if slots is None:
+        return
+    ids = list(map(_TASK_ID, slots))
+    if ids.count(task.id) == 1:  # the one slot of the task (issue 11 item 2: no walk of the others in Python)
+        i = ids.index(task.id)
+        s = slot_to(slots[i], move, entry_id=entry_id if entry_id is not None else slots[i].entry_id, **changes)
+        tx.set_live(task.conversation_id, live_to(live, LiveMove.SLOT, tools=(*slots[:i], s, *slots[i + 1 :])), ("tools", i))
         return
     tools = tuple(
         slot_to(s, move, entry_id=entry_id if entry_id is not None else s.entry_id, **changes)
         if s.task_id == task.id
         else s
-        for s in live.tools
+        for s in slots
     )
-    moved = [i for i, s in enumerate(tools) if s is not live.tools[i]]
+    moved = [i for i, s in enumerate(tools) if s is not slots[i]]
     within: tuple[str | int, ...] = ("tools", moved[0]) if len(moved) == 1 else ()
     tx.set_live(task.conversation_id, live_to(live, LiveMove.SLOT, tools=tools), within)
 
