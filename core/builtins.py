@@ -233,17 +233,16 @@ def to_json(value: Any) -> Json:
         return value
     if kind == _ENUM:
         return value._value_  # (``.value`` is a property: a Python call)
-    # containers that could change (lists, mappings): converted every time, never remembered
-    if kind == _LIST:
-        return [to_json(v) for v in value]
-    if kind == _MAPPING:
+    if kind < _TUPLE:  # containers that could change (lists, mappings): converted every time, never remembered
+        if kind == _LIST:
+            return list(map(to_json, value))
         return {k: to_json(v) for k, v in value.items()}
     hit = _MEMO.get(id(value))
     if hit is not None and hit[0] is value:
         return hit[1]
     out: Json
     if kind == _TUPLE:
-        out = [to_json(v) for v in value]
+        out = list(map(to_json, value))
     else:
         shape = _SHAPES.get(t) or _shape(t)
         if shape is None:
@@ -259,8 +258,12 @@ def to_json(value: Any) -> Json:
                 continue
             # a plain field (most are: ids, names, counters) or a status is
             # its own JSON or its value: no call for it
-            k = _KINDS.get(type(v))
-            out[name] = v if k is _AS_IS else v._value_ if k is _ENUM else to_json(v)
+            if type(v) in _PLAIN:
+                out[name] = v
+            elif _KINDS.get(type(v)) is _ENUM:
+                out[name] = v._value_
+            else:
+                out[name] = to_json(v)
     if len(_MEMO) >= _MEMO_MAX:
         _MEMO.clear()
     _MEMO[id(value)] = (value, out)
@@ -448,6 +451,16 @@ def _with(conv: ConvState, field: str, value: Any, stored: Mapping[str, int]) ->
     what ``evolve(conv, **{field: value, "stored": stored})`` makes, with
     every field spelt out (a revision is made on most steps, and evolve's
     dict of every field costs about half as much as the copy itself)."""
+    if field == "live":  # most revisions: no test per field
+        return ConvState(
+            conversation=conv.conversation,
+            agent=conv.agent,
+            live=value,
+            inbox=conv.inbox,
+            usage=conv.usage,
+            context=conv.context,
+            stored=stored,
+        )
     return ConvState(
         conversation=conv.conversation,
         agent=value if field == "agent" else conv.agent,
