@@ -161,13 +161,10 @@ def _fields(cl: type) -> tuple[tuple[str, Any], ...]:
     return found
 
 
-#: A type's (name, default) fields, one C-level reader of all their values
-#: (``attrgetter``), and its field names and defaults as two tuples (for
-#: ``zip``/``compress`` in C); None for a type that is not an attrs class.
+#: A type's (name, default) fields and one C-level reader of all their
+#: values (``attrgetter``); None for a type that is not an attrs class.
 #: Read once per type: to_json and typed_ops run on most steps.
-_Shape = tuple[
-    tuple[tuple[str, Any], ...], Callable[[Any], tuple[Any, ...]], tuple[str, ...], tuple[Any, ...]
-]
+_Shape = tuple[tuple[tuple[str, Any], ...], Callable[[Any], tuple[Any, ...]]]
 _SHAPES: dict[type, _Shape | None] = {}
 
 
@@ -178,7 +175,7 @@ def _shape(cl: type) -> _Shape | None:
         _SHAPES[cl] = None
         return None
     fields = _fields(cl)
-    names = tuple(name for name, _ in fields)
+    names = [name for name, _ in fields]
     if len(names) == 1:
         only = names[0]
         read: Callable[[Any], tuple[Any, ...]] = lambda v: (getattr(v, only),)  # noqa: E731
@@ -186,7 +183,7 @@ def _shape(cl: type) -> _Shape | None:
         read = attrgetter(*names)
     else:
         read = lambda v: ()  # noqa: E731
-    shape = _SHAPES[cl] = (fields, read, names, tuple(default for _, default in fields))
+    shape = _SHAPES[cl] = (fields, read)
     return shape
 
 
@@ -247,14 +244,12 @@ def to_json(value: Any) -> Json:
         shape = _SHAPES.get(t) or _shape(t)
         if shape is None:
             raise TypeError(f"{t.__name__} is not a built-in's value")
-        _, read, names, defaults = shape
-        values = read(value)
+        fields, read = shape
         out = {}
-        # only the fields that are not their default object are looked at
-        # (found in C); a value is == None only if it is None (so no ``==``
-        # with a None default: a record's is a Python call)
-        for name, default, v in compress(zip(names, defaults, values), map(is_not, values, defaults)):
-            if default is not None and v == default:
+        # a value is == None only if it is None (so no ``==`` with a None
+        # default: a record's is a Python call)
+        for (name, default), v in zip(fields, read(value)):
+            if v is default or (default is not None and v == default):
                 continue
             # a plain field (most are: ids, names, counters) or a status is
             # its own JSON or its value: no call for it
@@ -302,13 +297,15 @@ def _typed(old: Any, new: Any, path: list[Json], out: list[Json]) -> None:
     if type(old) is t:
         shape = _SHAPES[t] if t in _SHAPES else _shape(t)
     if shape is not None:  # chord's order: the deleted keys, then the new value's keys in order
-        _, read, names, defaults = shape
+        fields, read = shape
         olds, news = read(old), read(new)
         later = None  # the ops of the fields set: after every deletion
-        # only the fields that are not the same object are looked at (found
-        # in C: a change keeps the rest); a value is == None only if it is
-        # None (so no ``==`` with a None default: a record's is a Python call)
-        for name, default, a, b in compress(zip(names, defaults, olds, news), map(is_not, olds, news)):
+        # only the fields that are not the same object are looked at (a
+        # change keeps the rest); a value is == None only if it is None (so
+        # no ``==`` with a None default: a record's is a Python call)
+        for (name, default), a, b in zip(fields, olds, news):
+            if a is b:
+                continue
             if b is default or (default is not None and b == default):
                 if not (a is default or (default is not None and a == default)):
                     out.append(["d", [*path, name]])

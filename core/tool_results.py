@@ -35,6 +35,7 @@ from .state import ToolSlot, UsageTotals
 
 def run_tool(tx: Tx, task: Task, cp: ExecuteCheckpoint) -> None:
     """``RunTool`` for a task whose ``execute`` intent is (being) stored."""
+    agent = tx.conversations[task.conversation_id].agent
     tx.act(
         RunTool(
             task_id=task.id,
@@ -42,8 +43,8 @@ def run_tool(tx: Tx, task: Task, cp: ExecuteCheckpoint) -> None:
             call_id=str(task.input["call_id"]),
             name=str(task.input["name"]),
             arguments=dict(cp.arguments),
-            cwd=tx.conversations[task.conversation_id].agent.cwd,
-            extensions=tx.conversations[task.conversation_id].agent.extensions,
+            cwd=agent.cwd,
+            extensions=agent.extensions,
         )
     )
 
