@@ -47,9 +47,9 @@ is not stored and reads as its initial value.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from itertools import compress
-from operator import attrgetter, is_not
+from operator import is_not
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -161,30 +161,21 @@ def _fields(cl: type) -> tuple[tuple[str, Any], ...]:
     return found
 
 
-#: A type's (name, default) fields and one C-level reader of all their
-#: values (``attrgetter``); None for a type that is not an attrs class.
-#: Read once per type: to_json and typed_ops run on most steps.
-_Shape = tuple[tuple[tuple[str, Any], ...], Callable[[Any], tuple[Any, ...]]]
-_SHAPES: dict[type, _Shape | None] = {}
+#: A type's (name, default) fields; None for a type that is not an attrs
+#: class. Read once per type: to_json and typed_ops run on most steps. (Each
+#: field is then read with ``getattr``: fewer instructions than one
+#: ``attrgetter`` of all of them - issue 11 item 2, measured.)
+_SHAPES: dict[type, tuple[tuple[str, Any], ...] | None] = {}
 
 
-def _shape(cl: type) -> _Shape | None:
-    """``cl``'s fields (registered in ``_FIELDS``, as ``_fields``) and their
-    reader; None, remembered, for a type that is not an attrs class."""
+def _shape(cl: type) -> tuple[tuple[str, Any], ...] | None:
+    """``cl``'s fields (registered in ``_FIELDS``, as ``_fields``); None,
+    remembered, for a type that is not an attrs class."""
     if cl in _PLAIN or not attrs.has(cl):
         _SHAPES[cl] = None
         return None
-    fields = _fields(cl)
-    names = [name for name, _ in fields]
-    if len(names) == 1:
-        only = names[0]
-        read: Callable[[Any], tuple[Any, ...]] = lambda v: (getattr(v, only),)  # noqa: E731
-    elif names:
-        read = attrgetter(*names)
-    else:
-        read = lambda v: ()  # noqa: E731
-    shape = _SHAPES[cl] = (fields, read)
-    return shape
+    fields = _SHAPES[cl] = _fields(cl)
+    return fields
 
 
 #: The JSON of recently converted containers, by identity (the value is kept
@@ -241,14 +232,14 @@ def to_json(value: Any) -> Json:
     if kind == _TUPLE:
         out = list(map(to_json, value))
     else:
-        shape = _SHAPES.get(t) or _shape(t)
-        if shape is None:
+        fields = _SHAPES.get(t) or _shape(t)
+        if fields is None:
             raise TypeError(f"{t.__name__} is not a built-in's value")
-        fields, read = shape
         out = {}
         # a value is == None only if it is None (so no ``==`` with a None
         # default: a record's is a Python call)
-        for (name, default), v in zip(fields, read(value)):
+        for name, default in fields:
+            v = getattr(value, name)
             if v is default or (default is not None and v == default):
                 continue
             # a plain field (most are: ids, names, counters) or a status is
@@ -293,17 +284,17 @@ def _typed(old: Any, new: Any, path: list[Json], out: list[Json]) -> None:
     if old is new:
         return
     t = type(new)
-    shape = None
+    fields = None
     if type(old) is t:
-        shape = _SHAPES[t] if t in _SHAPES else _shape(t)
-    if shape is not None:  # chord's order: the deleted keys, then the new value's keys in order
-        fields, read = shape
-        olds, news = read(old), read(new)
+        fields = _SHAPES[t] if t in _SHAPES else _shape(t)
+    if fields is not None:  # chord's order: the deleted keys, then the new value's keys in order
         later = None  # the ops of the fields set: after every deletion
         # only the fields that are not the same object are looked at (a
         # change keeps the rest); a value is == None only if it is None (so
         # no ``==`` with a None default: a record's is a Python call)
-        for (name, default), a, b in zip(fields, olds, news):
+        for name, default in fields:
+            a = getattr(old, name)
+            b = getattr(new, name)
             if a is b:
                 continue
             if b is default or (default is not None and b == default):
