@@ -400,7 +400,10 @@ def revise(
         if within:
             a, b = old, new  # _part of both, in one walk
             for step in within:
-                a, b = (a[step], b[step]) if isinstance(step, int) else (getattr(a, step), getattr(b, step))
+                if isinstance(step, int):
+                    a, b = a[step], b[step]
+                else:
+                    a, b = getattr(a, step), getattr(b, step)
             _typed(a, b, list(within), out)
             ops = tuple(out)
             if CHECK_WITHIN:

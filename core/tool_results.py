@@ -17,7 +17,6 @@ Must not touch: phases (the rows' handlers store them through their Turn).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from operator import attrgetter
 
 from . import diagnostics
 from .checkpoints import ExecuteCheckpoint
@@ -104,9 +103,6 @@ def settle(
         tx.set_usage(task.conversation_id, evolve(doc, tools={**doc.tools, name: total}))
 
 
-_TASK_ID = attrgetter("task_id")
-
-
 def move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = None, **changes: Json) -> None:
     """Move the slot of ``task`` in the current round (lifecycle.py's slot
     table); ``changes`` are further slot fields (``output``). The move
@@ -116,8 +112,8 @@ def move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = 
     slots = live.tools
     if slots is None:
         return
-    ids = list(map(_TASK_ID, slots))
-    if ids.count(task.id) == 1:  # the one slot of the task (issue 11 item 2: no walk of the others in Python)
+    ids = [s.task_id for s in slots]
+    if ids.count(task.id) == 1:  # the one slot of the task, moved alone (issue 11 item 2)
         i = ids.index(task.id)
         s = slot_to(slots[i], move, entry_id=entry_id if entry_id is not None else slots[i].entry_id, **changes)
         tx.set_live(task.conversation_id, live_to(live, LiveMove.SLOT, tools=(*slots[:i], s, *slots[i + 1 :])), ("tools", i))
