@@ -116,7 +116,7 @@ def move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = 
     if ids.count(task.id) == 1:  # the one slot of the task, moved alone (issue 11 item 2)
         i = ids.index(task.id)
         s = slot_to(slots[i], move, entry_id=entry_id if entry_id is not None else slots[i].entry_id, **changes)
-        tx.set_live(task.conversation_id, live_to(live, LiveMove.SLOT, tools=(*slots[:i], s, *slots[i + 1 :])), ("tools", i))
+        tx.set_live(task.conversation_id, live_to(live, LiveMove.SLOT, tools=slots[:i] + (s,) + slots[i + 1 :]), ("tools", i))
         return
     tools = tuple(
         slot_to(s, move, entry_id=entry_id if entry_id is not None else s.entry_id, **changes)
