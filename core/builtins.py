@@ -47,9 +47,9 @@ is not stored and reads as its initial value.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from itertools import compress
-from operator import attrgetter, is_not
+from operator import is_not
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -82,6 +82,7 @@ from .state import (
     DocScope,
     ForkPolicy,
     Live,
+    RunInfo,
     State,
     UsageDoc,
 )
@@ -160,30 +161,21 @@ def _fields(cl: type) -> tuple[tuple[str, Any], ...]:
     return found
 
 
-#: A type's (name, default) fields and one C-level reader of all their
-#: values (``attrgetter``); None for a type that is not an attrs class.
-#: Read once per type: to_json and typed_ops run on most steps.
-_Shape = tuple[tuple[tuple[str, Any], ...], Callable[[Any], tuple[Any, ...]]]
-_SHAPES: dict[type, _Shape | None] = {}
+#: A type's (name, default) fields; None for a type that is not an attrs
+#: class. Read once per type: to_json and typed_ops run on most steps. (Each
+#: field is then read with ``getattr``: fewer instructions than one
+#: ``attrgetter`` of all of them - issue 11 item 2, measured.)
+_SHAPES: dict[type, tuple[tuple[str, Any], ...] | None] = {}
 
 
-def _shape(cl: type) -> _Shape | None:
-    """``cl``'s fields (registered in ``_FIELDS``, as ``_fields``) and their
-    reader; None, remembered, for a type that is not an attrs class."""
+def _shape(cl: type) -> tuple[tuple[str, Any], ...] | None:
+    """``cl``'s fields (registered in ``_FIELDS``, as ``_fields``); None,
+    remembered, for a type that is not an attrs class."""
     if cl in _PLAIN or not attrs.has(cl):
         _SHAPES[cl] = None
         return None
-    fields = _fields(cl)
-    names = [name for name, _ in fields]
-    if len(names) == 1:
-        only = names[0]
-        read: Callable[[Any], tuple[Any, ...]] = lambda v: (getattr(v, only),)  # noqa: E731
-    elif names:
-        read = attrgetter(*names)
-    else:
-        read = lambda v: ()  # noqa: E731
-    shape = _SHAPES[cl] = (fields, read)
-    return shape
+    fields = _SHAPES[cl] = _fields(cl)
+    return fields
 
 
 #: The JSON of recently converted containers, by identity (the value is kept
@@ -229,33 +221,51 @@ def to_json(value: Any) -> Json:
         return value
     if kind == _ENUM:
         return value._value_  # (``.value`` is a property: a Python call)
-    # containers that could change (lists, mappings): converted every time, never remembered
-    if kind == _LIST:
-        return [to_json(v) for v in value]
-    if kind == _MAPPING:
+    if kind < _TUPLE:  # containers that could change (lists, mappings): converted every time, never remembered
+        if kind == _LIST:
+            return list(map(to_json, value))
         return {k: to_json(v) for k, v in value.items()}
     hit = _MEMO.get(id(value))
     if hit is not None and hit[0] is value:
         return hit[1]
     out: Json
     if kind == _TUPLE:
-        out = [to_json(v) for v in value]
+        out = list(map(to_json, value))
     else:
-        shape = _SHAPES.get(t) or _shape(t)
-        if shape is None:
+        fields = _SHAPES.get(t) or _shape(t)
+        if fields is None:
             raise TypeError(f"{t.__name__} is not a built-in's value")
-        fields, read = shape
         out = {}
-        for (name, default), v in zip(fields, read(value)):
-            if v is default or v == default:
+        # a value is == None only if it is None (so no ``==`` with a None
+        # default: a record's is a Python call)
+        for name, default in fields:
+            v = getattr(value, name)
+            if v is default or (default is not None and v == default):
                 continue
-            # a plain field (most are: ids, names, counters) is its own JSON:
-            # no call for it
-            out[name] = v if _KINDS.get(type(v)) is _AS_IS else to_json(v)
+            # a plain field (most are: ids, names, counters) or a status is
+            # its own JSON or its value: no call for it
+            if type(v) in _PLAIN:
+                out[name] = v
+            elif _KINDS.get(type(v)) is _ENUM:
+                out[name] = v._value_
+            else:
+                out[name] = to_json(v)
     if len(_MEMO) >= _MEMO_MAX:
         _MEMO.clear()
     _MEMO[id(value)] = (value, out)
     return out
+
+
+#: chord.diff_scalar's ops from one enum value (a string) to another, as
+#: (verb, argument) pairs: found once per pair (a status moves on most steps).
+_EDITS: dict[tuple[str, str], tuple[tuple[str, Json], ...]] = {}
+
+
+def _edits(a: str, b: str) -> tuple[tuple[str, Json], ...]:
+    ops: list[Json] = []
+    chord.diff_scalar(a, b, ["-"], ops)
+    found = _EDITS[(a, b)] = tuple((op[0], op[2]) for op in ops)
+    return found
 
 
 def typed_ops(old: Any, new: Any, path: list[Json] | None = None) -> list[Json]:
@@ -274,35 +284,48 @@ def _typed(old: Any, new: Any, path: list[Json], out: list[Json]) -> None:
     if old is new:
         return
     t = type(new)
-    shape = None
+    fields = None
     if type(old) is t:
-        shape = _SHAPES[t] if t in _SHAPES else _shape(t)
-    if shape is not None:  # chord's order: the deleted keys, then the new value's keys in order
-        fields, read = shape
-        olds, news = read(old), read(new)
-        changed = None
-        # only the fields that are not the same object are looked at (found in
-        # C: a change keeps the rest)
-        for i in compress(range(len(olds)), map(is_not, olds, news)):
-            name, default = fields[i]
-            a, b = olds[i], news[i]
-            if b is default or b == default:
-                if not (a is default or a == default):
+        fields = _SHAPES[t] if t in _SHAPES else _shape(t)
+    if fields is not None:  # chord's order: the deleted keys, then the new value's keys in order
+        later = None  # the ops of the fields set: after every deletion
+        # only the fields that are not the same object are looked at (a
+        # change keeps the rest); a value is == None only if it is None (so
+        # no ``==`` with a None default: a record's is a Python call)
+        for name, default in fields:
+            a = getattr(old, name)
+            b = getattr(new, name)
+            if a is b:
+                continue
+            if b is default or (default is not None and b == default):
+                if not (a is default or (default is not None and a == default)):
                     out.append(["d", [*path, name]])
-            elif changed is None:
-                changed = [(name, default, a, b)]
-            else:
-                changed.append((name, default, a, b))
-        if changed is not None:
-            for name, default, a, b in changed:
-                if a is default or a == default:
-                    out.append(["s", [*path, name], to_json(b)])
-                elif (kb := _KINDS.get(type(b))) is _AS_IS or kb is _ENUM:  # a status, a number, a string
-                    ka = _KINDS.get(type(a))  # (both as JSON without a call: to_json's first two cases)
-                    ja = a if ka is _AS_IS else a._value_ if ka is _ENUM else to_json(a)
-                    chord.diff_scalar(ja, b if kb is _AS_IS else b._value_, [*path, name], out)
+                continue
+            if later is None:
+                later = []
+            kb = _KINDS.get(type(b))
+            if a is default or (default is not None and a == default):
+                later.append(["s", [*path, name], b if kb is _AS_IS else b._value_ if kb is _ENUM else to_json(b)])
+            elif kb is _AS_IS or kb is _ENUM:  # a status, a number, a string: chord.diff_scalar's ops
+                ka = _KINDS.get(type(a))  # (both as JSON without a call: to_json's first two cases)
+                ja = a if ka is _AS_IS else a._value_ if ka is _ENUM else to_json(a)
+                jb = b if kb is _AS_IS else b._value_
+                if type(ja) is not str or type(jb) is not str:  # not an edit: set, unless the same
+                    if not (ja is jb or (type(ja) is type(jb) and ja == jb)):
+                        later.append(["s", [*path, name], jb])
+                elif ka is _ENUM and kb is _ENUM:  # one status to another: its ops found once
+                    edits = _EDITS.get((ja, jb))
+                    if edits is None:
+                        edits = _edits(ja, jb)
+                    at = [*path, name]
+                    for verb, arg in edits:
+                        later.append([verb, at, arg])
                 else:
-                    _typed(a, b, [*path, name], out)
+                    chord.diff_scalar(ja, jb, [*path, name], later)
+            else:
+                _typed(a, b, [*path, name], later)
+        if later is not None:
+            out += later
         return
     if t is dict and type(old) is dict:  # chord's order: the deleted keys, then the new keys in order
         for name in old:
@@ -332,24 +355,13 @@ _BASE, _DELTA, _RETIRE = RevisionAction.BASE, RevisionAction.DELTA, RevisionActi
 _CONVERSATION = DocScope.CONVERSATION
 
 
-def _input(spec: Builtin, deltas: int | None, new: Any) -> tuple[DocStatus, DocInput]:
-    if deltas is None:
-        return _ABSENT, _CHANGE
-    if spec.quiet and new == spec.initial:
-        return _LIVE, _QUIET
-    return _LIVE, (_CHECKPOINT if deltas + 1 >= BASE_EVERY else _CHANGE)
-
+# revise looks its action up in ROWS under one of these keys: each is a row
+# that stores a revision.
+assert all(ROWS[key].action not in (None, _RETIRE) for key in ((_ABSENT, _CHANGE), (_LIVE, _QUIET), (_LIVE, _CHECKPOINT), (_LIVE, _CHANGE)))
 
 #: Tests set this: a revision whose change the caller placed (``revise``'s
 #: ``within``) also diffs the whole values and checks the ops are the same.
 CHECK_WITHIN = False
-
-
-def _part(value: Any, path: tuple[str | int, ...]) -> Any:
-    """The part of a typed value at ``path`` (a name is a field, a number an item)."""
-    for step in path:
-        value = value[step] if isinstance(step, int) else getattr(value, step)
-    return value
 
 
 def revise(
@@ -369,21 +381,36 @@ def revise(
     did = -(8 * cid + spec.number)  # builtin_id(cid, kind), inline: revise runs on most steps
     deltas = conv.stored.get(kind)
     staged = tx.document_write(did)
-    row = ROWS[_input(spec, deltas, new)]
-    assert row.action is not None and row.action is not _RETIRE
-    action = row.action
+    if deltas is None:
+        action = ROWS[(_ABSENT, _CHANGE)].action
+    elif spec.quiet and not (type(new) is Live and type(new.run) is RunInfo) and new == spec.initial:
+        # (a pi.live with a run is not Live(): known without attrs's ``==``,
+        # whose RunInfo == None is a Python call - issue 11 item 2)
+        action = ROWS[(_LIVE, _QUIET)].action
+    else:
+        action = ROWS[(_LIVE, _CHECKPOINT if deltas + 1 >= BASE_EVERY else _CHANGE)].action
+    assert action is not None  # (checked above for these keys)
     if staged is not None and staged.revision.action is _BASE:
         action = _BASE  # joins this commit's base
     ops: tuple[Json, ...] = ()
     if action is _DELTA:
         assert deltas is not None
         old = getattr(conv, spec.field)
+        out: list[Json] = []
         if within:
-            ops = tuple(typed_ops(_part(old, within), _part(new, within), list(within)))
+            a, b = old, new  # _part of both, in one walk
+            for step in within:
+                if isinstance(step, int):
+                    a, b = a[step], b[step]
+                else:
+                    a, b = getattr(a, step), getattr(b, step)
+            _typed(a, b, list(within), out)
+            ops = tuple(out)
             if CHECK_WITHIN:
                 assert ops == tuple(typed_ops(old, new)), f"{kind}: a change said to be within {within} is not"
         else:
-            ops = tuple(typed_ops(old, new))
+            _typed(old, new, [], out)  # typed_ops, without its call
+            ops = tuple(out)
         deltas += 1
         if staged is not None:  # a delta already: one revision, the ops of both
             ops, deltas = staged.revision.ops + ops, deltas - 1
@@ -415,6 +442,16 @@ def _with(conv: ConvState, field: str, value: Any, stored: Mapping[str, int]) ->
     what ``evolve(conv, **{field: value, "stored": stored})`` makes, with
     every field spelt out (a revision is made on most steps, and evolve's
     dict of every field costs about half as much as the copy itself)."""
+    if field == "live":  # most revisions: no test per field
+        return ConvState(
+            conversation=conv.conversation,
+            agent=conv.agent,
+            live=value,
+            inbox=conv.inbox,
+            usage=conv.usage,
+            context=conv.context,
+            stored=stored,
+        )
     return ConvState(
         conversation=conv.conversation,
         agent=value if field == "agent" else conv.agent,

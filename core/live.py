@@ -174,13 +174,13 @@ def _changed(live: Live, changes: Mapping[str, Any]) -> Live:
     every field - ``pi.live`` moves six times a tool round."""
     if not _NAMES.issuperset(changes):
         refuse_changes(_NAMES, changes, "a pi.live move")
-    get = changes.get
+    # (``name in changes`` is cheaper than a ``changes.get`` call per field)
     return Live(
-        run=get("run", live.run),
-        tools=get("tools", live.tools),
-        attempt=get("attempt", live.attempt),
-        partial=get("partial", live.partial),
-        retry_at=get("retry_at", live.retry_at),
-        retry_error=get("retry_error", live.retry_error),
-        poll_at=get("poll_at", live.poll_at),
+        run=changes["run"] if "run" in changes else live.run,
+        tools=changes["tools"] if "tools" in changes else live.tools,
+        attempt=changes["attempt"] if "attempt" in changes else live.attempt,
+        partial=changes["partial"] if "partial" in changes else live.partial,
+        retry_at=changes["retry_at"] if "retry_at" in changes else live.retry_at,
+        retry_error=changes["retry_error"] if "retry_error" in changes else live.retry_error,
+        poll_at=changes["poll_at"] if "poll_at" in changes else live.poll_at,
     )

@@ -34,6 +34,7 @@ from .state import ToolSlot, UsageTotals
 
 def run_tool(tx: Tx, task: Task, cp: ExecuteCheckpoint) -> None:
     """``RunTool`` for a task whose ``execute`` intent is (being) stored."""
+    agent = tx.conversations[task.conversation_id].agent
     tx.act(
         RunTool(
             task_id=task.id,
@@ -41,8 +42,8 @@ def run_tool(tx: Tx, task: Task, cp: ExecuteCheckpoint) -> None:
             call_id=str(task.input["call_id"]),
             name=str(task.input["name"]),
             arguments=dict(cp.arguments),
-            cwd=tx.conversations[task.conversation_id].agent.cwd,
-            extensions=tx.conversations[task.conversation_id].agent.extensions,
+            cwd=agent.cwd,
+            extensions=agent.extensions,
         )
     )
 
@@ -108,15 +109,22 @@ def move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = 
     changes that one slot of ``pi.live``: its revision is that slot's diff
     (``within``, builtins.revise), not the whole document's."""
     live = tx.conversations[task.conversation_id].live
-    if live.tools is None:
+    slots = live.tools
+    if slots is None:
+        return
+    ids = [s.task_id for s in slots]
+    if ids.count(task.id) == 1:  # the one slot of the task, moved alone (issue 11 item 2)
+        i = ids.index(task.id)
+        s = slot_to(slots[i], move, entry_id=entry_id if entry_id is not None else slots[i].entry_id, **changes)
+        tx.set_live(task.conversation_id, live_to(live, LiveMove.SLOT, tools=slots[:i] + (s,) + slots[i + 1 :]), ("tools", i))
         return
     tools = tuple(
         slot_to(s, move, entry_id=entry_id if entry_id is not None else s.entry_id, **changes)
         if s.task_id == task.id
         else s
-        for s in live.tools
+        for s in slots
     )
-    moved = [i for i, s in enumerate(tools) if s is not live.tools[i]]
+    moved = [i for i, s in enumerate(tools) if s is not slots[i]]
     within: tuple[str | int, ...] = ("tools", moved[0]) if len(moved) == 1 else ()
     tx.set_live(task.conversation_id, live_to(live, LiveMove.SLOT, tools=tools), within)
 

@@ -3,6 +3,8 @@ what revision each change stores, their ids, and the older journals' view."""
 
 from __future__ import annotations
 
+import enum
+
 import attrs
 import pytest
 
@@ -251,6 +253,53 @@ _CHANGES = [
         (InboxItem(submission_id=SubmissionId(4), mode=InboxMode.WRITE, content="x", data={"a": 1.0, "b": True}),),
     ),
 ]
+
+
+class _Mode(enum.StrEnum):
+    """Values that are edits of each other (chord: append, front trim)."""
+
+    RUN = "run"
+    RUNNING = "running"
+    NING = "ning"
+    OFF = "off"
+
+
+@attrs.frozen(kw_only=True)
+class _Rec:
+    """A record with a status, a float and a record at their defaults."""
+
+    mode: _Mode = _Mode.OFF
+    ratio: float = 0.5
+    run: RunInfo | None = None
+    tags: tuple[str, ...] = ()
+
+
+_CHANGES += [
+    # a status to another: the edit chord finds for their values (found once per pair)
+    (_Rec(mode=_Mode.RUN), _Rec(mode=_Mode.RUNNING)),
+    (_Rec(mode=_Mode.RUN), _Rec(mode=_Mode.RUNNING)),
+    (_Rec(mode=_Mode.RUNNING), _Rec(mode=_Mode.RUN)),
+    (_Rec(mode=_Mode.RUNNING), _Rec(mode=_Mode.NING)),
+    (_Rec(mode=_Mode.RUNNING), _Rec()),
+    (_Rec(), _Rec(mode=_Mode.RUNNING)),
+    (_Rec(mode=_Mode.RUNNING, tags=("a",)), _Rec(mode=_Mode.RUN, tags=("a",))),
+    # equal to its default but not the same object: left out, like the default
+    (_Rec(ratio=0.25), _Rec(ratio=float("0.5"))),
+    (_Rec(ratio=float("0.5"), tags=("a",)), _Rec(ratio=0.25, run=_RUN)),
+    (_Rec(run=_RUN), _Rec(run=RunInfo(task_id=TaskId(5), inputs=()), tags=("a", "b"))),
+    (_Rec(run=_RUN, ratio=1.0), _Rec(mode=_Mode.RUN)),
+]
+
+
+def test_a_field_equal_to_its_default_is_left_out() -> None:
+    """to_json leaves out a field that is its default or equal to it (not the
+    same object), and keeps a record, a status and a tuple that are not."""
+    assert to_json(_Rec(ratio=float("0.5"))) == {}
+    assert to_json(_Rec(mode=_Mode.RUN, run=_RUN, tags=("x",))) == {
+        "mode": "run",
+        "run": {"task_id": 5, "inputs": [3]},
+        "tags": ["x"],
+    }
 
 
 @pytest.mark.parametrize(("old", "new"), _CHANGES)
