@@ -511,18 +511,6 @@ _configure(plain)
 _PLAIN_EVENT = plain.get_unstructure_hook(Event)
 
 
-def plain_hook(cl: type, leave_out: tuple[str, ...]) -> Callable[[Any], dict[str, Any]]:
-    """:data:`plain`'s unstructure hook of attrs class ``cl`` without the
-    fields ``leave_out`` (its other fields as ``plain`` writes them: every
-    field at its default left out, as ``stored`` does; for a class whose
-    hook :func:`_configure` wraps - ModelResponded - this is not it)."""
-    assert cl is not ModelResponded
-    leave_out_overrides: dict[str, Any] = {name: override(omit=True) for name in leave_out}
-    return make_dict_unstructure_fn(
-        cl, plain, _cattrs_omit_if_default=True, **leave_out_overrides
-    )
-
-
 def _refuse(value: Any) -> Any:
     raise NotPlain(f"{type(value).__name__} is not plain JSON data")
 
@@ -532,13 +520,13 @@ def _refuse(value: Any) -> Any:
 #: :func:`plain_dumps` turns into NotPlain; the reference way names it) and
 #: without a ``default`` (:func:`_refuse`).
 _c_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # (not in typeshed)
-#: ``(value, 0)`` -> the text's chunks (called by :func:`plain_dumps` itself:
+#: ``(value, 0)`` -> the text's chunks (called by :func:`plain_dumps` and rows.py's encoders themselves:
 #: no Python call between, issue 11 item 2).
-_plain_chunks: Callable[..., Iterable[str]]
+plain_chunks: Callable[..., Iterable[str]]
 if _c_make_encoder is not None:
-    _plain_chunks = _c_make_encoder(None, _refuse, encode_basestring, None, ":", ",", False, False, False)
+    plain_chunks = _c_make_encoder(None, _refuse, encode_basestring, None, ":", ",", False, False, False)
 else:  # pragma: no cover - a Python without the C accelerator
-    _plain_chunks = json.JSONEncoder(
+    plain_chunks = json.JSONEncoder(
         separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False, default=_refuse
     ).iterencode  # (value, 0): not "one shot", the same chunks
 
@@ -546,7 +534,7 @@ else:  # pragma: no cover - a Python without the C accelerator
 def plain_dumps(value: Any) -> str:
     """:func:`dumps` of plain JSON data; :class:`NotPlain` for anything else."""
     try:
-        return "".join(_plain_chunks(value, 0))
+        return "".join(plain_chunks(value, 0))
     except (TypeError, ValueError, RecursionError) as e:
         raise NotPlain(f"{type(e).__name__}: {e}") from e
 

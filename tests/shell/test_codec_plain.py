@@ -174,8 +174,10 @@ def test_the_plain_way_is_taken_for_what_every_step_writes(monkeypatch: pytest.M
     def refuse(w: Any, seq: int) -> Any:
         raise AssertionError(f"{type(w).__name__} took the reference way")
 
-    monkeypatch.setattr(rows, "encode_write", refuse)
+    monkeypatch.setattr(rows, "encode_write_reference", refuse)
     assert [base.encode_write(w, 3) for w in writes] == expected
+    got, _, text = base.encode_commit_text(3, writes, ())
+    assert (got, text) == ([row for row, _ in expected], codec.journal_writes(piece for _, piece in expected))
 
 
 def test_the_spliced_fields_are_the_ones_the_reference_cuts() -> None:
