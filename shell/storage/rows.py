@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring as _encode_str
+from operator import itemgetter
 from typing import Any, NamedTuple, assert_never, get_type_hints
 
 import attrs
@@ -54,6 +55,7 @@ class Row(NamedTuple):
 
 #: How a write becomes its row and journal text (:func:`encode_write`).
 _Encoder = Callable[[Any, int], tuple[Row, str]]
+_ROW, _PIECE = itemgetter(0), itemgetter(1)
 
 
 #: Schema 4 (issue 11: a lean store): the fields of a task or entry that its
@@ -228,16 +230,10 @@ def encode_commit(seq: int, writes: Sequence[Write], events: Sequence[Event]) ->
 def encode_commit_text(seq: int, writes: Sequence[Write], events: Sequence[Event]) -> tuple[list[Row], str, str]:
     """Like :func:`encode_commit`, with the writes' JSON itself (what the
     digest is of; the JSONL store keeps it to rebuild its tables)."""
-    rows, pieces = [], []
     fast: Callable[[type, _Encoder], _Encoder] = _FAST_WRITES.get
-    for w in writes:
-        try:  # (encode_write, inline: a call per write, issue 11 item 2)
-            row, piece = fast(type(w), encode_write_reference)(w, seq)
-        except codec.NotPlain:
-            row, piece = encode_write_reference(w, seq)
-        rows.append(row)
-        pieces.append(piece)
-    return rows, codec.events_json(events), "[" + ",".join(pieces) + "]"  # (codec.journal_writes)
+    # (encode_write, inline: one call per write; the rows and pieces split in C, issue 11 item 2)
+    encoded = [fast(type(w), encode_write_reference)(w, seq) for w in writes]
+    return list(map(_ROW, encoded)), codec.events_json(events), "[" + ",".join(map(_PIECE, encoded)) + "]"
 
 
 # --- the write path, encoded once (issue 11 item 2: a cheap write path) ---------
@@ -328,19 +324,23 @@ assert not codec.WRITE_WIRE[PutEntry].keys and not codec.WRITE_WIRE[PutTask].key
 assert [attr for attr, _ in _DOCUMENT_WIRE.keys] == ["document_id"]
 
 #: ``codec.plain_dumps`` without its call: ``"".join(_chunks(value, 0))``,
-#: whose TypeError, ValueError or RecursionError means not plain (issue 11 item 2).
+#: which raises one of these for what is not plain JSON data (issue 11 item 2).
 _chunks = codec.plain_chunks
-_NOT_JSON = (TypeError, ValueError, RecursionError)
+_NOT_PLAIN = (codec.NotPlain, TypeError, ValueError, RecursionError)
 #: ``Row(...)`` without the named tuple's ``__new__`` (a Python function).
 _new = tuple.__new__
 _LATEST, _TASK_SCOPE = DocHistory.LATEST, DocScope.TASK
+
+# Each encoder below gives :func:`encode_write_reference`'s row and text, and
+# takes that way itself for what it does not take: ids that are not exactly
+# ints (spliced by formatting), a value that is not plain JSON data.
 
 
 def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
     e = w.entry
     eid, cid = e.id, e.conversation_id
-    if type(eid) is not int or type(cid) is not int:  # spliced by formatting: exactly ints
-        raise codec.NotPlain("an entry's ids are not both ints")
+    if type(eid) is not int or type(cid) is not int:
+        return encode_write_reference(w, seq)
     data: dict[str, Any] = {"kind": e.kind}
     if e.text != "":
         data["text"] = e.text
@@ -370,17 +370,19 @@ def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
         data["data"] = e.data
     try:
         lean = "".join(_chunks(data, 0))  # (never "{}": the kind is always written)
-    except _NOT_JSON as exc:
-        raise codec.NotPlain(f"{type(exc).__name__}: {exc}") from exc
-    columns = {"id": eid, "conversation_id": cid, "seq": seq, "record": lean}
-    return _new(Row, ("entries", (eid,), columns)), f'{_ENTRY_JOURNAL}{{"id":{eid},"conversation_id":{cid},{lean[1:]}}}'
+    except _NOT_PLAIN:
+        pass  # (the reference way below, outside the handler: its own error unchained)
+    else:
+        columns = {"id": eid, "conversation_id": cid, "seq": seq, "record": lean}
+        return _new(Row, ("entries", (eid,), columns)), f'{_ENTRY_JOURNAL}{{"id":{eid},"conversation_id":{cid},{lean[1:]}}}'
+    return encode_write_reference(w, seq)
 
 
 def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
     t = w.task
     tid, cid, kind, status, owner = t.id, t.conversation_id, t.kind, t.status, t.owner
     if type(tid) is not int or type(cid) is not int:
-        raise codec.NotPlain("a task's ids are not both ints")
+        return encode_write_reference(w, seq)
     data: dict[str, Any] = {}
     if t.version != 1:
         data["version"] = t.version
@@ -423,22 +425,24 @@ def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
         if status is _TERMINAL:  # without its execution state (TERMINAL_DROPS; ``data`` is this call's)
             pop = data.pop
             pop("owner", None)
-            pop("status", None)
+            del data["status"]  # (TERMINAL is not the default: written)
             pop("checkpoint", None)
             pop("on", None)
             pop("memos", None)
             lean = "".join(_chunks(data, 0))
-    except _NOT_JSON as exc:
-        raise codec.NotPlain(f"{type(exc).__name__}: {exc}") from exc
-    columns = {"id": tid, "conversation_id": cid, "kind": kind, "status": status._value_, "owner": owner, "record": lean}
-    return _new(Row, ("tasks", (tid,), columns)), _TASK_JOURNAL + record + "}"
+    except _NOT_PLAIN:
+        pass
+    else:
+        columns = {"id": tid, "conversation_id": cid, "kind": kind, "status": status._value_, "owner": owner, "record": lean}
+        return _new(Row, ("tasks", (tid,), columns)), _TASK_JOURNAL + record + "}"
+    return encode_write_reference(w, seq)
 
 
 def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
     r = w.revision
     did, version, owner, kind, action = w.document_id, r.version, r.owner, r.kind, r.action
     if type(version) is not int or type(owner) is not int or type(did) is not int:
-        raise codec.NotPlain("a revision's version and owner or its document id are not ints")
+        return encode_write_reference(w, seq)
     data: dict[str, Any] = {"action": action}
     if r.value is not None:
         data["value"] = r.value
@@ -447,25 +451,26 @@ def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
     try:
         rest = "".join(_chunks(data, 0))[1:]  # '"action":...}'
         scope, history, fork = r.scope, r.history, r.fork
-        texts = _ENUM_TEXT[scope], _ENUM_TEXT[history], _ENUM_TEXT[fork]
+        # (a scope, history or fork that is not a member of its enum: a KeyError, the reference way)
+        scope_text, history_text, fork_text = _ENUM_TEXT[scope], _ENUM_TEXT[history], _ENUM_TEXT[fork]
         ktext = _encode_str(kind) if type(kind) is str else codec.plain_scalar(kind)
-    except _NOT_JSON as exc:
-        raise codec.NotPlain(f"{type(exc).__name__}: {exc}") from exc
-    except KeyError:
-        raise codec.NotPlain("a revision's scope, history or fork is not one of its enum's members") from None
-    record = (
-        f'{{"scope":{texts[0]},"owner":{owner},"kind":{ktext},"version":{version},'
-        f'"history":{texts[1]},"fork":{texts[2]},{rest}'
-    )
-    # _lean_revision_row, inline
-    value = action._value_
-    columns = {
-        "document_id": did, "seq": seq, "action": value, "scope": scope._value_, "owner": owner,
-        "kind": kind, "version": version, "history": history._value_, "fork": fork._value_,
-        "reclaims": value != "delta" and (history is _LATEST or scope is _TASK_SCOPE),
-        "content": f'{{"version":{version},{rest}',
-    }
-    return _new(Row, ("document_revisions", (did, seq), columns)), f"{_DOCUMENT_JOURNAL}{did}{_REVISION_KEY}{record}}}"
+    except (*_NOT_PLAIN, KeyError):
+        pass
+    else:
+        record = (
+            f'{{"scope":{scope_text},"owner":{owner},"kind":{ktext},"version":{version},'
+            f'"history":{history_text},"fork":{fork_text},{rest}'
+        )
+        # _lean_revision_row, inline
+        value = action._value_
+        columns = {
+            "document_id": did, "seq": seq, "action": value, "scope": scope._value_, "owner": owner,
+            "kind": kind, "version": version, "history": history._value_, "fork": fork._value_,
+            "reclaims": value != "delta" and (history is _LATEST or scope is _TASK_SCOPE),
+            "content": f'{{"version":{version},{rest}',
+        }
+        return _new(Row, ("document_revisions", (did, seq), columns)), f"{_DOCUMENT_JOURNAL}{did}{_REVISION_KEY}{record}}}"
+    return encode_write_reference(w, seq)
 
 
 #: The writes every step makes, encoded once; the others go through :func:`encode_write_reference`.
@@ -481,8 +486,5 @@ def encode_write(w: Write, seq: int) -> tuple[Row, str]:
     adapter): :func:`encode_write_reference`'s bytes, each record encoded
     once (the reference way for a write of another type or a value that is
     not plain JSON data)."""
-    fast: _Encoder = _FAST_WRITES.get(type(w), encode_write_reference)
-    try:
-        return fast(w, seq)
-    except codec.NotPlain:
-        return encode_write_reference(w, seq)
+    encode: _Encoder = _FAST_WRITES.get(type(w), encode_write_reference)
+    return encode(w, seq)
