@@ -448,7 +448,7 @@ def events_json(events: Sequence[Event], fmt: int = FORMAT_VERSION) -> str:
     if ENCODERS[fmt] is stored:
         datas = []
         for e in events:  # (what the tagged union's hook does, without its two calls per event)
-            hook, tag = _PLAIN_EVENTS[e.__class__]
+            hook, tag = PLAIN_EVENTS[e.__class__]
             data = hook(e)
             data["type"] = tag
             datas.append(data)
@@ -517,7 +517,7 @@ plain.register_unstructure_hook_func(_as_is, identity)
 _configure(plain)
 #: Each event class's ``plain`` hook and wire tag: the union's hook without its calls
 #: (an event of another class is a KeyError there too).
-_PLAIN_EVENTS: dict[type, tuple[Callable[[Any], dict[str, Any]], str]] = {
+PLAIN_EVENTS: dict[type, tuple[Callable[[Any], dict[str, Any]], str]] = {
     cl: (plain.get_unstructure_hook(cl), _tag(cl)) for cl in EVENT_TYPES
 }
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring as _encode_str
 from operator import itemgetter
-from typing import Any, NamedTuple, assert_never, get_type_hints
+from typing import Any, NamedTuple, assert_never
 
 import attrs
-from cattrs.fns import identity
 
 from pidurable.core.builtins import base_revision as builtin_base
 from pidurable.core.effects import (
@@ -32,11 +31,10 @@ from pidurable.core.effects import (
     Write,
 )
 from pidurable.core.events import Event
-from pidurable.core.model import Entry, Outcome, Task, TaskStatus, ToolCall, Usage, WaitPolicy
-from pidurable.core.records import spelt_out
+from pidurable.core.model import Entry, Outcome, Task, TaskStatus, WaitPolicy
 from pidurable.core.state import AGENT_DOC, CONTEXT_DOC, INBOX_DOC, LIVE_DOC, USAGE_DOC, DocHistory, DocScope, ForkPolicy
 
-from . import codec
+from . import codec, spelt
 
 
 # --- row encoding shared by the adapters ------------------------------------
@@ -233,7 +231,7 @@ def encode_commit_text(seq: int, writes: Sequence[Write], events: Sequence[Event
     fast: Callable[[type, _Encoder], _Encoder] = _FAST_WRITES.get
     # (encode_write, inline: one call per write; the rows and pieces split in C, issue 11 item 2)
     encoded = [fast(type(w), encode_write_reference)(w, seq) for w in writes]
-    return list(map(_ROW, encoded)), codec.events_json(events), "[" + ",".join(map(_PIECE, encoded)) + "]"
+    return list(map(_ROW, encoded)), spelt.events_json(events), "[" + ",".join(map(_PIECE, encoded)) + "]"
 
 
 # --- the write path, encoded once (issue 11 item 2: a cheap write path) ---------
@@ -271,41 +269,22 @@ assert _leading(Task, ROW_COLUMNS["tasks"]) == _TASK_LEADING
 #: (:func:`_lean_revision`); its version goes in front of both texts.
 _REVISION_LEADING = ("scope", "owner", "kind", "version", "history", "fork")
 
-_NO = attrs.NOTHING  # (a field without a default: always written)
-
-
-def _spelt_hook(cl: type, leading: tuple[str, ...], rest: tuple[tuple[str, Any, bool], ...]) -> None:
-    """Check a spelt-out copy of ``codec.plain``'s hook of attrs class ``cl``
-    at import (issue 11 item 2: no call and no default factory per record):
-    ``leading`` and then ``rest``'s names are its fields in order
-    (:func:`spelt_out`), and each of ``rest`` is ``(name, the default the
-    copy leaves it out at, whether plain hands it over as it is)``."""
-    spelt_out(cl, leading + tuple(name for name, _, _ in rest))
-    hints = get_type_hints(cl)
-    for f, (name, default, as_is) in zip(attrs.fields(cl)[len(leading) :], rest, strict=True):
-        d = f.default.factory() if isinstance(f.default, attrs.Factory) else f.default  # type: ignore[arg-type]
-        if type(d) is not type(default) or d != default or (codec.plain.get_unstructure_hook(hints[name]) is identity) != as_is:
-            raise AssertionError(f"{cl.__name__}.{name}: its spelt-out encoding is out of date")
-
-
 #: What :func:`_fast_entry`, :func:`_fast_task` and :func:`_fast_document`
 #: spell out (a field left out at its default, compared with ``!=`` as
 #: plain's hook does; ``is not None`` for a None default).
-_spelt_hook(Entry, _ENTRY_LEADING, (
-    ("kind", _NO, True), ("text", "", True), ("tool_calls", (), False), ("tool_call_id", None, True),
+spelt.check_spelt(Entry, _ENTRY_LEADING, (
+    ("kind", spelt.NO_DEFAULT, True), ("text", "", True), ("tool_calls", (), False), ("tool_call_id", None, True),
     ("tool_name", None, True), ("is_error", False, True), ("stop_reason", None, True), ("usage", None, False),
     ("by_task_id", None, True), ("at", 0, True), ("data", None, True),
 ))  # fmt: skip
-_spelt_hook(ToolCall, (), (("id", _NO, True), ("name", _NO, True), ("arguments", {}, True)))
-_spelt_hook(Task, _TASK_LEADING, (
+spelt.check_spelt(Task, _TASK_LEADING, (
     ("version", 1, True), ("input", {}, True), ("owner", None, True), ("background", False, True),
     ("abort_requested", False, True), ("status", TaskStatus.PENDING, True), ("checkpoint", {}, True),
     ("on", (), True), ("policy", WaitPolicy.ALL_SETTLED, True), ("outcome", None, False), ("memos", None, True),
     ("started_at", None, True), ("ended_at", None, True),
 ))  # fmt: skip
-_spelt_hook(Outcome, (), (("status", _NO, True), ("result", None, True), ("error", None, True)))
-_spelt_hook(DocumentRevision, _REVISION_LEADING, (("action", _NO, True), ("value", None, True), ("ops", (), True)))
-_USAGE = codec.plain.get_unstructure_hook(Usage)  # (a usage is rare: its hook)
+spelt.check_spelt(Outcome, (), (("status", spelt.NO_DEFAULT, True), ("result", None, True), ("error", None, True)))
+spelt.check_spelt(DocumentRevision, _REVISION_LEADING, (("action", spelt.NO_DEFAULT, True), ("value", None, True), ("ops", (), True)))
 _PENDING, _ALL_SETTLED, _TERMINAL = TaskStatus.PENDING, WaitPolicy.ALL_SETTLED, TaskStatus.TERMINAL
 #: What a terminal task's row text leaves out besides its leading fields (:data:`TERMINAL_DROPS`; :func:`_fast_task`).
 assert TERMINAL_DROPS - set(_TASK_LEADING) == {"checkpoint", "memos", "on", "owner", "status"}
@@ -345,13 +324,7 @@ def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
     if e.text != "":
         data["text"] = e.text
     if e.tool_calls != ():
-        calls = []
-        for c in e.tool_calls:
-            call: dict[str, Any] = {"id": c.id, "name": c.name}
-            if c.arguments != {}:
-                call["arguments"] = c.arguments
-            calls.append(call)
-        data["tool_calls"] = calls
+        data["tool_calls"] = spelt.plain_tool_calls(e.tool_calls)
     if e.tool_call_id is not None:
         data["tool_call_id"] = e.tool_call_id
     if e.tool_name is not None:
@@ -361,7 +334,7 @@ def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
     if e.stop_reason is not None:
         data["stop_reason"] = e.stop_reason
     if e.usage is not None:
-        data["usage"] = _USAGE(e.usage)
+        data["usage"] = spelt.plain_usage(e.usage)
     if e.by_task_id is not None:
         data["by_task_id"] = e.by_task_id
     if e.at != 0:
