@@ -68,6 +68,7 @@ from pidurable.core.model import (
 )
 
 from . import live, sql_reads, owner, sqlite_documents, sqlite_entries, sqlite_writes
+from .codec import writes_digest
 from .base import (
     SCHEMA_VERSION,
     DamagedRecord,
@@ -77,7 +78,7 @@ from .base import (
     StoreFenced,
     StoreLocked,
     StoreMissing,
-    encode_commit,
+    encode_commit_text,
 )
 from .sqlite_layout import MIGRATIONS, SQLITE_MAGIC, Found, cheap_checks, inspect_store
 from . import sqlite_retention
@@ -495,7 +496,10 @@ class SqliteStorage(
             raise StoreFenced(f"store {self.path} is fenced")
         if self.read_only:
             raise StorageError(f"Store {self.path} is open read-only")
-        encoded = [(seq, *encode_commit(seq, writes, events)) for seq, writes, events in batch]
+        encoded = []
+        for seq, writes, events in batch:  # encode_commit's rows, events and digest (inline: a call per commit)
+            rows, events_text, writes_text = encode_commit_text(seq, writes, events)
+            encoded.append((seq, rows, events_text, writes_digest(writes_text)))
         db = self.db
         conn = db.conn
         # one cursor runs the batch's statements: ``conn.execute`` makes a
