@@ -28,6 +28,7 @@ from pidurable.core.effects import (
     PutSubmission,
     PutTask,
     PutUsage,
+    WRITE_TYPES,
     Write,
 )
 from pidurable.core.events import Event
@@ -228,9 +229,8 @@ def encode_commit(seq: int, writes: Sequence[Write], events: Sequence[Event]) ->
 def encode_commit_text(seq: int, writes: Sequence[Write], events: Sequence[Event]) -> tuple[list[Row], str, str]:
     """Like :func:`encode_commit`, with the writes' JSON itself (what the
     digest is of; the JSONL store keeps it to rebuild its tables)."""
-    fast: Callable[[type, _Encoder], _Encoder] = _FAST_WRITES.get
     # (encode_write, inline: one call per write; the rows and pieces split in C, issue 11 item 2)
-    encoded = [fast(type(w), encode_write_reference)(w, seq) for w in writes]
+    encoded = [_ENCODE[type(w)](w, seq) for w in writes]
     return list(map(_ROW, encoded)), spelt.events_json(events), "[" + ",".join(map(_PIECE, encoded)) + "]"
 
 
@@ -353,7 +353,11 @@ def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
 
 def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
     t = w.task
-    tid, cid, kind, status, owner = t.id, t.conversation_id, t.kind, t.status, t.owner
+    tid = t.id
+    cid = t.conversation_id
+    kind = t.kind
+    status = t.status
+    owner = t.owner
     if type(tid) is not int or type(cid) is not int:
         return encode_write_reference(w, seq)
     data: dict[str, Any] = {}
@@ -413,7 +417,11 @@ def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
 
 def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
     r = w.revision
-    did, version, owner, kind, action = w.document_id, r.version, r.owner, r.kind, r.action
+    did = w.document_id
+    version = r.version
+    owner = r.owner
+    kind = r.kind
+    action = r.action
     if type(version) is not int or type(owner) is not int or type(did) is not int:
         return encode_write_reference(w, seq)
     data: dict[str, Any] = {"action": action}
@@ -446,8 +454,10 @@ def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
     return encode_write_reference(w, seq)
 
 
-#: The writes every step makes, encoded once; the others go through :func:`encode_write_reference`.
-_FAST_WRITES: dict[type, _Encoder] = {
+#: Each write class's encoder: the writes every step makes encoded once, the
+#: others :func:`encode_write_reference` (what is not a write: a KeyError, as there).
+_ENCODE: dict[type, _Encoder] = {
+    **{cl: encode_write_reference for cl in WRITE_TYPES},
     PutEntry: _fast_entry,
     PutTask: _fast_task,
     PutDocument: _fast_document,
@@ -459,5 +469,4 @@ def encode_write(w: Write, seq: int) -> tuple[Row, str]:
     adapter): :func:`encode_write_reference`'s bytes, each record encoded
     once (the reference way for a write of another type or a value that is
     not plain JSON data)."""
-    encode: _Encoder = _FAST_WRITES.get(type(w), encode_write_reference)
-    return encode(w, seq)
+    return _ENCODE[type(w)](w, seq)
