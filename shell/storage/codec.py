@@ -531,8 +531,9 @@ def _refuse(value: Any) -> Any:
 #: :func:`plain_dumps` turns into NotPlain; the reference way names it) and
 #: without a ``default`` (:func:`_refuse`).
 _c_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # (not in typeshed)
-#: ``(value, 0)`` -> the text's chunks (called by :func:`plain_dumps` and rows.py's encoders themselves:
-#: no Python call between, issue 11 item 2).
+#: ``(value, 0)`` -> the text's chunks (called by :func:`plain_dumps` and the
+#: write path's encoders - rows.py, spelt.py - themselves: no Python call
+#: between, issue 11 item 2).
 plain_chunks: Callable[..., Iterable[str]]
 if _c_make_encoder is not None:
     plain_chunks = _c_make_encoder(None, _refuse, encode_basestring, None, ":", ",", False, False, False)
