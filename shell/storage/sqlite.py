@@ -2,9 +2,10 @@
 
 The layout, its migrations and the check that a file has it are in
 :mod:`.sqlite_layout`. A commit is BEGIN ... COMMIT (what ``db.atomic()``
-does, written out: :meth:`SqliteStorage.commit_many`) around plain ``INSERT
-OR REPLACE`` statements, rolled back on any error; ``with db.conn:`` is not
-used because it is not atomic around sqlite-utils writes.
+does, written out: :meth:`SqliteStorage.commit_many`) around plain ``INSERT``
+statements (an upsert where a row is replaced: ``sqlite_layout.UPSERT``),
+rolled back on any error; ``with db.conn:`` is not used because it is not
+atomic around sqlite-utils writes.
 
 Opening checks before it writes anything, in this order:
 
