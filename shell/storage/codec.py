@@ -88,12 +88,9 @@ def _lean_prepared(hook: Callable[[Any], dict[str, Any]]) -> Callable[[Any], dic
     def unstructure(e: ModelResponded) -> dict[str, Any]:
         data = hook(e)
         if e.prepared and len(e.prepared) == len(e.tool_calls):
-            data["prepared"] = [
-                {k: v for k, v in p.items() if k != "arguments"}
-                if p is not None and _same_json(p.get("arguments"), call.arguments)
-                else p
-                for p, call in zip(data["prepared"], e.tool_calls, strict=True)
-            ]
+            for p, call in zip(data["prepared"], e.tool_calls, strict=True):
+                if p is not None and _same_json(p.get("arguments"), call.arguments):
+                    p.pop("arguments", None)  # (``p``: the new dict the hook made for this call)
         return data
 
     return unstructure
@@ -120,14 +117,18 @@ def _same_json(a: Any, b: Any) -> bool:
 def _same_flat(a: dict[Any, Any], b: dict[Any, Any]) -> bool:
     """Equal dicts (``a == b``) whose keys are strings in the same order and
     whose values, pairwise of one type, are strings, ints, bools or None:
-    certainly the same JSON (False: not decided here)."""
-    if list(a) != list(b):
-        return False
-    same = _SAME_WHEN_EQUAL
-    for key, x, y in zip(a, a.values(), b.values()):
-        if type(key) is not str or type(x) is not type(y) or type(x) not in same:
-            return False
-    return True
+    certainly the same JSON (False: not decided here). (Each test walks the
+    dicts in C - ``map(type, ...)`` - not key by key in Python.)"""
+    types = list(map(type, a.values()))
+    return (
+        list(a) == list(b)
+        and _STR.issuperset(map(type, a))
+        and _SAME_WHEN_EQUAL.issuperset(types)
+        and types == list(map(type, b.values()))
+    )
+
+
+_STR = frozenset({str})
 
 
 def _fill_prepared(data: dict[str, Any]) -> dict[str, Any]:
@@ -445,9 +446,15 @@ def events_json(events: Sequence[Event], fmt: int = FORMAT_VERSION) -> str:
     plain way, :data:`plain`, when ``fmt`` is ``stored``'s and the events
     hold plain data; the same text either way)."""
     if ENCODERS[fmt] is stored:
+        datas = []
+        for e in events:  # (what the tagged union's hook does, without its two calls per event)
+            hook, tag = PLAIN_EVENTS[e.__class__]
+            data = hook(e)
+            data["type"] = tag
+            datas.append(data)
         try:
-            return plain_dumps([_PLAIN_EVENT(e) for e in events])
-        except NotPlain:
+            return "".join(plain_chunks(datas, 0))
+        except (NotPlain, TypeError, ValueError, RecursionError):  # (plain_dumps' NotPlain, inline)
             pass
     return reference_events_json(events, fmt)
 
@@ -508,19 +515,11 @@ def _as_is(t: Any) -> bool:
 plain = cattrs.Converter(omit_if_default=True, forbid_extra_keys=False)
 plain.register_unstructure_hook_func(_as_is, identity)
 _configure(plain)
-_PLAIN_EVENT = plain.get_unstructure_hook(Event)
-
-
-def plain_hook(cl: type, leave_out: tuple[str, ...]) -> Callable[[Any], dict[str, Any]]:
-    """:data:`plain`'s unstructure hook of attrs class ``cl`` without the
-    fields ``leave_out`` (its other fields as ``plain`` writes them: every
-    field at its default left out, as ``stored`` does; for a class whose
-    hook :func:`_configure` wraps - ModelResponded - this is not it)."""
-    assert cl is not ModelResponded
-    leave_out_overrides: dict[str, Any] = {name: override(omit=True) for name in leave_out}
-    return make_dict_unstructure_fn(
-        cl, plain, _cattrs_omit_if_default=True, **leave_out_overrides
-    )
+#: Each event class's ``plain`` hook and wire tag: the union's hook without its calls
+#: (an event of another class is a KeyError there too).
+PLAIN_EVENTS: dict[type, tuple[Callable[[Any], dict[str, Any]], str]] = {
+    cl: (plain.get_unstructure_hook(cl), _tag(cl)) for cl in EVENT_TYPES
+}
 
 
 def _refuse(value: Any) -> Any:
@@ -532,13 +531,14 @@ def _refuse(value: Any) -> Any:
 #: :func:`plain_dumps` turns into NotPlain; the reference way names it) and
 #: without a ``default`` (:func:`_refuse`).
 _c_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # (not in typeshed)
-#: ``(value, 0)`` -> the text's chunks (called by :func:`plain_dumps` itself:
-#: no Python call between, issue 11 item 2).
-_plain_chunks: Callable[..., Iterable[str]]
+#: ``(value, 0)`` -> the text's chunks (called by :func:`plain_dumps` and the
+#: write path's encoders - rows.py, spelt.py - themselves: no Python call
+#: between, issue 11 item 2).
+plain_chunks: Callable[..., Iterable[str]]
 if _c_make_encoder is not None:
-    _plain_chunks = _c_make_encoder(None, _refuse, encode_basestring, None, ":", ",", False, False, False)
+    plain_chunks = _c_make_encoder(None, _refuse, encode_basestring, None, ":", ",", False, False, False)
 else:  # pragma: no cover - a Python without the C accelerator
-    _plain_chunks = json.JSONEncoder(
+    plain_chunks = json.JSONEncoder(
         separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False, default=_refuse
     ).iterencode  # (value, 0): not "one shot", the same chunks
 
@@ -546,7 +546,7 @@ else:  # pragma: no cover - a Python without the C accelerator
 def plain_dumps(value: Any) -> str:
     """:func:`dumps` of plain JSON data; :class:`NotPlain` for anything else."""
     try:
-        return "".join(_plain_chunks(value, 0))
+        return "".join(plain_chunks(value, 0))
     except (TypeError, ValueError, RecursionError) as e:
         raise NotPlain(f"{type(e).__name__}: {e}") from e
 

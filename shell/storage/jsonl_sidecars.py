@@ -29,7 +29,7 @@ from pidurable.core.effects import PutDocument, PutTask, RevisionAction, Write
 from pidurable.core.events import Event
 from pidurable.core.model import TaskStatus
 
-from . import codec
+from . import codec, spelt
 from . import jsonl_lines
 from .base import DamagedRecord, Row, StorageError, encode_write
 from .memory import Encoded
@@ -147,7 +147,7 @@ def lay_out(
                     raise StorageError(f"Entry {row.key[0]} already exists: entries are written once")
                 new_entries.add(row.key)
         digest = codec.writes_digest(codec.journal_writes(pieces))
-        c = Encoded(seq=seq, rows=rows, events=codec.events_json(events), writes="", digest=digest)
+        c = Encoded(seq=seq, rows=rows, events=spelt.events_json(events), writes="", digest=digest)
         encoded.append(c)
         out.append(jsonl_lines.line(seq, c.format, digest, c.events, codec.journal_writes(main), more=i < len(batch) - 1))
     return Plan(encoded=encoded, main=b"".join(out), appends=appends, bases=bases, terminal=terminal, retired=retired)

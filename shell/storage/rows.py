@@ -9,6 +9,8 @@ path, each record encoded once).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from json.encoder import encode_basestring as _encode_str
+from operator import itemgetter
 from typing import Any, NamedTuple, assert_never
 
 import attrs
@@ -26,13 +28,14 @@ from pidurable.core.effects import (
     PutSubmission,
     PutTask,
     PutUsage,
+    WRITE_TYPES,
     Write,
 )
 from pidurable.core.events import Event
-from pidurable.core.model import Entry, Task, TaskStatus
+from pidurable.core.model import Entry, Outcome, Task, TaskStatus, WaitPolicy
 from pidurable.core.state import AGENT_DOC, CONTEXT_DOC, INBOX_DOC, LIVE_DOC, USAGE_DOC, DocHistory, DocScope, ForkPolicy
 
-from . import codec
+from . import codec, spelt
 
 
 # --- row encoding shared by the adapters ------------------------------------
@@ -47,6 +50,11 @@ class Row(NamedTuple):
     table: str
     key: tuple[Any, ...]
     columns: dict[str, Any]
+
+
+#: How a write becomes its row and journal text (:func:`encode_write`).
+_Encoder = Callable[[Any, int], tuple[Row, str]]
+_ROW, _PIECE = itemgetter(0), itemgetter(1)
 
 
 #: Schema 4 (issue 11: a lean store): the fields of a task or entry that its
@@ -221,12 +229,9 @@ def encode_commit(seq: int, writes: Sequence[Write], events: Sequence[Event]) ->
 def encode_commit_text(seq: int, writes: Sequence[Write], events: Sequence[Event]) -> tuple[list[Row], str, str]:
     """Like :func:`encode_commit`, with the writes' JSON itself (what the
     digest is of; the JSONL store keeps it to rebuild its tables)."""
-    rows, pieces = [], []
-    for w in writes:
-        row, piece = encode_write(w, seq)
-        rows.append(row)
-        pieces.append(piece)
-    return rows, codec.events_json(events), codec.journal_writes(pieces)
+    # (encode_write, inline: one call per write; the rows and pieces split in C, issue 11 item 2)
+    encoded = [_ENCODE[type(w)](w, seq) for w in writes]
+    return list(map(_ROW, encoded)), spelt.events_json(events), "[" + ",".join(map(_PIECE, encoded)) + "]"
 
 
 # --- the write path, encoded once (issue 11 item 2: a cheap write path) ---------
@@ -234,10 +239,10 @@ def encode_commit_text(seq: int, writes: Sequence[Write], events: Sequence[Event
 # :func:`encode_write_reference` encodes a record whole, then cuts its row's lean text
 # out of that text (or, for a terminal task, unstructures and encodes it a
 # second time). The writes of every step (entries, tasks, document
-# revisions) go the other way round: the record is unstructured once with
-# ``codec.plain``, the fields its row's columns hold are taken out of that
-# dict, the rest is encoded once (the row's text), and the journal's text is
-# that text with the fields spliced back in front - the same bytes
+# revisions) go the other way round: the record's fields but the ones its
+# row's columns hold are unstructured as ``codec.plain`` does (its hook,
+# spelt out below), encoded once (the row's text), and the journal's text is
+# that text with those fields spliced back in front - the same bytes
 # :func:`encode_write_reference` gives (tests/shell/test_codec_plain.py). A value that
 # is not plain JSON data (``codec.NotPlain``) goes the reference way.
 
@@ -260,86 +265,199 @@ _ENTRY_LEADING = ("id", "conversation_id")
 _TASK_LEADING = ("id", "conversation_id", "kind")
 assert _leading(Entry, ROW_COLUMNS["entries"]) == _ENTRY_LEADING
 assert _leading(Task, ROW_COLUMNS["tasks"]) == _TASK_LEADING
-#: ``codec.plain``'s hooks without the spliced fields (the row's text, whole).
-_ENTRY_REST = codec.plain_hook(Entry, _ENTRY_LEADING)
-_TASK_REST = codec.plain_hook(Task, _TASK_LEADING)
-#: What a terminal task's row text leaves out of ``_TASK_REST``'s dict (:data:`TERMINAL_DROPS`).
-_TERMINAL_REST_DROPS = tuple(sorted(TERMINAL_DROPS - set(_TASK_LEADING)))
 #: A revision's row text leaves out what its ``document_records`` row holds
 #: (:func:`_lean_revision`); its version goes in front of both texts.
-_REVISION_REST = codec.plain_hook(DocumentRevision, ("scope", "owner", "kind", "version", "history", "fork"))
+_REVISION_LEADING = ("scope", "owner", "kind", "version", "history", "fork")
+
+#: What :func:`_fast_entry`, :func:`_fast_task` and :func:`_fast_document`
+#: spell out (a field left out at its default, compared with ``!=`` as
+#: plain's hook does; ``is not None`` for a None default).
+spelt.check_spelt(Entry, _ENTRY_LEADING, (
+    ("kind", spelt.NO_DEFAULT, True), ("text", "", True), ("tool_calls", (), False), ("tool_call_id", None, True),
+    ("tool_name", None, True), ("is_error", False, True), ("stop_reason", None, True), ("usage", None, False),
+    ("by_task_id", None, True), ("at", 0, True), ("data", None, True),
+))  # fmt: skip
+spelt.check_spelt(Task, _TASK_LEADING, (
+    ("version", 1, True), ("input", {}, True), ("owner", None, True), ("background", False, True),
+    ("abort_requested", False, True), ("status", TaskStatus.PENDING, True), ("checkpoint", {}, True),
+    ("on", (), True), ("policy", WaitPolicy.ALL_SETTLED, True), ("outcome", None, False), ("memos", None, True),
+    ("started_at", None, True), ("ended_at", None, True),
+))  # fmt: skip
+spelt.check_spelt(Outcome, (), (("status", spelt.NO_DEFAULT, True), ("result", None, True), ("error", None, True)))
+spelt.check_spelt(DocumentRevision, _REVISION_LEADING, (("action", spelt.NO_DEFAULT, True), ("value", None, True), ("ops", (), True)))
+_PENDING, _ALL_SETTLED, _TERMINAL = TaskStatus.PENDING, WaitPolicy.ALL_SETTLED, TaskStatus.TERMINAL
+#: What a terminal task's row text leaves out besides its leading fields (:data:`TERMINAL_DROPS`; :func:`_fast_task`).
+assert TERMINAL_DROPS - set(_TASK_LEADING) == {"checkpoint", "memos", "on", "owner", "status"}
+
 #: The journal text of a write before its record (``{"type":"entry","entry":``).
 _ENTRY_JOURNAL = codec.WRITE_WIRE[PutEntry].head + codec.WRITE_WIRE[PutEntry].record_key
 _TASK_JOURNAL = codec.WRITE_WIRE[PutTask].head + codec.WRITE_WIRE[PutTask].record_key
 _DOCUMENT_WIRE = codec.WRITE_WIRE[PutDocument]
+#: ``{"type":"document","document_id":``, and ``,"revision":``.
+_DOCUMENT_JOURNAL = _DOCUMENT_WIRE.head + _DOCUMENT_WIRE.keys[0][1]
+_REVISION_KEY = _DOCUMENT_WIRE.record_key
 #: The JSON text of each member of the enums a revision's record starts with
 #: (looked up, not encoded for every revision; another value goes the reference way).
 _ENUM_TEXT: dict[Any, str] = {m: codec.plain_scalar(m) for e in (DocScope, DocHistory, ForkPolicy) for m in e}
 assert not codec.WRITE_WIRE[PutEntry].keys and not codec.WRITE_WIRE[PutTask].keys
 assert [attr for attr, _ in _DOCUMENT_WIRE.keys] == ["document_id"]
 
+#: ``codec.plain_dumps`` without its call: ``"".join(_chunks(value, 0))``,
+#: which raises one of these for what is not plain JSON data (issue 11 item 2).
+_chunks = codec.plain_chunks
+_NOT_PLAIN = (codec.NotPlain, TypeError, ValueError, RecursionError)
+#: ``Row(...)`` without the named tuple's ``__new__`` (a Python function).
+_new = tuple.__new__
+_LATEST, _TASK_SCOPE = DocHistory.LATEST, DocScope.TASK
 
-def _ints(a: Any, b: Any) -> None:
-    """Two ids spliced into a text by formatting (what JSON writes for an
-    int); NotPlain unless both are ints (a bool or an int subclass goes the
-    reference way)."""
-    if type(a) is not int or type(b) is not int:
-        raise codec.NotPlain(f"{type(a).__name__} and {type(b).__name__} are not both ints")
-
-
-def _splice(head: str, rest: str) -> tuple[str, str]:
-    """The record text (``head`` = its leading fields, ``{"id":1,...``) and
-    the row text (``rest``, the other fields' object)."""
-    if rest == "{}":  # nothing but the columns: the row keeps the whole text, as _cut does
-        record = head + "}"
-        return record, record
-    return head + "," + rest[1:], rest
+# Each encoder below gives :func:`encode_write_reference`'s row and text, and
+# takes that way itself for what it does not take: ids that are not exactly
+# ints (spliced by formatting), a value that is not plain JSON data.
 
 
 def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
     e = w.entry
     eid, cid = e.id, e.conversation_id
-    _ints(eid, cid)
-    record, lean = _splice(f'{{"id":{eid},"conversation_id":{cid}', codec.plain_dumps(_ENTRY_REST(e)))
-    columns = {"id": eid, "conversation_id": cid, "seq": seq, "record": lean}
-    return Row("entries", (eid,), columns), _ENTRY_JOURNAL + record + "}"
+    if type(eid) is not int or type(cid) is not int:
+        return encode_write_reference(w, seq)
+    data: dict[str, Any] = {"kind": e.kind}
+    if e.text != "":
+        data["text"] = e.text
+    if e.tool_calls != ():
+        data["tool_calls"] = spelt.plain_tool_calls(e.tool_calls)
+    if e.tool_call_id is not None:
+        data["tool_call_id"] = e.tool_call_id
+    if e.tool_name is not None:
+        data["tool_name"] = e.tool_name
+    if e.is_error != False:  # noqa: E712 - as plain's hook compares
+        data["is_error"] = e.is_error
+    if e.stop_reason is not None:
+        data["stop_reason"] = e.stop_reason
+    if e.usage is not None:
+        data["usage"] = spelt.plain_usage(e.usage)
+    if e.by_task_id is not None:
+        data["by_task_id"] = e.by_task_id
+    if e.at != 0:
+        data["at"] = e.at
+    if e.data is not None:
+        data["data"] = e.data
+    try:
+        lean = "".join(_chunks(data, 0))  # (never "{}": the kind is always written)
+    except _NOT_PLAIN:
+        pass  # (the reference way below, outside the handler: its own error unchained)
+    else:
+        columns = {"id": eid, "conversation_id": cid, "seq": seq, "record": lean}
+        return _new(Row, ("entries", (eid,), columns)), f'{_ENTRY_JOURNAL}{{"id":{eid},"conversation_id":{cid},{lean[1:]}}}'
+    return encode_write_reference(w, seq)
 
 
 def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
     t = w.task
-    tid, cid, kind = t.id, t.conversation_id, t.kind
-    _ints(tid, cid)
-    data = _TASK_REST(t)
-    record, lean = _splice(f'{{"id":{tid},"conversation_id":{cid},"kind":{codec.plain_scalar(kind)}', codec.plain_dumps(data))
+    tid = t.id
+    cid = t.conversation_id
+    kind = t.kind
     status = t.status
-    if status is TaskStatus.TERMINAL:
-        for name in _TERMINAL_REST_DROPS:  # (``data`` is the hook's new dict: its values are not touched)
-            data.pop(name, None)
-        lean = codec.plain_dumps(data)
-    columns = {"id": tid, "conversation_id": cid, "kind": kind, "status": status._value_, "owner": t.owner, "record": lean}
-    return Row("tasks", (tid,), columns), _TASK_JOURNAL + record + "}"
+    owner = t.owner
+    if type(tid) is not int or type(cid) is not int:
+        return encode_write_reference(w, seq)
+    data: dict[str, Any] = {}
+    if t.version != 1:
+        data["version"] = t.version
+    if t.input != {}:
+        data["input"] = t.input
+    if owner is not None:
+        data["owner"] = owner
+    if t.background != False:  # noqa: E712 - as plain's hook compares
+        data["background"] = t.background
+    if t.abort_requested != False:  # noqa: E712
+        data["abort_requested"] = t.abort_requested
+    if status != _PENDING:
+        data["status"] = status
+    if t.checkpoint != {}:
+        data["checkpoint"] = t.checkpoint
+    if t.on != ():
+        data["on"] = t.on
+    if t.policy != _ALL_SETTLED:
+        data["policy"] = t.policy
+    if (o := t.outcome) is not None:
+        outcome: dict[str, Any] = {"status": o.status}
+        if o.result is not None:
+            outcome["result"] = o.result
+        if o.error is not None:
+            outcome["error"] = o.error
+        data["outcome"] = outcome
+    if t.memos is not None:
+        data["memos"] = t.memos
+    if t.started_at is not None:
+        data["started_at"] = t.started_at
+    if t.ended_at is not None:
+        data["ended_at"] = t.ended_at
+    try:
+        lean = "".join(_chunks(data, 0))
+        head = f'{{"id":{tid},"conversation_id":{cid},"kind":{_encode_str(kind) if type(kind) is str else codec.plain_scalar(kind)}'
+        if lean == "{}":  # nothing but the columns: the row keeps the whole text, as _cut does
+            record = lean = head + "}"
+        else:
+            record = head + "," + lean[1:]
+        if status is _TERMINAL:  # without its execution state (TERMINAL_DROPS; ``data`` is this call's)
+            pop = data.pop
+            pop("owner", None)
+            del data["status"]  # (TERMINAL is not the default: written)
+            pop("checkpoint", None)
+            pop("on", None)
+            pop("memos", None)
+            lean = "".join(_chunks(data, 0))
+    except _NOT_PLAIN:
+        pass
+    else:
+        columns = {"id": tid, "conversation_id": cid, "kind": kind, "status": status._value_, "owner": owner, "record": lean}
+        return _new(Row, ("tasks", (tid,), columns)), _TASK_JOURNAL + record + "}"
+    return encode_write_reference(w, seq)
 
 
 def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
     r = w.revision
-    rest = codec.plain_dumps(_REVISION_REST(r))[1:]  # '"action":...}': the action is always written
-    version, owner = r.version, r.owner
-    _ints(version, owner)
+    did = w.document_id
+    version = r.version
+    owner = r.owner
+    kind = r.kind
+    action = r.action
+    if type(version) is not int or type(owner) is not int or type(did) is not int:
+        return encode_write_reference(w, seq)
+    data: dict[str, Any] = {"action": action}
+    if r.value is not None:
+        data["value"] = r.value
+    if r.ops != ():
+        data["ops"] = r.ops
     try:
-        scope, history, fork = _ENUM_TEXT[r.scope], _ENUM_TEXT[r.history], _ENUM_TEXT[r.fork]
-    except (KeyError, TypeError):
-        raise codec.NotPlain("a revision's scope, history or fork is not one of its enum's members") from None
-    record = (
-        f'{{"scope":{scope},"owner":{owner},"kind":{codec.plain_scalar(r.kind)},"version":{version},'
-        f'"history":{history},"fork":{fork},{rest}'
-    )
-    wire = _DOCUMENT_WIRE
-    journal = wire.head + wire.keys[0][1] + str(w.document_id) + wire.record_key + record + "}"
-    return _lean_revision_row(w.document_id, r, seq, f'{{"version":{version},{rest}'), journal
+        rest = "".join(_chunks(data, 0))[1:]  # '"action":...}'
+        scope, history, fork = r.scope, r.history, r.fork
+        # (a scope, history or fork that is not a member of its enum: a KeyError, the reference way)
+        scope_text, history_text, fork_text = _ENUM_TEXT[scope], _ENUM_TEXT[history], _ENUM_TEXT[fork]
+        ktext = _encode_str(kind) if type(kind) is str else codec.plain_scalar(kind)
+    except (*_NOT_PLAIN, KeyError):
+        pass
+    else:
+        record = (
+            f'{{"scope":{scope_text},"owner":{owner},"kind":{ktext},"version":{version},'
+            f'"history":{history_text},"fork":{fork_text},{rest}'
+        )
+        # _lean_revision_row, inline
+        value = action._value_
+        columns = {
+            "document_id": did, "seq": seq, "action": value, "scope": scope._value_, "owner": owner,
+            "kind": kind, "version": version, "history": history._value_, "fork": fork._value_,
+            "reclaims": value != "delta" and (history is _LATEST or scope is _TASK_SCOPE),
+            "content": f'{{"version":{version},{rest}',
+        }
+        return _new(Row, ("document_revisions", (did, seq), columns)), f"{_DOCUMENT_JOURNAL}{did}{_REVISION_KEY}{record}}}"
+    return encode_write_reference(w, seq)
 
 
-#: The writes every step makes, encoded once; the others go through :func:`encode_write_reference`.
-_FAST_WRITES: dict[type, Callable[[Any, int], tuple[Row, str]]] = {
+#: Each write class's encoder: the writes every step makes encoded once, the
+#: others :func:`encode_write_reference` (what is not a write: a KeyError, as there).
+_ENCODE: dict[type, _Encoder] = {
+    **{cl: encode_write_reference for cl in WRITE_TYPES},
     PutEntry: _fast_entry,
     PutTask: _fast_task,
     PutDocument: _fast_document,
@@ -351,10 +469,4 @@ def encode_write(w: Write, seq: int) -> tuple[Row, str]:
     adapter): :func:`encode_write_reference`'s bytes, each record encoded
     once (the reference way for a write of another type or a value that is
     not plain JSON data)."""
-    fast = _FAST_WRITES.get(type(w))
-    if fast is not None:
-        try:
-            return fast(w, seq)
-        except codec.NotPlain:
-            pass
-    return encode_write_reference(w, seq)
+    return _ENCODE[type(w)](w, seq)

@@ -2,9 +2,10 @@
 
 The layout, its migrations and the check that a file has it are in
 :mod:`.sqlite_layout`. A commit is BEGIN ... COMMIT (what ``db.atomic()``
-does, written out: :meth:`SqliteStorage.commit_many`) around plain ``INSERT
-OR REPLACE`` statements, rolled back on any error; ``with db.conn:`` is not
-used because it is not atomic around sqlite-utils writes.
+does, written out: :meth:`SqliteStorage.commit_many`) around plain ``INSERT``
+statements (an upsert where a row is replaced: ``sqlite_layout.UPSERT``),
+rolled back on any error; ``with db.conn:`` is not used because it is not
+atomic around sqlite-utils writes.
 
 Opening checks before it writes anything, in this order:
 
@@ -51,12 +52,10 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sqlite3
 import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +68,8 @@ from pidurable.core.model import (
     TaskId,
 )
 
-from . import codec, live, sql_reads, owner, sqlite_documents, sqlite_entries
+from . import live, sql_reads, owner, sqlite_documents, sqlite_entries, sqlite_writes
+from .codec import writes_digest
 from .base import (
     SCHEMA_VERSION,
     DamagedRecord,
@@ -79,27 +79,12 @@ from .base import (
     StoreFenced,
     StoreLocked,
     StoreMissing,
-    encode_commit,
+    encode_commit_text,
 )
-from .sqlite_layout import MIGRATIONS, SQLITE_MAGIC, UPSERT, Found, cheap_checks, inspect_store
+from .sqlite_layout import MIGRATIONS, SQLITE_MAGIC, Found, cheap_checks, inspect_store
 from . import sqlite_retention
 
 log = logging.getLogger("pidurable")
-
-
-def _positional(sql: str) -> tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]]:
-    """``sql`` with ``?`` for its ``:name`` parameters, and what picks their
-    values from a row's columns in that order: sqlite3 binds a named
-    parameter by building and hashing a string of its name on every execute
-    (issue 11 item 2: a cheap write path)."""
-    names = re.findall(r":(\w+)", sql)
-    assert len(names) > 1, sql  # (itemgetter of one name gives the value, not a tuple)
-    return re.sub(r":\w+", "?", sql), itemgetter(*names)
-
-
-#: :data:`.sqlite_layout.UPSERT` with positional parameters: (sql, the row's values in order).
-_UPSERT = {table: _positional(sql) for table, sql in UPSERT.items()}
-_INSERT_JOURNAL = "INSERT INTO journal (seq, format, events, writes) VALUES (?, ?, ?, ?)"
 
 
 def _wal_has_content(file: Path) -> bool:
@@ -512,7 +497,10 @@ class SqliteStorage(
             raise StoreFenced(f"store {self.path} is fenced")
         if self.read_only:
             raise StorageError(f"Store {self.path} is open read-only")
-        encoded = [(seq, *encode_commit(seq, writes, events)) for seq, writes, events in batch]
+        encoded = []
+        for seq, writes, events in batch:  # encode_commit's rows, events and digest (inline: a call per commit)
+            rows, events_text, writes_text = encode_commit_text(seq, writes, events)
+            encoded.append((seq, rows, events_text, writes_digest(writes_text)))
         db = self.db
         conn = db.conn
         # one cursor runs the batch's statements: ``conn.execute`` makes a
@@ -521,13 +509,13 @@ class SqliteStorage(
         try:
             if conn.in_transaction:  # inside a transaction already: a savepoint (db.atomic() makes one)
                 with db.atomic():
-                    self._write_all(cur, encoded)
+                    sqlite_writes.write_all(cur, encoded)
             else:
                 # what db.atomic() does outside a transaction, without its two
                 # generator frames per commit (issue 11 item 2)
                 cur.execute("BEGIN")
                 try:
-                    self._write_all(cur, encoded)
+                    sqlite_writes.write_all(cur, encoded)
                     cur.execute("COMMIT")
                 except BaseException:
                     # (a no-op if the error already ended the transaction, so
@@ -548,19 +536,6 @@ class SqliteStorage(
                 self.prune_journal()
             else:
                 self._commits_since_prune = since + len(batch)
-
-    @staticmethod
-    def _write_all(cur: sqlite3.Cursor, encoded: list[tuple[int, list[Any], str, str]]) -> None:
-        """Each commit's rows, then its journal row (``cur``: inside the transaction)."""
-        execute = cur.execute
-        for seq, rows, ev_text, wr_text in encoded:
-            for row in rows:
-                if row.table == "document_revisions":
-                    sqlite_documents.write(cur, row.columns)
-                else:
-                    sql, values = _UPSERT[row.table]
-                    execute(sql, values(row.columns))
-            execute(_INSERT_JOURNAL, (seq, codec.FORMAT_VERSION, ev_text, wr_text))
 
     # journal retention and compaction (issue 11): sqlite_retention.py ----------
     def prune_journal(self) -> int:

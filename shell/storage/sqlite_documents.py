@@ -25,6 +25,10 @@ from .base import DocumentRow, builtin_value, document_state, split_builtins
 Execute = Callable[[str, Sequence[Any]], list[Any]]
 
 
+#: A revision's row (all a delta writes: :meth:`.sqlite.SqliteStorage._write_all` runs it itself).
+INSERT_REVISION = "INSERT INTO document_revisions (document_id, seq, action, content) VALUES (?, ?, ?, ?)"
+
+
 def write(conn: sqlite3.Cursor, c: dict[str, Any]) -> None:
     """One document revision: the record row, the revision, reclamation
     (``conn``: the commit's cursor, inside its transaction)."""
@@ -42,10 +46,7 @@ def write(conn: sqlite3.Cursor, c: dict[str, Any]) -> None:
             "fork = excluded.fork",
             c,
         )
-    conn.execute(
-        "INSERT INTO document_revisions (document_id, seq, action, content) VALUES (?, ?, ?, ?)",
-        (did, seq, c["action"], c["content"]),
-    )
+    conn.execute(INSERT_REVISION, (did, seq, c["action"], c["content"]))
     if c["reclaims"]:
         conn.execute("DELETE FROM document_revisions WHERE document_id = ? AND seq < ?", (did, seq))
 

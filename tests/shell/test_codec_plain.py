@@ -21,10 +21,10 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from pidurable.core.effects import DocumentRevision, PutDocument, PutEntry, PutTask, RevisionAction
-from pidurable.core.events import EVENT_TYPES, TaskCommitRequested
-from pidurable.core.model import Entry, Outcome, Task, TaskStatus
+from pidurable.core.events import EVENT_TYPES, ModelResponded, PreparedCall, TaskCommitRequested
+from pidurable.core.model import Entry, Outcome, Task, TaskStatus, ToolCall
 from pidurable.core.state import DocHistory, DocScope, ForkPolicy
-from pidurable.shell.storage import base, codec, rows
+from pidurable.shell.storage import base, codec, rows, spelt
 
 # --- strategies from declared types ----------------------------------------------
 
@@ -143,6 +143,41 @@ def test_a_write_encodes_to_the_reference_row_and_journal_text(w: Any, seq: int)
 @given(events=st.lists(st.one_of([records(cl) for cl in EVENT_TYPES]), max_size=3))
 def test_events_encode_to_the_reference_text(events: list[Any]) -> None:
     assert codec.events_json(events) == codec.reference_events_json(events)
+    assert spelt.events_json(events) == codec.reference_events_json(events)
+
+
+@st.composite
+def _model_responded(draw: st.DrawFn) -> ModelResponded:
+    """A model step's message with prepared calls, as the shell makes it (one
+    per tool call, mostly with the call's own arguments), or not quite."""
+    calls = draw(st.lists(st.builds(ToolCall, id=st.text(max_size=4), name=st.text(max_size=4), arguments=JSON_OBJECT), max_size=4))
+    prepared = []
+    for call in calls:
+        args = draw(st.sampled_from(["same", "copy", "reversed", "other", "none"]))
+        if args == "none":
+            prepared.append(None)
+            continue
+        arguments = {
+            "same": call.arguments,
+            "copy": dict(call.arguments),
+            "reversed": dict(reversed(list(call.arguments.items()))),  # equal, another text (two keys or more)
+            "other": draw(JSON_OBJECT),
+        }[args]
+        prepared.append(PreparedCall(arguments=arguments, replay=draw(st.sampled_from(["safe", "unsafe"]))))
+    if draw(st.booleans()):  # not one per call: written whole
+        prepared = prepared[: draw(st.integers(0, len(prepared)))] + draw(st.lists(st.none(), max_size=1))
+    return ModelResponded(
+        now=draw(st.integers(0, 2**45)), task_id=draw(st.integers(1, 10**6)), attempt=draw(st.integers(1, 3)),
+        text=draw(st.text(max_size=5)), tool_calls=tuple(calls), stop_reason=draw(st.sampled_from(["stop", "tool_use"])),
+        prepared=tuple(prepared), continuation=draw(st.none() | st.text(max_size=3)),
+    )
+
+
+@given(events=st.lists(_model_responded(), min_size=1, max_size=2))
+def test_a_model_step_with_prepared_calls_encodes_to_the_reference_text(events: list[Any]) -> None:
+    """The spelt-out ModelResponded leaves a prepared call's arguments out
+    exactly when the reference does (they encode like its tool call's)."""
+    assert spelt.events_json(events) == codec.reference_events_json(events) == codec.events_json(events)
 
 
 @given(writes=st.lists(WRITES, max_size=5), seq=SEQS)
@@ -174,8 +209,10 @@ def test_the_plain_way_is_taken_for_what_every_step_writes(monkeypatch: pytest.M
     def refuse(w: Any, seq: int) -> Any:
         raise AssertionError(f"{type(w).__name__} took the reference way")
 
-    monkeypatch.setattr(rows, "encode_write", refuse)
+    monkeypatch.setattr(rows, "encode_write_reference", refuse)
     assert [base.encode_write(w, 3) for w in writes] == expected
+    got, _, text = base.encode_commit_text(3, writes, ())
+    assert (got, text) == ([row for row, _ in expected], codec.journal_writes(piece for _, piece in expected))
 
 
 def test_the_spliced_fields_are_the_ones_the_reference_cuts() -> None:
