@@ -91,13 +91,7 @@ def clean_text(text: str) -> str:
 
 
 def has_surrogates(text: str) -> bool:
-    if text.isascii():
-        return False
-    try:
-        text.encode("utf-8")
-        return False
-    except UnicodeEncodeError:
-        return True
+    return clean_text(text) is not text  # (a cleaned text is a new string)
 
 
 def clean_json(value: Any, where: str) -> Any:
@@ -118,6 +112,13 @@ class _Bad(Exception):
 def _clean(value: Any) -> Any:
     # The hot path: no string formatting, no copies of clean values.
     t = type(value)
+    if t is dict:
+        # flat and clean as it is, in C (issue 11 item 2): ASCII str keys; ints, bools, None, ASCII text
+        vs = value.values()
+        if _STRS.issuperset(map(type, value)) and _FLAT.issuperset(map(type, vs)) and "".join(value).isascii():
+            if "".join(filter(_IS_STR, vs)).isascii():
+                return value
+        return _clean_dict(value)
     if t is str:
         return value if value.isascii() else clean_text(value)
     if value is None or t is int or t is bool:
@@ -126,19 +127,6 @@ def _clean(value: Any) -> Any:
         if value - value == 0.0:  # finite
             return value
         raise _Bad(f"{value!r} is not a JSON number (NaN and Infinity are not allowed)")
-    if t is dict:
-        out = None
-        for i, (k, v) in enumerate(value.items()):
-            if type(k) is not str:
-                raise _Bad(f"object key {k!r} is not a string")
-            ck = k if k.isascii() else clean_text(k)
-            tv = type(v)  # (a clean scalar without a call)
-            cv = v if tv in _AS_IS or (tv is str and v.isascii()) else _clean(v)
-            if out is None and (ck is not k or cv is not v):
-                out = dict(list(value.items())[:i])
-            if out is not None:
-                out[ck] = cv
-        return value if out is None else out
     if t is list or t is tuple:
         items = [_clean(v) for v in value]
         if t is list and all(a is b for a, b in zip(items, value)):
@@ -153,6 +141,21 @@ def _clean(value: Any) -> Any:
     if isinstance(value, int):
         return int(value)
     raise _Bad(f"a {type(value).__name__} is not a JSON value")
+
+
+def _clean_dict(value: dict[Any, Any]) -> dict[str, Any]:
+    out = None
+    for i, (k, v) in enumerate(value.items()):
+        if type(k) is not str:
+            raise _Bad(f"object key {k!r} is not a string")
+        ck = k if k.isascii() else clean_text(k)
+        tv = type(v)  # (a clean scalar without a call)
+        cv = v if tv in _AS_IS or (tv is str and v.isascii()) else _clean(v)
+        if out is None and (ck is not k or cv is not v):
+            out = dict(list(value.items())[:i])
+        if out is not None:
+            out[ck] = cv
+    return value if out is None else out
 
 
 def _locate(value: Any) -> str:
@@ -197,19 +200,34 @@ def clean_usage(usage: Any, where: str) -> Usage | None:
 # --- events from the shell's interpreters ------------------------------------------
 
 
-#: Per record class: its field names and a getter of all their values (one call).
+#: Per record class (``_plan``): its field names and a getter of all their values (one call);
+#: its groups of fields for ``_clean_event``'s quick checks: names and getter of each.
 _FIELDS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
+_GROUPS: dict[type, tuple[Any, ...]] = {}
 _RECORDS: dict[type, bool] = {}
 _AS_IS = frozenset({int, bool, type(None)})  #: exact types whose values are JSON as they are
+_FLAT, _STRS = _AS_IS | {str}, frozenset({str})  #: ... and text (JSON as it is when ASCII)
+_BOXES = frozenset({tuple, dict, type(None)})  #: containers (JSON as they are when empty)
+_IS_STR = str.__instancecheck__  #: isinstance(x, str) in one C call (for filter)
 
 
-def _fields(cls: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
-    known = _FIELDS.get(cls)
-    if known is None:
-        names = tuple(f.name for f in attrs.fields(cls))
-        get = operator.attrgetter(*names) if len(names) > 1 else lambda obj: tuple(getattr(obj, n) for n in names)
-        known = _FIELDS[cls] = (names, get)
+def _plan(cls: type) -> tuple[tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]], tuple[Any, ...]]:
+    """``_FIELDS`` and ``_GROUPS`` of an attrs class. The groups: fields declared
+    tuple / dict (boxes), the rest (flat; ``usage`` too); a getter None for none.
+    A declared type is only a hint: a value not of its group fails the check."""
+    names = [f.name for f in attrs.fields(cls)]
+    groups: tuple[list[str], list[str]] = ([], [])
+    for f in attrs.fields(cls):
+        spelt = f.type if isinstance(f.type, str) else repr(f.type)
+        groups[spelt.startswith(("tuple[", "dict[")) and f.name != "usage"].append(f.name)
+    boxes = tuple(x for g in groups for x in (tuple(g), _getter(g) if g else None))
+    known = _FIELDS[cls], _GROUPS[cls] = (tuple(names), _getter(names)), boxes
     return known
+
+
+def _getter(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
+    # the values as a tuple in one call (``attrgetter`` of one name gives the value itself)
+    return operator.attrgetter(*(names * 2 if len(names) == 1 else names))
 
 
 def _is_record(cls: type) -> bool:
@@ -220,12 +238,24 @@ def _is_record(cls: type) -> bool:
     return known
 
 
-def _clean_fields(obj: Any, where: str) -> Any:
-    """An attrs record with every str/JSON field cleaned (nested records
-    too); raises EdgeError for a value that cannot be JSON. The hot path of
-    every interpreter event: ASCII text, ints, None and empty containers
-    pass without a call; a message is formatted only for a refusal."""
-    names, get = _FIELDS.get(type(obj)) or _fields(type(obj))
+def _clean_event(event: Any, where: str) -> Any:
+    """``_clean_fields`` of an event after a quick check in C per group of
+    fields (issue 11 item 2): a group whose values the loop would all pass
+    (ints, bools, None, ASCII text; empty boxes) is not looped over."""
+    flat_names, flat, box_names, boxes = _GROUPS.get(type(event)) or _plan(type(event))[1]
+    flat_ok = flat is None or (_FLAT.issuperset(map(type, fv := flat(event))) and "".join(filter(_IS_STR, fv)).isascii())
+    boxes_ok = boxes is None or (_BOXES.issuperset(map(type, bv := boxes(event))) and not any(bv))
+    if flat_ok:
+        return event if boxes_ok else _clean_fields(event, where, (box_names, boxes))
+    return _clean_fields(event, where, (flat_names, flat) if boxes_ok else None)
+
+
+def _clean_fields(obj: Any, where: str, fields: tuple[tuple[str, ...], Any] | None = None) -> Any:
+    """An attrs record with every str/JSON field (or those of ``fields``) cleaned
+    (nested records too); raises EdgeError for a value that cannot be JSON. ASCII
+    text, ints, None, empty containers pass without a call; a message is made only
+    for a refusal."""
+    names, get = fields or _FIELDS.get(type(obj)) or _plan(type(obj))[0]
     changes: dict[str, Any] | None = None
     for name, v in zip(names, get(obj)):
         t = type(v)
@@ -280,13 +310,8 @@ def _clean_tuple(v: tuple[Any, ...], where: str, name: str) -> tuple[Any, ...]:
 
 
 def _refuse_reply(ev: Any, error: EdgeError) -> Event:
-    return ModelFailed(
-        now=ev.now,
-        task_id=ev.task_id,
-        attempt=ev.attempt,
-        message=f"The provider's reply cannot be stored: {error}",
-        retryable=False,
-    )
+    message = f"The provider's reply cannot be stored: {error}"
+    return ModelFailed(now=ev.now, task_id=ev.task_id, attempt=ev.attempt, message=message, retryable=False)
 
 
 def _refuse_arguments(ev: Any, error: EdgeError) -> Event:
@@ -344,35 +369,12 @@ def clean_event(event: Event) -> Event:
     if refuse is None:
         return event
     try:
-        cleaned: Event = _clean_fields(event, type(event).TAG)
+        cleaned: Event = _clean_event(event, type(event).TAG)
     except EdgeError as e:
         log.warning("refused a value from outside (%s): %s", type(event).TAG, e)
         refused: Event = _clean_fields(refuse(event, e), "refusal")
         return refused
     return cleaned
-
-
-def reply_problem(reply: Any) -> str | None:
-    """Why a provider's answer is not a well-formed reply, or None. (Its
-    values are cleaned later, by :func:`clean_event`.)"""
-    from .providers.base import ModelDeferredReply, ModelReply
-
-    if isinstance(reply, ModelDeferredReply):
-        return None
-    if not isinstance(reply, ModelReply):
-        return f"The provider returned {type(reply).__name__}, not a ModelReply"
-    if not isinstance(reply.text, str):
-        return f"The provider's reply text is a {type(reply.text).__name__}, not str"
-    if not isinstance(reply.stop_reason, str):
-        return "The provider's stop reason is not a string"
-    if not isinstance(reply.tool_calls, tuple):
-        return "The provider's tool calls are not a tuple"
-    for call in reply.tool_calls:
-        if not isinstance(call, ToolCall) or not isinstance(call.id, str) or not isinstance(call.name, str):
-            return f"The provider returned a malformed tool call: {call!r:.200}"
-        if not isinstance(call.arguments, dict):
-            return f"The provider returned non-object arguments for tool {call.name!r}"
-    return None
 
 
 def tool_result(name: str, result: object) -> ToolResult:
@@ -389,13 +391,9 @@ def tool_result(name: str, result: object) -> ToolResult:
     is_error = getattr(result, "is_error")
     if not isinstance(is_error, bool):
         raise EdgeError(f"Tool {name} returned a ToolResult whose is_error is not a bool")
-    return attrs.evolve(
-        result,
-        text=clean_text(str(text)),
-        usage=clean_usage(result.usage, f"tool {name}"),
-        control=check_control(result.control, f"Tool {name}'s result"),
-        diagnostics=check_diagnostics(result.diagnostics, f"Tool {name}'s result"),
-    )
+    text, usage, what = clean_text(str(text)), clean_usage(result.usage, f"tool {name}"), f"Tool {name}'s result"
+    control, diagnostics = check_control(result.control, what), check_diagnostics(result.diagnostics, what)
+    return attrs.evolve(result, text=text, usage=usage, control=control, diagnostics=diagnostics)
 
 
 def check_diagnostics(diagnostics: object, what: str) -> tuple[Diagnostic, ...]:
