@@ -301,15 +301,17 @@ class Loop:
         commits, acts = self._commits, self._acts
         self._commits, self._acts = [], []
         if self.PERSIST_BEFORE_ACTING:
-            await self._persist(commits)
-            self._act_all(acts)
+            observed = await self._persist(commits)
+            self._act_all(acts, observed)
         else:  # the known-bad variant: never in production
             self._act_all(acts)
             await self._persist(commits)
 
-    async def _persist(self, commits: list[tuple[Commit, list[Event], State]]) -> None:
+    async def _persist(self, commits: list[tuple[Commit, list[Event], State]]) -> bool | None:
+        """Make ``commits`` durable; returns whether the acts that follow are
+        observed, if the observer knows it (``Observer.committed``)."""
         if not commits:
-            return
+            return None
         for effect, _, _ in commits:
             self._before(effect)
         batch = [(c.seq, c.writes, evs) for c, evs, _ in commits]
@@ -328,13 +330,14 @@ class Loop:
                     self.context.on_entry(w.entry)
             self.waits.committed(effect.writes)
             self.watches.committed(effect.seq, effect.writes)
-        self.observer.committed(commits, self.state)
+        observed = self.observer.committed(commits, self.state)
         self.waits.wake()
+        return observed
 
-    def _act_all(self, acts: list[Effect]) -> None:
+    def _act_all(self, acts: list[Effect], observed: bool | None = None) -> None:
         self._tool_rounds = {}
         try:
-            observed = bool(acts) and self.observer.acting()
+            observed = bool(acts) and (self.observer.acting() if observed is None else observed)
         except Exception:  # then each act asks, and fails, as its own (below)
             observed = True
         for effect in acts:

@@ -59,7 +59,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from pidurable.core.builtins import builtin_address
+from pidurable.core.builtins import BUILTINS, builtin_address
 from pidurable.core.effects import Commit, Effect, PutDocument, PutEntry, PutSubmission, PutTask, RunTool, Write
 from pidurable.core.events import Event, Opened
 from pidurable.core.model import (
@@ -195,21 +195,27 @@ class Observer:
         if self.otel is not None:
             self.otel.close()
 
-    def committed(self, commits: Sequence[tuple[Commit, Sequence[Event], State]], now: State | None = None) -> None:
+    def committed(self, commits: Sequence[tuple[Commit, Sequence[Event], State]], now: State | None = None) -> bool | None:
         """Every commit of a flush, in order, once all are durable (``now``:
-        the state after the last of them; each one's is the next one's before)."""
+        the state after the last of them; each one's is the next one's before).
+        Returns ``acting()``'s answer when it is known without asking again
+        (issue 11 item 2: the tracer check reads the environment): warnings
+        only and none emitted (no host code ran since it was asked); else None."""
         otel = self.otel if self.otel is not None and self.otel.active else None
         if otel is None and not log.isEnabledFor(logging.WARNING):
-            return  # the cheap path: nobody listens
+            return None  # the cheap path: nobody listens
         afters = [before for _, _, before in commits[1:]] + [now if now is not None else commits[-1][2]] if commits else []
         if otel is None and not log.isEnabledFor(logging.INFO):
             # warnings only (Python's default): look just at what can warn
+            quiet = True
             for (commit, events, before), after in zip(commits, afters):
                 if _may_warn(commit.writes, after):
                     _Commit(commit, events, before, None, self.started, after).observe()
-            return
+                    quiet = False
+            return False if quiet else None
         for (commit, events, before), after in zip(commits, afters):
             _Commit(commit, events, before, otel, self.started, after).observe()
+        return None
 
 
 class _Commit:
@@ -406,8 +412,7 @@ def _may_warn(writes: Sequence[Write], after: State) -> bool:
     inputs may have settled in trouble), a task entering a retry phase, a
     task ending faulted or orphaned. Asked of every commit when only
     warnings are logged (Python's default): one call per commit, exact types
-    (no subclass of a write exists), a document that is not a built-in (id
-    >= 0) passed at once."""
+    (no subclass of a write exists), a built-in's id decoded inline."""
     for w in writes:
         t = type(w)
         if t is PutTask:
@@ -417,16 +422,17 @@ def _may_warn(writes: Sequence[Write], after: State) -> bool:
             if task.outcome is not None and task.outcome.status in _TROUBLE_OUTCOMES:
                 return True
         elif t is PutDocument:
-            document_id = w.document_id  # type: ignore[union-attr]
-            address = builtin_address(document_id) if document_id < 0 else None
-            if address is not None and address[1] == LIVE_DOC:
-                conv = after.conversations.get(address[0])
+            # builtin_address(id) == (cid, LIVE_DOC), without the call (issue 11 item 2; test_observe.py)
+            cid, number = divmod(-w.document_id, 8)  # type: ignore[union-attr]
+            if number == _LIVE_NUMBER and cid > 0:
+                conv = after.conversations.get(cid)  # type: ignore[arg-type]
                 if conv is not None and conv.live.run is None:
                     return True
     return False
 
 
 _TROUBLE_OUTCOMES = frozenset({OutcomeStatus.FAULTED, OutcomeStatus.ORPHANED})
+_LIVE_NUMBER = BUILTINS[LIVE_DOC].number
 
 
 def _ids(task: Task) -> dict[str, Any]:
