@@ -12,8 +12,8 @@ import trio
 import trio.testing
 
 from pidurable.core.builtins import builtin_address, builtin_id
-from pidurable.core.effects import WRITE_TYPES, PutDocument
-from pidurable.core.model import RetryPolicy
+from pidurable.core.effects import WRITE_TYPES, PutDocument, PutTask
+from pidurable.core.model import OutcomeStatus, RetryPolicy
 from pidurable.core.state import LIVE_DOC, Live, RunInfo
 from pidurable.shell import (
     AgentConfig,
@@ -342,3 +342,21 @@ def test_no_write_class_is_subclassed() -> None:
     """``_may_warn`` (and other readers of every commit) find a write's kind by exact type."""
     for t in WRITE_TYPES:
         assert not t.__subclasses__(), t
+
+
+def test_may_warn_finds_a_retry_or_a_troubled_outcome_among_the_tasks() -> None:
+    """A task write may warn when its phase is a retry phase or its outcome
+    is faulted / orphaned, wherever it is among the commit's writes."""
+    after = SimpleNamespace(conversations={})
+    other = PutDocument(document_id=5, revision=None)  # type: ignore[arg-type]
+
+    def task(phase: str | None, outcome: OutcomeStatus | None) -> PutTask:
+        done = None if outcome is None else SimpleNamespace(status=outcome)
+        return PutTask(task=SimpleNamespace(checkpoint={} if phase is None else {"phase": phase}, outcome=done))  # type: ignore[arg-type]
+
+    for phase in (None, "request", "retry", "summarize_retry"):
+        for outcome in (None, *OutcomeStatus):
+            warns = phase in ("retry", "summarize_retry") or outcome in (OutcomeStatus.FAULTED, OutcomeStatus.ORPHANED)
+            for writes in ((task(phase, outcome),), (other, task("request", None), task(phase, outcome), other)):
+                assert _may_warn(writes, after) is warns, (phase, outcome)  # type: ignore[arg-type]
+    assert _may_warn((), after) is False  # type: ignore[arg-type]
