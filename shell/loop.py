@@ -58,6 +58,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
+from itertools import filterfalse
 from typing import ClassVar, TypeGuard, assert_never, cast
 
 import attrs
@@ -109,8 +110,9 @@ MAX_BATCH = 64
 
 log = logging.getLogger("pidurable")
 
-#: ``isinstance(w, PutEntry)`` in one C call (for filter)
+#: ``isinstance(w, PutEntry)``, ``isinstance(e, Commit)`` in one C call (for filter)
 _IS_ENTRY = cast("Callable[[object], TypeGuard[PutEntry]]", PutEntry.__instancecheck__)
+_IS_COMMIT = cast("Callable[[object], TypeGuard[Commit]]", Commit.__instancecheck__)
 
 #: The effects acted as a child of the harness nursery, in a cancel scope kept
 #: in ``inflight`` (``Loop._spawn``).
@@ -279,10 +281,12 @@ class Loop:
     async def handle_batch(self, events: list[Event]) -> None:
         """Step ``events`` and run their effects. It suspends only to await a
         commit off the Trio thread; then a second call waits its turn."""
+        if self._offload is None:  # an inline store: no batch suspends, none waits its turn
+            await self._handle_batch(events)
+            return
         while self._handling is not None:
             await self._handling.wait()
-        if self._offload is not None:
-            self._handling = trio.Event()
+        self._handling = trio.Event()
         try:
             await self._handle_batch(events)
         finally:
@@ -327,13 +331,12 @@ class Loop:
         result = core_step(self.state, event)
         self.state = result.state
         self.steps += 1
-        for effect in result.effects:
-            if isinstance(effect, Commit):
-                # the commit journals every event stepped since the last one
-                self._commits.append((effect, self._journal, before))
-                self._journal = []
-            else:
-                self._acts.append(effect)
+        effects = result.effects
+        for effect in filter(_IS_COMMIT, effects):
+            # the commit journals every event stepped since the last one
+            self._commits.append((effect, self._journal, before))
+            self._journal = []
+        self._acts.extend(filterfalse(_IS_COMMIT, effects))  # the acts, in order (in C: issue 11 item 2)
 
     async def _flush(self) -> None:
         commits, acts = self._commits, self._acts
