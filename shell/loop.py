@@ -2,11 +2,11 @@
 
 Theory of operation (the per-effect contract; docs/contract.md says it for hosts)
 ------------------------------------------------------------------------------
-One task owns ``State``. It takes ready events from one memory channel (up to
-``MAX_BATCH`` at once), steps each through the pure ``step`` and then runs the
-effects of the whole batch: first ALL their commits in ONE storage
-transaction, then the acts in the order the core returned them. What the shell
-guarantees, per effect kind:
+One task owns ``State``. It takes ready events from one queue (``_Inbox``,
+with a Trio memory channel's checkpoints; up to ``MAX_BATCH`` at once), steps
+each through the pure ``step`` and then runs the effects of the whole batch:
+first ALL their commits in ONE storage transaction, then the acts in the
+order the core returned them. What the shell guarantees, per effect kind:
 
 - ``Commit``: durable before any later effect starts (persist, then act). It
   journals, in the same transaction, every event stepped since the previous
@@ -134,6 +134,7 @@ Spawned = (
 #: The tool bodies of one conversation acted in one flush, in call order; a
 #: body's task is started with the round and its index (``_spawn_in_call_order``).
 _Round = list[Callable[["_Round | None", int], Awaitable[None]]]
+
 
 class _Inbox:
     """The reducer's queue of events: a Trio memory channel's ``send_nowait``
