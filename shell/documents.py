@@ -48,7 +48,7 @@ from pidurable.core.events import DocumentUpdateRequested, Event, TaskCommitRequ
 from pidurable.core.state import AGENT_DOC, DocHistory, DocKey, DocScope, DocumentChange, DocumentState, ForkPolicy, State
 
 from .doc_types import DocDefinition
-from .edge import check_json
+from .host_input import check_json
 from .errors import InvalidInput
 from .storage import codec
 

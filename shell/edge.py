@@ -6,7 +6,8 @@ Three kinds of values reach the harness from outside, and each is checked
 once, at the edge, before it can reach the pure core or the codec:
 
 - **Host input** (``conv.submit``, ``configure``, ``create_conversation``,
-  memos, custom-task checkpoints): checked by the ``check_*`` functions. Bad
+  memos, custom-task checkpoints): checked by the ``check_*`` functions
+  (``host_input.py``). Bad
   input raises :class:`InvalidInput`; nothing is stored and the harness keeps
   working. Host input is never silently altered.
 - **Results of the shell's own effects** that carry outside data (provider
@@ -35,6 +36,7 @@ import logging
 import math
 import operator
 from collections.abc import Callable, Mapping
+from itertools import chain
 from typing import Any
 
 import attrs
@@ -59,17 +61,11 @@ from pidurable.core.events import (
     ToolProgressed,
     ToolRejected,
 )
-from pidurable.core.admission import check_settings
-from pidurable.core.model import AgentConfig, Diagnostic, Json, ModelRef, Settings, Severity, ToolCall, Usage
+from pidurable.core.model import Diagnostic, Json, Severity, Usage
 
-from .errors import InvalidInput
 from .registry import Control, ToolResult
 
 log = logging.getLogger("pidurable")
-
-#: Host-given ids (request ids, kinds) longer than this are refused.
-MAX_ID_LENGTH = 512
-
 
 class EdgeError(ValueError):
     """A value from outside cannot be made strict JSON (readable message)."""
@@ -91,13 +87,7 @@ def clean_text(text: str) -> str:
 
 
 def has_surrogates(text: str) -> bool:
-    if text.isascii():
-        return False
-    try:
-        text.encode("utf-8")
-        return False
-    except UnicodeEncodeError:
-        return True
+    return clean_text(text) is not text  # (a cleaned text is a new string)
 
 
 def clean_json(value: Any, where: str) -> Any:
@@ -118,6 +108,13 @@ class _Bad(Exception):
 def _clean(value: Any) -> Any:
     # The hot path: no string formatting, no copies of clean values.
     t = type(value)
+    if t is dict:
+        # flat and clean as it is, in C (issue 11 item 2): ASCII str keys; ints, bools, None, ASCII text
+        vs = value.values()
+        if _STRS.issuperset(map(type, value)) and _FLAT.issuperset(map(type, vs)) and "".join(value).isascii():
+            if "".join(filter(_IS_STR, vs)).isascii():
+                return value
+        return _clean_dict(value)
     if t is str:
         return value if value.isascii() else clean_text(value)
     if value is None or t is int or t is bool:
@@ -126,19 +123,6 @@ def _clean(value: Any) -> Any:
         if value - value == 0.0:  # finite
             return value
         raise _Bad(f"{value!r} is not a JSON number (NaN and Infinity are not allowed)")
-    if t is dict:
-        out = None
-        for i, (k, v) in enumerate(value.items()):
-            if type(k) is not str:
-                raise _Bad(f"object key {k!r} is not a string")
-            ck = k if k.isascii() else clean_text(k)
-            tv = type(v)  # (a clean scalar without a call)
-            cv = v if tv in _AS_IS or (tv is str and v.isascii()) else _clean(v)
-            if out is None and (ck is not k or cv is not v):
-                out = dict(list(value.items())[:i])
-            if out is not None:
-                out[ck] = cv
-        return value if out is None else out
     if t is list or t is tuple:
         items = [_clean(v) for v in value]
         if t is list and all(a is b for a, b in zip(items, value)):
@@ -153,6 +137,21 @@ def _clean(value: Any) -> Any:
     if isinstance(value, int):
         return int(value)
     raise _Bad(f"a {type(value).__name__} is not a JSON value")
+
+
+def _clean_dict(value: dict[Any, Any]) -> dict[str, Any]:
+    out = None
+    for i, (k, v) in enumerate(value.items()):
+        if type(k) is not str:
+            raise _Bad(f"object key {k!r} is not a string")
+        ck = k if k.isascii() else clean_text(k)
+        tv = type(v)  # (a clean scalar without a call)
+        cv = v if tv in _AS_IS or (tv is str and v.isascii()) else _clean(v)
+        if out is None and (ck is not k or cv is not v):
+            out = dict(list(value.items())[:i])
+        if out is not None:
+            out[ck] = cv
+    return value if out is None else out
 
 
 def _locate(value: Any) -> str:
@@ -197,19 +196,34 @@ def clean_usage(usage: Any, where: str) -> Usage | None:
 # --- events from the shell's interpreters ------------------------------------------
 
 
-#: Per record class: its field names and a getter of all their values (one call).
+#: Per record class (``_plan``): its field names and a getter of all their values (one call);
+#: its groups of fields for ``_clean_event``'s quick checks: names and getter of each.
 _FIELDS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
+_GROUPS: dict[type, tuple[Any, ...]] = {}
 _RECORDS: dict[type, bool] = {}
 _AS_IS = frozenset({int, bool, type(None)})  #: exact types whose values are JSON as they are
+_FLAT, _STRS = _AS_IS | {str}, frozenset({str})  #: ... and text (JSON as it is when ASCII)
+_BOXES, _DICTS = frozenset({tuple, dict, type(None)}), frozenset({dict})  #: containers (JSON as they are when empty)
+_IS_STR = str.__instancecheck__  #: isinstance(x, str) in one C call (for filter)
 
 
-def _fields(cls: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
-    known = _FIELDS.get(cls)
-    if known is None:
-        names = tuple(f.name for f in attrs.fields(cls))
-        get = operator.attrgetter(*names) if len(names) > 1 else lambda obj: tuple(getattr(obj, n) for n in names)
-        known = _FIELDS[cls] = (names, get)
+def _plan(cls: type) -> tuple[tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]], tuple[Any, ...]]:
+    """``_FIELDS`` and ``_GROUPS`` of an attrs class. The groups: fields declared
+    tuple / dict (boxes), the rest (flat; ``usage`` too); a getter None for none.
+    A declared type is only a hint: a value not of its group fails the check."""
+    names = [f.name for f in attrs.fields(cls)]
+    groups: tuple[list[str], list[str]] = ([], [])
+    for f in attrs.fields(cls):
+        spelt = f.type if isinstance(f.type, str) else repr(f.type)
+        groups[spelt.startswith(("tuple[", "dict[")) and f.name != "usage"].append(f.name)
+    boxes = tuple(x for g in groups for x in (tuple(g), _getter(g) if g else None))
+    known = _FIELDS[cls], _GROUPS[cls] = (tuple(names), _getter(names)), boxes
     return known
+
+
+def _getter(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
+    # the values as a tuple in one call (``attrgetter`` of one name gives the value itself)
+    return operator.attrgetter(*(names * 2 if len(names) == 1 else names))
 
 
 def _is_record(cls: type) -> bool:
@@ -220,12 +234,24 @@ def _is_record(cls: type) -> bool:
     return known
 
 
-def _clean_fields(obj: Any, where: str) -> Any:
-    """An attrs record with every str/JSON field cleaned (nested records
-    too); raises EdgeError for a value that cannot be JSON. The hot path of
-    every interpreter event: ASCII text, ints, None and empty containers
-    pass without a call; a message is formatted only for a refusal."""
-    names, get = _FIELDS.get(type(obj)) or _fields(type(obj))
+def _clean_event(event: Any, where: str) -> Any:
+    """``_clean_fields`` of an event after a quick check in C per group of
+    fields (issue 11 item 2): a group whose values the loop would all pass
+    (ints, bools, None, ASCII text; empty boxes) is not looped over."""
+    flat_names, flat, box_names, boxes = _GROUPS.get(type(event)) or _plan(type(event))[1]
+    flat_ok = flat is None or (_FLAT.issuperset(map(type, fv := flat(event))) and "".join(filter(_IS_STR, fv)).isascii())
+    boxes_ok = boxes is None or (_BOXES.issuperset(map(type, bv := boxes(event))) and not any(bv))
+    if flat_ok:
+        return event if boxes_ok else _clean_fields(event, where, (box_names, boxes))
+    return _clean_fields(event, where, (flat_names, flat) if boxes_ok else None)
+
+
+def _clean_fields(obj: Any, where: str, fields: tuple[tuple[str, ...], Any] | None = None) -> Any:
+    """An attrs record with every str/JSON field (or those of ``fields``) cleaned
+    (nested records too); raises EdgeError for a value that cannot be JSON. ASCII
+    text, ints, None, empty containers pass without a call; a message is made only
+    for a refusal."""
+    names, get = fields or _FIELDS.get(type(obj)) or _plan(type(obj))[0]
     changes: dict[str, Any] | None = None
     for name, v in zip(names, get(obj)):
         t = type(v)
@@ -269,6 +295,8 @@ def _clean_tuple(v: tuple[Any, ...], where: str, name: str) -> tuple[Any, ...]:
     else:
         items = _clean_value(v, where, name)  # a list of the cleaned values
         return v if all(a is b for a, b in zip(items, v)) else tuple(items)
+    if _plain_records(v):
+        return v
     out: list[Any] | None = None
     for i, x in enumerate(v):
         c = _clean_fields(x, where) if x is not None else None
@@ -279,14 +307,26 @@ def _clean_tuple(v: tuple[Any, ...], where: str, name: str) -> tuple[Any, ...]:
     return v if out is None else tuple(out)
 
 
+def _plain_records(v: tuple[Any, ...]) -> bool:
+    """Records of one class whose values ``_clean_fields`` keeps: flat fields
+    of ints, bools, None, ASCII text; boxes that are dicts of ASCII keys to
+    such values (a reply's tool calls). All at once, in C (issue 11 item 2)."""
+    cls = type(v[0])
+    if not _is_record(cls) or set(map(type, v)) != {cls}:
+        return False
+    _, flat, _, boxes = _GROUPS.get(cls) or _plan(cls)[1]
+    fv = () if flat is None else tuple(chain.from_iterable(map(flat, v)))
+    bv = () if boxes is None else tuple(chain.from_iterable(map(boxes, v)))
+    if not (_FLAT.issuperset(map(type, fv)) and _DICTS.issuperset(map(type, bv))):
+        return False
+    keys, values = tuple(chain.from_iterable(bv)), tuple(chain.from_iterable(map(dict.values, bv)))
+    return _STRS.issuperset(map(type, keys)) and _FLAT.issuperset(map(type, values)) and "".join(
+        chain(keys, filter(_IS_STR, fv), filter(_IS_STR, values))).isascii()
+
+
 def _refuse_reply(ev: Any, error: EdgeError) -> Event:
-    return ModelFailed(
-        now=ev.now,
-        task_id=ev.task_id,
-        attempt=ev.attempt,
-        message=f"The provider's reply cannot be stored: {error}",
-        retryable=False,
-    )
+    message = f"The provider's reply cannot be stored: {error}"
+    return ModelFailed(now=ev.now, task_id=ev.task_id, attempt=ev.attempt, message=message, retryable=False)
 
 
 def _refuse_arguments(ev: Any, error: EdgeError) -> Event:
@@ -344,35 +384,12 @@ def clean_event(event: Event) -> Event:
     if refuse is None:
         return event
     try:
-        cleaned: Event = _clean_fields(event, type(event).TAG)
+        cleaned: Event = _clean_event(event, type(event).TAG)
     except EdgeError as e:
         log.warning("refused a value from outside (%s): %s", type(event).TAG, e)
         refused: Event = _clean_fields(refuse(event, e), "refusal")
         return refused
     return cleaned
-
-
-def reply_problem(reply: Any) -> str | None:
-    """Why a provider's answer is not a well-formed reply, or None. (Its
-    values are cleaned later, by :func:`clean_event`.)"""
-    from .providers.base import ModelDeferredReply, ModelReply
-
-    if isinstance(reply, ModelDeferredReply):
-        return None
-    if not isinstance(reply, ModelReply):
-        return f"The provider returned {type(reply).__name__}, not a ModelReply"
-    if not isinstance(reply.text, str):
-        return f"The provider's reply text is a {type(reply.text).__name__}, not str"
-    if not isinstance(reply.stop_reason, str):
-        return "The provider's stop reason is not a string"
-    if not isinstance(reply.tool_calls, tuple):
-        return "The provider's tool calls are not a tuple"
-    for call in reply.tool_calls:
-        if not isinstance(call, ToolCall) or not isinstance(call.id, str) or not isinstance(call.name, str):
-            return f"The provider returned a malformed tool call: {call!r:.200}"
-        if not isinstance(call.arguments, dict):
-            return f"The provider returned non-object arguments for tool {call.name!r}"
-    return None
 
 
 def tool_result(name: str, result: object) -> ToolResult:
@@ -389,13 +406,9 @@ def tool_result(name: str, result: object) -> ToolResult:
     is_error = getattr(result, "is_error")
     if not isinstance(is_error, bool):
         raise EdgeError(f"Tool {name} returned a ToolResult whose is_error is not a bool")
-    return attrs.evolve(
-        result,
-        text=clean_text(str(text)),
-        usage=clean_usage(result.usage, f"tool {name}"),
-        control=check_control(result.control, f"Tool {name}'s result"),
-        diagnostics=check_diagnostics(result.diagnostics, f"Tool {name}'s result"),
-    )
+    text, usage, what = clean_text(str(text)), clean_usage(result.usage, f"tool {name}"), f"Tool {name}'s result"
+    control, diagnostics = check_control(result.control, what), check_diagnostics(result.diagnostics, what)
+    return attrs.evolve(result, text=text, usage=usage, control=control, diagnostics=diagnostics)
 
 
 def check_diagnostics(diagnostics: object, what: str) -> tuple[Diagnostic, ...]:
@@ -458,143 +471,3 @@ def control_json(control: Any) -> dict[str, Json] | None:
     if control.add_tools:
         out["add_tools"] = list(control.add_tools)
     return out or None
-
-
-# --- host input ----------------------------------------------------------------------
-
-
-def check_text(value: Any, what: str, *, empty: bool = True) -> str:
-    """A host string: a str, valid UTF-8 (no lone surrogates)."""
-    if not isinstance(value, str):
-        raise InvalidInput(f"{what} must be a string, not {type(value).__name__}")
-    if has_surrogates(value):
-        raise InvalidInput(f"{what} is not valid UTF-8 text (it contains a lone surrogate)")
-    if not empty and not value.strip():
-        raise InvalidInput(f"{what} must be a non-empty string")
-    return str(value)
-
-
-def check_id(value: Any, what: str) -> str | None:
-    """An optional host id (``request_id``): None, or a short non-empty string."""
-    if value is None:
-        return None
-    text = check_text(value, what, empty=False)
-    if len(text) > MAX_ID_LENGTH:
-        raise InvalidInput(f"{what} is longer than {MAX_ID_LENGTH} characters")
-    return text
-
-
-def check_choice(value: Any, what: str, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise InvalidInput(f"{what} must be one of {', '.join(choices)}, not {value!r}")
-    return str(value)
-
-
-def check_json(value: Any, what: str) -> Any:
-    """A host JSON value: strict JSON with valid strings (never altered)."""
-    try:
-        cleaned = clean_json(value, what)
-    except EdgeError as e:
-        raise InvalidInput(f"{what} must be strict JSON: {e}") from None
-    if cleaned != value or _has_bad_text(value):
-        raise InvalidInput(f"{what} contains text that is not valid UTF-8 (a lone surrogate)")
-    return value
-
-
-def _has_bad_text(value: Any) -> bool:
-    if isinstance(value, str):
-        return has_surrogates(value)
-    if isinstance(value, dict):
-        return any(has_surrogates(k) or _has_bad_text(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_has_bad_text(v) for v in value)
-    return False
-
-
-def check_json_object(value: Any, what: str) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise InvalidInput(f"{what} must be a JSON object (dict) or None, not {type(value).__name__}")
-    check_json(value, what)
-    return value
-
-
-def check_agent(agent: object, what: str = "agent") -> AgentConfig | None:
-    """An ``AgentConfig`` from the host, checked field by field (a list of
-    tool names becomes a tuple)."""
-    if agent is None:
-        return None
-    if not isinstance(agent, AgentConfig):
-        raise InvalidInput(f"{what} must be a pidurable.shell.AgentConfig, not {type(agent).__name__}")
-    model = agent.model
-    if model is not None:
-        if not isinstance(model, ModelRef):
-            raise InvalidInput(f"{what}.model must be a ModelRef(provider, model_id), not {type(model).__name__}")
-        check_text(model.provider, f"{what}.model.provider", empty=False)
-        check_text(model.model_id, f"{what}.model.model_id", empty=False)
-    if agent.cwd is not None:
-        check_text(agent.cwd, f"{what}.cwd", empty=False)
-    if agent.instructions is not None:
-        check_text(agent.instructions, f"{what}.instructions")
-    tools = agent.tools
-    if tools is not None:
-        if isinstance(tools, str) or not isinstance(tools, (list, tuple)):
-            raise InvalidInput(f"{what}.tools must be None (every tool) or a list of tool names")
-        for name in tools:
-            check_text(name, f"{what}.tools entry", empty=False)
-        if len(set(tools)) != len(tools):
-            raise InvalidInput(f"{what}.tools names a tool twice")
-        if type(tools) is not tuple:
-            agent = attrs.evolve(agent, tools=tuple(tools))
-    check_choice(agent.tool_execution, f"{what}.tool_execution", ("parallel", "sequential"))
-    extensions = agent.extensions
-    if extensions is not None:
-        if isinstance(extensions, str) or not isinstance(extensions, (list, tuple)):
-            raise InvalidInput(f"{what}.extensions must be None (every extension) or a list of extension names")
-        for name in extensions:
-            check_text(name, f"{what}.extensions entry", empty=False)
-        if len(set(extensions)) != len(extensions):
-            raise InvalidInput(f"{what}.extensions names an extension twice")
-        if type(extensions) is not tuple:
-            agent = attrs.evolve(agent, extensions=tuple(extensions))
-    return agent
-
-
-def with_window(agent: AgentConfig | None, window: object, keep_recent_tokens: int, what: str = "agent") -> AgentConfig | None:
-    """The agent with its model's context window recorded: the one given, else
-    ``window`` (the model adapter's ``context_window``). A window no larger
-    than ``keep_recent_tokens`` could never keep the recent part: refused."""
-    if agent is None:
-        return None
-    given = agent.context_window
-    if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given <= 0):
-        raise InvalidInput(f"{what}.context_window must be None or a positive int, not {given!r}")
-    if given is None and agent.model is not None and isinstance(window, int) and not isinstance(window, bool) and window > 0:
-        agent = attrs.evolve(agent, context_window=window)
-    check_keep_fits(agent.context_window, keep_recent_tokens, what)
-    return agent
-
-
-def check_keep_fits(window: int | None, keep_recent_tokens: int, what: str = "agent") -> None:
-    """``keep_recent_tokens`` must be smaller than a known context window."""
-    if window is not None and keep_recent_tokens >= window:
-        raise InvalidInput(
-            f"settings.compaction.keep_recent_tokens ({keep_recent_tokens}) must be smaller than "
-            f"{what}.context_window ({window})"
-        )
-
-
-def check_id_number(value: object, what: str) -> None:
-    """A host-given record id: an int (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInput(f"{what} must be an int, not {type(value).__name__}")
-
-
-def check_settings_object(settings: object) -> None:
-    """Host ``Settings``: the right class, values the core accepts."""
-    if not isinstance(settings, Settings):
-        raise InvalidInput(f"settings must be a pidurable.shell.Settings, not {type(settings).__name__}")
-    problem = check_settings(settings)
-    if problem is not None:
-        raise InvalidInput(problem)

@@ -66,7 +66,7 @@ from pidurable.core.state import AGENT_DOC, CONTEXT_DOC, USAGE_DOC, UsageDoc, Us
 from pidurable.core.system import system_text
 
 from .env import kill_leftover_processes
-from .edge import (
+from .host_input import (
     check_agent,
     check_keep_fits,
     check_choice,

@@ -2,11 +2,11 @@
 
 Theory of operation (the per-effect contract; docs/contract.md says it for hosts)
 ------------------------------------------------------------------------------
-One task owns ``State``. It takes ready events from one memory channel (up to
-``MAX_BATCH`` at once), steps each through the pure ``step`` and then runs the
-effects of the whole batch: first ALL their commits in ONE storage
-transaction, then the acts in the order the core returned them. What the shell
-guarantees, per effect kind:
+One task owns ``State``. It takes ready events from one queue (``_Inbox``,
+with a Trio memory channel's checkpoints; up to ``MAX_BATCH`` at once), steps
+each through the pure ``step`` and then runs the effects of the whole batch:
+first ALL their commits in ONE storage transaction, then the acts in the
+order the core returned them. What the shell guarantees, per effect kind:
 
 - ``Commit``: durable before any later effect starts (persist, then act). It
   journals, in the same transaction, every event stepped since the previous
@@ -55,10 +55,11 @@ watches before the error leaves the loop.
 from __future__ import annotations
 
 import logging
-import math
+from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import ClassVar, assert_never
+from itertools import filterfalse
+from typing import ClassVar, TypeGuard, assert_never, cast
 
 import attrs
 import trio
@@ -109,6 +110,10 @@ MAX_BATCH = 64
 
 log = logging.getLogger("pidurable")
 
+#: ``isinstance(w, PutEntry)``, ``isinstance(e, Commit)`` in one C call (for filter)
+_IS_ENTRY = cast("Callable[[object], TypeGuard[PutEntry]]", PutEntry.__instancecheck__)
+_IS_COMMIT = cast("Callable[[object], TypeGuard[Commit]]", Commit.__instancecheck__)
+
 #: The effects acted as a child of the harness nursery, in a cancel scope kept
 #: in ``inflight`` (``Loop._spawn``).
 Spawned = (
@@ -129,6 +134,48 @@ Spawned = (
 #: The tool bodies of one conversation acted in one flush, in call order; a
 #: body's task is started with the round and its index (``_spawn_in_call_order``).
 _Round = list[Callable[["_Round | None", int], Awaitable[None]]]
+
+
+class _Inbox:
+    """The reducer's queue of events: a Trio memory channel's ``send_nowait``
+    and ``receive`` (then ``receive_nowait`` up to a batch) for its one
+    receiver, with the same checkpoints - without the channel's bookkeeping
+    (issue 11 item 2)."""
+
+    def __init__(self) -> None:
+        self.events: deque[Event] = deque()
+        #: the reducer, parked in ``take`` until an event comes
+        self.waiter: trio.lowlevel.Task | None = None
+
+    @trio.lowlevel.enable_ki_protection  # as the channel's methods (no KeyboardInterrupt midway)
+    def put(self, event: Event) -> None:
+        self.events.append(event)
+        if self.waiter is not None:
+            task, self.waiter = self.waiter, None
+            trio.lowlevel.reschedule(task)
+
+    @trio.lowlevel.enable_ki_protection
+    async def take(self, most: int) -> list[Event]:
+        """The next events, at least one and at most ``most``: a checkpoint."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        events = self.events
+        if events:
+            batch = [events.popleft()]
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        else:
+            assert self.waiter is None, "one reducer takes from the inbox"
+            self.waiter = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._abort)
+            batch = [events.popleft()]
+        while events and len(batch) < most:
+            batch.append(events.popleft())
+        return batch
+
+    @trio.lowlevel.enable_ki_protection
+    def _abort(self, _: object) -> trio.lowlevel.Abort:
+        self.waiter = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
 
 class Hooks:
     """Test seam. Production uses this no-op."""
@@ -174,7 +221,7 @@ class Loop:
         #: The agent as it is journaled: its model's context window recorded
         #: (edge.with_window; Harness.open sets it from the models port).
         self.windowed: Callable[[AgentConfig | None], AgentConfig | None] = lambda agent: agent
-        self._send, self._recv = trio.open_memory_channel[Event](math.inf)
+        self._inbox = _Inbox()
         self._journal: list[Event] = []
         #: Commits not yet persisted: the effect, the events it journals, and
         #: the state before the step that made it (what ``observe.py`` compares).
@@ -204,7 +251,7 @@ class Loop:
         """Queue an event for the reducer. Outside values in the results of
         effects are made strict JSON / valid UTF-8 here (``edge.py``)."""
         if not self.closed:
-            self._send.send_nowait(clean_event(event))
+            self._inbox.put(clean_event(event))
 
     def background(self, job: Callable[[], Awaitable[None]]) -> None:
         """Start a short helper task (a progress flush) in the harness nursery,
@@ -226,13 +273,7 @@ class Loop:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
-            batch = [await self._recv.receive()]
-            while len(batch) < MAX_BATCH:
-                try:
-                    batch.append(self._recv.receive_nowait())
-                except trio.WouldBlock:
-                    break
-            await self.handle_batch(batch)
+            await self.handle_batch(await self._inbox.take(MAX_BATCH))
 
     async def handle(self, event: Event) -> None:
         """Step one event and run its effects (``Harness.open`` steps ``Opened`` so)."""
@@ -241,10 +282,12 @@ class Loop:
     async def handle_batch(self, events: list[Event]) -> None:
         """Step ``events`` and run their effects. It suspends only to await a
         commit off the Trio thread; then a second call waits its turn."""
+        if self._offload is None:  # an inline store: no batch suspends, none waits its turn
+            await self._handle_batch(events)
+            return
         while self._handling is not None:
             await self._handling.wait()
-        if self._offload is not None:
-            self._handling = trio.Event()
+        self._handling = trio.Event()
         try:
             await self._handle_batch(events)
         finally:
@@ -289,30 +332,32 @@ class Loop:
         result = core_step(self.state, event)
         self.state = result.state
         self.steps += 1
-        for effect in result.effects:
-            if isinstance(effect, Commit):
-                # the commit journals every event stepped since the last one
-                self._commits.append((effect, self._journal, before))
-                self._journal = []
-            else:
-                self._acts.append(effect)
+        effects = result.effects
+        for effect in filter(_IS_COMMIT, effects):
+            # the commit journals every event stepped since the last one
+            self._commits.append((effect, self._journal, before))
+            self._journal = []
+        self._acts.extend(filterfalse(_IS_COMMIT, effects))  # the acts, in order (in C: issue 11 item 2)
 
     async def _flush(self) -> None:
         commits, acts = self._commits, self._acts
         self._commits, self._acts = [], []
         if self.PERSIST_BEFORE_ACTING:
-            await self._persist(commits)
-            self._act_all(acts)
+            observed = await self._persist(commits)
+            self._act_all(acts, observed)
         else:  # the known-bad variant: never in production
             self._act_all(acts)
             await self._persist(commits)
 
-    async def _persist(self, commits: list[tuple[Commit, list[Event], State]]) -> None:
+    async def _persist(self, commits: list[tuple[Commit, list[Event], State]]) -> bool | None:
+        """Make ``commits`` durable; returns whether the acts that follow are
+        observed, if the observer knows it (``Observer.committed``)."""
         if not commits:
-            return
-        for effect, _, _ in commits:
+            return None
+        batch = []
+        for effect, events, _ in commits:
             self._before(effect)
-        batch = [(c.seq, c.writes, evs) for c, evs, _ in commits]
+            batch.append((effect.seq, effect.writes, events))
         try:
             if self._offload is not None:
                 await self._offload(batch)  # not cancellable: the outcome is always known
@@ -323,18 +368,18 @@ class Loop:
             self.watches.close()
             raise
         for effect, _, _ in commits:
-            for w in effect.writes:
-                if isinstance(w, PutEntry):
-                    self.context.on_entry(w.entry)
+            for w in filter(_IS_ENTRY, effect.writes):  # (in C: issue 11 item 2)
+                self.context.on_entry(w.entry)
             self.waits.committed(effect.writes)
             self.watches.committed(effect.seq, effect.writes)
-        self.observer.committed(commits, self.state)
+        observed = self.observer.committed(commits, self.state)
         self.waits.wake()
+        return observed
 
-    def _act_all(self, acts: list[Effect]) -> None:
+    def _act_all(self, acts: list[Effect], observed: bool | None = None) -> None:
         self._tool_rounds = {}
         try:
-            observed = bool(acts) and self.observer.acting()
+            observed = bool(acts) and (self.observer.acting() if observed is None else observed)
         except Exception:  # then each act asks, and fails, as its own (below)
             observed = True
         for effect in acts:

@@ -56,10 +56,11 @@ from __future__ import annotations
 
 import importlib
 import logging
+from operator import attrgetter, itemgetter, methodcaller
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from pidurable.core.builtins import builtin_address
+from pidurable.core.builtins import BUILTINS, builtin_address
 from pidurable.core.effects import Commit, Effect, PutDocument, PutEntry, PutSubmission, PutTask, RunTool, Write
 from pidurable.core.events import Event, Opened
 from pidurable.core.model import (
@@ -195,21 +196,28 @@ class Observer:
         if self.otel is not None:
             self.otel.close()
 
-    def committed(self, commits: Sequence[tuple[Commit, Sequence[Event], State]], now: State | None = None) -> None:
+    def committed(self, commits: Sequence[tuple[Commit, Sequence[Event], State]], now: State | None = None) -> bool | None:
         """Every commit of a flush, in order, once all are durable (``now``:
-        the state after the last of them; each one's is the next one's before)."""
+        the state after the last of them; each one's is the next one's before).
+        Returns ``acting()``'s answer when it is known without asking again
+        (issue 11 item 2: the tracer check reads the environment): warnings
+        only and none emitted (no host code ran since it was asked); else None."""
         otel = self.otel if self.otel is not None and self.otel.active else None
         if otel is None and not log.isEnabledFor(logging.WARNING):
-            return  # the cheap path: nobody listens
-        afters = [before for _, _, before in commits[1:]] + [now if now is not None else commits[-1][2]] if commits else []
+            return None  # the cheap path: nobody listens
+        # each commit's after is the next one's before (itemgetter in C: issue 11 item 2)
+        afters = [*map(_BEFORE, commits[1:]), now if now is not None else commits[-1][2]] if commits else []
         if otel is None and not log.isEnabledFor(logging.INFO):
             # warnings only (Python's default): look just at what can warn
+            quiet = True
             for (commit, events, before), after in zip(commits, afters):
                 if _may_warn(commit.writes, after):
                     _Commit(commit, events, before, None, self.started, after).observe()
-            return
+                    quiet = False
+            return False if quiet else None
         for (commit, events, before), after in zip(commits, afters):
             _Commit(commit, events, before, otel, self.started, after).observe()
+        return None
 
 
 class _Commit:
@@ -405,28 +413,30 @@ def _may_warn(writes: Sequence[Write], after: State) -> bool:
     """Whether a commit's writes can make a WARNING record: a run ending (its
     inputs may have settled in trouble), a task entering a retry phase, a
     task ending faulted or orphaned. Asked of every commit when only
-    warnings are logged (Python's default): one call per commit, exact types
-    (no subclass of a write exists), a document that is not a built-in (id
-    >= 0) passed at once."""
-    for w in writes:
-        t = type(w)
-        if t is PutTask:
-            task = w.task  # type: ignore[union-attr]
-            if task.checkpoint.get("phase") in RETRYING:
+    warnings are logged (Python's default): the tasks' phases and outcomes
+    are read in C (map, filter, isdisjoint: issue 11 item 2), a built-in's
+    id is decoded inline."""
+    tasks = [*map(_TASK, filter(_IS_TASK, writes))]
+    if not RETRYING.isdisjoint(map(_PHASE, map(_CHECKPOINT, tasks))):
+        return True
+    if not _TROUBLE_OUTCOMES.isdisjoint(map(_STATUS, filter(None, map(_OUTCOME, tasks)))):
+        return True
+    for document_id in map(_DOCUMENT_ID, filter(_IS_DOCUMENT, writes)):
+        # builtin_address(id) == (cid, LIVE_DOC), without the call (test_observe.py)
+        cid, number = divmod(-document_id, 8)
+        if number == _LIVE_NUMBER and cid > 0:
+            conv = after.conversations.get(cid)
+            if conv is not None and conv.live.run is None:
                 return True
-            if task.outcome is not None and task.outcome.status in _TROUBLE_OUTCOMES:
-                return True
-        elif t is PutDocument:
-            document_id = w.document_id  # type: ignore[union-attr]
-            address = builtin_address(document_id) if document_id < 0 else None
-            if address is not None and address[1] == LIVE_DOC:
-                conv = after.conversations.get(address[0])
-                if conv is not None and conv.live.run is None:
-                    return True
     return False
 
 
+_IS_TASK, _IS_DOCUMENT = PutTask.__instancecheck__, PutDocument.__instancecheck__  #: isinstance in one C call
+_TASK, _CHECKPOINT, _OUTCOME, _STATUS = attrgetter("task"), attrgetter("checkpoint"), attrgetter("outcome"), attrgetter("status")
+_PHASE, _DOCUMENT_ID = methodcaller("get", "phase"), attrgetter("document_id")
+_BEFORE = itemgetter(2)  #: a commit's state before (``committed``)
 _TROUBLE_OUTCOMES = frozenset({OutcomeStatus.FAULTED, OutcomeStatus.ORPHANED})
+_LIVE_NUMBER = BUILTINS[LIVE_DOC].number
 
 
 def _ids(task: Task) -> dict[str, Any]:

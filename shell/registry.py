@@ -563,10 +563,8 @@ class Registry:
         """(extension name, hook) for the hooks of that name: of every
         extension in install order, or of the agent's ``selection`` (exactly
         those extensions, in its order)."""
-        if selection is None:
-            exts = list(self._extensions.values())
-        else:
-            exts = [self._extensions[n] for n in selection if n in self._extensions]
+        exts = self._extensions.values() if selection is None else [
+            self._extensions[n] for n in selection if n in self._extensions]
         return [(ext.name, ext.hooks[name]) for ext in exts if name in ext.hooks]
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:

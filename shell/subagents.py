@@ -16,7 +16,7 @@ import attrs
 
 from pidurable.core.model import AgentConfig
 
-from .edge import check_agent
+from .host_input import check_agent
 from .harness import Input
 from .registry import ToolCallContext, ToolDefinition, ToolResult, define_tool
 

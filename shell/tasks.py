@@ -22,7 +22,7 @@ from pidurable.core.events import MemoRequested, TaskCommitRequested, TaskCreati
 from pidurable.core.model import ConversationId, Outcome, OutcomeStatus, Task, TaskId
 
 from .documents import Staging
-from .edge import check_json, check_text
+from .host_input import check_json, check_text
 from .errors import InvalidInput
 from .interpreters.ports import HostPort, Requester
 

@@ -50,7 +50,7 @@ from pidurable.core.effects import Effect
 from pidurable.core.model import AgentConfig, ConversationId, Settings, Submission, SubmissionId
 
 from .conversation import WHEN_BUSY, Conversation
-from .edge import check_agent, check_choice, check_id, check_json_object, check_text
+from .host_input import check_agent, check_choice, check_id, check_json_object, check_text
 from .errors import ConversationBusy, HarnessClosed, InvalidInput, NotFound
 from .harness import Harness
 from .loop import Hooks

@@ -29,8 +29,7 @@ from pidurable.core.effects import CallModel, CancelDeferred, MeasureContext, Po
 from pidurable.core.events import ContextMeasured, CutSelected, ModelDeferred, ModelFailed, ModelResponded, ModelStreamed
 
 from ..context_cache import ContextCache
-from ..edge import reply_problem
-from ..providers.base import ModelDeferredReply, ModelError, ModelReply, ModelRequest, Models, OnPartial, ToolSpec
+from ..providers.base import ModelDeferredReply, ModelError, ModelReply, ModelRequest, Models, OnPartial, ToolSpec, reply_problem
 from ..registry import Registry
 from .hooks import CompactInfo, HookRunner
 from .ports import Reporter

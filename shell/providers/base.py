@@ -95,3 +95,24 @@ def check_window(window: object) -> int | None:
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
         raise ValueError(f"context_window must be None or a positive int, not {window!r}")
     return window
+
+
+def reply_problem(reply: Any) -> str | None:
+    """Why a provider's answer is not a well-formed reply, or None. (Its
+    values are cleaned later, by ``edge.clean_event``.)"""
+    if isinstance(reply, ModelDeferredReply):
+        return None
+    if not isinstance(reply, ModelReply):
+        return f"The provider returned {type(reply).__name__}, not a ModelReply"
+    if not isinstance(reply.text, str):
+        return f"The provider's reply text is a {type(reply.text).__name__}, not str"
+    if not isinstance(reply.stop_reason, str):
+        return "The provider's stop reason is not a string"
+    if not isinstance(reply.tool_calls, tuple):
+        return "The provider's tool calls are not a tuple"
+    for call in reply.tool_calls:
+        if not isinstance(call, ToolCall) or not isinstance(call.id, str) or not isinstance(call.name, str):
+            return f"The provider returned a malformed tool call: {call!r:.200}"
+        if not isinstance(call.arguments, dict):
+            return f"The provider returned non-object arguments for tool {call.name!r}"
+    return None

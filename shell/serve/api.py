@@ -22,7 +22,7 @@ from starlette.responses import Response, StreamingResponse
 from pidurable.core.model import ConversationId
 
 from ..conversation import Conversation
-from ..edge import check_id
+from ..host_input import check_id
 from ..errors import InvalidInput, NotFound
 from ..harness import Harness
 from ..submissions import Input, Write

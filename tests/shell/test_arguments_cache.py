@@ -92,3 +92,24 @@ def test_floats_nested_values_and_long_text_are_not_kept() -> None:
     for arguments in ({"x": 1.5}, {"x": -0.0}, {"x": [1]}, {"x": {"y": 1}}, {"x": "a" * 1000}):
         assert check_arguments(tool, arguments) == _expected("t", {"type": "object"}, arguments)
     assert not tools._CHECKED
+
+
+def test_long_names_and_many_keys_are_not_kept_and_the_key_tells_each_value_apart() -> None:
+    """Kept: at most 16 keys, each name and text value at most 256
+    characters; the key holds each value with its exact type and order."""
+    tool = define_tool("t", "x", {"type": "object"}, _body)
+    for arguments, kept in (
+        ({"k" * 256: "v" * 256}, True),
+        ({"k" * 257: 1}, False),
+        ({"k": "v" * 257}, False),
+        ({f"k{i}": i for i in range(16)}, True),
+        ({f"k{i}": i for i in range(17)}, False),
+        ({"a": None, "b": True, "c": 0, "d": ""}, True),
+        ({1: "x"}, False),
+    ):
+        tools._CHECKED.clear()
+        assert check_arguments(tool, arguments) == _expected("t", {"type": "object"}, arguments)
+        assert bool(tools._CHECKED) is kept, arguments
+    keys = {tools._flat_key("t", None, a) for a in ({"x": 1}, {"x": True}, {"x": "1"}, {"y": 1}, {"x": 1, "y": 1})}
+    assert len(keys) == 5
+    assert tools._flat_key("t", None, {"x": 1, "y": 2}) != tools._flat_key("t", None, {"y": 2, "x": 1})

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import logging
 import sys
+from types import SimpleNamespace
 
 import pytest
 import trio
 import trio.testing
 
-from pidurable.core.model import RetryPolicy
+from pidurable.core.builtins import builtin_address, builtin_id
+from pidurable.core.effects import WRITE_TYPES, PutDocument, PutTask
+from pidurable.core.model import OutcomeStatus, RetryPolicy
+from pidurable.core.state import LIVE_DOC, Live, RunInfo
 from pidurable.shell import (
     AgentConfig,
     Harness,
@@ -23,7 +27,7 @@ from pidurable.shell import (
     define_task,
     define_tool,
 )
-from pidurable.shell.observe import Observer, load_tracing
+from pidurable.shell.observe import Observer, _may_warn, load_tracing
 from pidurable.shell.providers import ScriptedModels, reply, tool_call
 
 AGENT = AgentConfig(model=ModelRef("scripted", "m"))
@@ -282,3 +286,77 @@ async def test_a_run_that_ends_unanswered_by_a_model_error_is_a_warning(
     assert end.levelno == logging.WARNING
     assert end.reasons == {sub.id: "model_error"} and end.statuses == {sub.id: "unanswered"}  # type: ignore[attr-defined]
     assert not records(caplog, "retry")
+
+
+def test_may_warn_finds_a_run_ending_by_the_live_documents_id_as_builtin_address_does() -> None:
+    """``_may_warn`` decodes a built-in's id inline (issue 11 item 2): a
+    ``pi.live`` write of a held conversation whose run is over may warn, any
+    other document id (another built-in, another conversation's, a host
+    document's) not, exactly as ``builtin_address`` reads the id."""
+    ended, running = Live(), Live(run=RunInfo(task_id=9, inputs=(1,)))  # type: ignore[arg-type]
+    for live, warns in ((ended, True), (running, False)):
+        after = SimpleNamespace(conversations={0: SimpleNamespace(live=live), 3: SimpleNamespace(live=live)})
+        for document_id in range(-400, 40):
+            write = PutDocument(document_id=document_id, revision=None)  # type: ignore[arg-type]
+            address = builtin_address(document_id)
+            expected = warns and address is not None and address[1] == LIVE_DOC and address[0] in after.conversations
+            assert _may_warn((write,), after) is expected, document_id  # type: ignore[arg-type]
+    assert builtin_id(3, LIVE_DOC) in range(-400, 40)
+
+
+async def test_the_loop_asks_whether_acts_are_observed_again_only_after_host_code_ran(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With warnings only (Python's default), ``committed`` answers
+    ``acting()``'s question for the acts of the same flush (issue 11 item 2:
+    the tracer check reads the environment): False when it emitted nothing;
+    after a flush that emitted a warning (a handler, host code, may have
+    changed the level) it answers None and the loop asks ``acting()``."""
+    caplog.set_level(logging.WARNING, logger="pidurable")
+    log: list[str] = []
+
+    class Recording(Observer):
+        def committed(self, commits, now=None):  # type: ignore[no-untyped-def]
+            answer = super().committed(commits, now)
+            log.append(f"committed {answer} {len(records(caplog, 'retry'))}")
+            return answer
+
+        def acting(self) -> bool:
+            log.append("acting")
+            return super().acting()
+
+    models = ScriptedModels([reply(error="busy", retryable=True), reply(text="ok")])
+    async with Harness.open(MemoryStorage(), models=models, registry=Registry(),
+                            settings=Settings(retry=RetryPolicy(base_delay_ms=10))) as h:
+        h.runtime.observer = Recording(tracing=False)
+        conv = await h.root(agent=AGENT)
+        with trio.fail_after(60):
+            assert (await (await conv.submit(Input("go"))).wait()).status == "done"
+    retried = log.index("committed None 1")
+    assert log[retried + 1] == "acting"  # asked again: the retry's Sleep is acted in that flush
+    quiet = [i for i, entry in enumerate(log) if entry.startswith("committed False")]
+    assert quiet and all(log[i + 1 : i + 2] != ["acting"] for i in quiet), log  # known: not asked again
+
+
+def test_no_write_class_is_subclassed() -> None:
+    """``_may_warn`` (and other readers of every commit) find a write's kind by exact type."""
+    for t in WRITE_TYPES:
+        assert not t.__subclasses__(), t
+
+
+def test_may_warn_finds_a_retry_or_a_troubled_outcome_among_the_tasks() -> None:
+    """A task write may warn when its phase is a retry phase or its outcome
+    is faulted / orphaned, wherever it is among the commit's writes."""
+    after = SimpleNamespace(conversations={})
+    other = PutDocument(document_id=5, revision=None)  # type: ignore[arg-type]
+
+    def task(phase: str | None, outcome: OutcomeStatus | None) -> PutTask:
+        done = None if outcome is None else SimpleNamespace(status=outcome)
+        return PutTask(task=SimpleNamespace(checkpoint={} if phase is None else {"phase": phase}, outcome=done))  # type: ignore[arg-type]
+
+    for phase in (None, "request", "retry", "summarize_retry"):
+        for outcome in (None, *OutcomeStatus):
+            warns = phase in ("retry", "summarize_retry") or outcome in (OutcomeStatus.FAULTED, OutcomeStatus.ORPHANED)
+            for writes in ((task(phase, outcome),), (other, task("request", None), task(phase, outcome), other)):
+                assert _may_warn(writes, after) is warns, (phase, outcome)  # type: ignore[arg-type]
+    assert _may_warn((), after) is False  # type: ignore[arg-type]
