@@ -2,11 +2,10 @@
 
 Theory of operation (the per-effect contract; docs/contract.md says it for hosts)
 ------------------------------------------------------------------------------
-One task owns ``State``. It takes ready events from one queue (``_Inbox``,
-with a Trio memory channel's checkpoints; up to ``MAX_BATCH`` at once), steps
-each through the pure ``step`` and then runs the effects of the whole batch:
-first ALL their commits in ONE storage transaction, then the acts in the
-order the core returned them. What the shell guarantees, per effect kind:
+One task owns ``State``. It takes ready events from one Trio memory channel
+(up to ``MAX_BATCH`` at once), steps each through the pure ``step`` and then
+runs the effects of the whole batch: first ALL their commits in ONE storage
+transaction, then the acts in the order the core returned them. What the shell guarantees, per effect kind:
 
 - ``Commit``: durable before any later effect starts (persist, then act). It
   journals, in the same transaction, every event stepped since the previous
@@ -55,7 +54,7 @@ watches before the error leaves the loop.
 from __future__ import annotations
 
 import logging
-from collections import deque
+import math
 from collections.abc import Awaitable, Callable
 from functools import partial
 from itertools import filterfalse
@@ -135,48 +134,6 @@ Spawned = (
 #: body's task is started with the round and its index (``_spawn_in_call_order``).
 _Round = list[Callable[["_Round | None", int], Awaitable[None]]]
 
-
-class _Inbox:
-    """The reducer's queue of events: a Trio memory channel's ``send_nowait``
-    and ``receive`` (then ``receive_nowait`` up to a batch) for its one
-    receiver, with the same checkpoints - without the channel's bookkeeping
-    (issue 11 item 2)."""
-
-    def __init__(self) -> None:
-        self.events: deque[Event] = deque()
-        #: the reducer, parked in ``take`` until an event comes
-        self.waiter: trio.lowlevel.Task | None = None
-
-    @trio.lowlevel.enable_ki_protection  # as the channel's methods (no KeyboardInterrupt midway)
-    def put(self, event: Event) -> None:
-        self.events.append(event)
-        if self.waiter is not None:
-            task, self.waiter = self.waiter, None
-            trio.lowlevel.reschedule(task)
-
-    @trio.lowlevel.enable_ki_protection
-    async def take(self, most: int) -> list[Event]:
-        """The next events, at least one and at most ``most``: a checkpoint."""
-        await trio.lowlevel.checkpoint_if_cancelled()
-        events = self.events
-        if events:
-            batch = [events.popleft()]
-            await trio.lowlevel.cancel_shielded_checkpoint()
-        else:
-            assert self.waiter is None, "one reducer takes from the inbox"
-            self.waiter = trio.lowlevel.current_task()
-            await trio.lowlevel.wait_task_rescheduled(self._abort)
-            batch = [events.popleft()]
-        while events and len(batch) < most:
-            batch.append(events.popleft())
-        return batch
-
-    @trio.lowlevel.enable_ki_protection
-    def _abort(self, _: object) -> trio.lowlevel.Abort:
-        self.waiter = None
-        return trio.lowlevel.Abort.SUCCEEDED
-
-
 class Hooks:
     """Test seam. Production uses this no-op."""
 
@@ -221,7 +178,7 @@ class Loop:
         #: The agent as it is journaled: its model's context window recorded
         #: (edge.with_window; Harness.open sets it from the models port).
         self.windowed: Callable[[AgentConfig | None], AgentConfig | None] = lambda agent: agent
-        self._inbox = _Inbox()
+        self._send, self._recv = trio.open_memory_channel[Event](math.inf)
         self._journal: list[Event] = []
         #: Commits not yet persisted: the effect, the events it journals, and
         #: the state before the step that made it (what ``observe.py`` compares).
@@ -251,7 +208,7 @@ class Loop:
         """Queue an event for the reducer. Outside values in the results of
         effects are made strict JSON / valid UTF-8 here (``edge.py``)."""
         if not self.closed:
-            self._inbox.put(clean_event(event))
+            self._send.send_nowait(clean_event(event))
 
     def background(self, job: Callable[[], Awaitable[None]]) -> None:
         """Start a short helper task (a progress flush) in the harness nursery,
@@ -273,7 +230,13 @@ class Loop:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
-            await self.handle_batch(await self._inbox.take(MAX_BATCH))
+            batch = [await self._recv.receive()]
+            while len(batch) < MAX_BATCH:
+                try:
+                    batch.append(self._recv.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            await self.handle_batch(batch)
 
     async def handle(self, event: Event) -> None:
         """Step one event and run its effects (``Harness.open`` steps ``Opened`` so)."""
