@@ -77,6 +77,21 @@ def check_json_object(value: Any, what: str) -> dict[str, Any] | None:
     return value
 
 
+def _names(names: Any, what: str, noun: str) -> Any:
+    """An agent's list of tool or extension names, checked: None (every
+    one), or distinct non-empty names, as a tuple (the same object if it
+    is one already)."""
+    if names is None:
+        return None
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise InvalidInput(f"{what} must be None (every {noun}) or a list of {noun} names")
+    for name in names:
+        check_text(name, f"{what} entry", empty=False)
+    if len(set(names)) != len(names):
+        raise InvalidInput(f"{what} names a{'n' if noun[0] in 'aeiou' else ''} {noun} twice")
+    return names if type(names) is tuple else tuple(names)
+
+
 def check_agent(agent: object, what: str = "agent") -> AgentConfig | None:
     """An ``AgentConfig`` from the host, checked field by field (a list of
     tool names becomes a tuple)."""
@@ -94,27 +109,13 @@ def check_agent(agent: object, what: str = "agent") -> AgentConfig | None:
         check_text(agent.cwd, f"{what}.cwd", empty=False)
     if agent.instructions is not None:
         check_text(agent.instructions, f"{what}.instructions")
-    tools = agent.tools
-    if tools is not None:
-        if isinstance(tools, str) or not isinstance(tools, (list, tuple)):
-            raise InvalidInput(f"{what}.tools must be None (every tool) or a list of tool names")
-        for name in tools:
-            check_text(name, f"{what}.tools entry", empty=False)
-        if len(set(tools)) != len(tools):
-            raise InvalidInput(f"{what}.tools names a tool twice")
-        if type(tools) is not tuple:
-            agent = attrs.evolve(agent, tools=tuple(tools))
+    tools = _names(agent.tools, f"{what}.tools", "tool")
+    if tools is not agent.tools:
+        agent = attrs.evolve(agent, tools=tools)
     check_choice(agent.tool_execution, f"{what}.tool_execution", ("parallel", "sequential"))
-    extensions = agent.extensions
-    if extensions is not None:
-        if isinstance(extensions, str) or not isinstance(extensions, (list, tuple)):
-            raise InvalidInput(f"{what}.extensions must be None (every extension) or a list of extension names")
-        for name in extensions:
-            check_text(name, f"{what}.extensions entry", empty=False)
-        if len(set(extensions)) != len(extensions):
-            raise InvalidInput(f"{what}.extensions names an extension twice")
-        if type(extensions) is not tuple:
-            agent = attrs.evolve(agent, extensions=tuple(extensions))
+    extensions = _names(agent.extensions, f"{what}.extensions", "extension")
+    if extensions is not agent.extensions:
+        agent = attrs.evolve(agent, extensions=extensions)
     return agent
 
 

@@ -37,7 +37,7 @@ import enum
 import hashlib
 import json
 import types
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -441,14 +441,21 @@ def writes_json(writes: Sequence[Write], fmt: int = FORMAT_VERSION) -> str:
     return journal_writes(encode_write(w, fmt)[1] for w in writes)
 
 
-def events_json(events: Sequence[Event], fmt: int = FORMAT_VERSION) -> str:
+def events_json(
+    events: Sequence[Event],
+    fmt: int = FORMAT_VERSION,
+    hooks: Mapping[type, tuple[Callable[[Any], dict[str, Any]], str]] | None = None,
+) -> str:
     """The journal's ``events`` text: the events behind a commit (the
     plain way, :data:`plain`, when ``fmt`` is ``stored``'s and the events
-    hold plain data; the same text either way)."""
+    hold plain data; the same text either way). ``hooks``: each event
+    class's plain hook and wire tag (default :data:`PLAIN_EVENTS`;
+    ``spelt.py`` passes one with spelt-out hooks)."""
     if ENCODERS[fmt] is stored:
+        table = PLAIN_EVENTS if hooks is None else hooks
         datas = []
         for e in events:  # (what the tagged union's hook does, without its two calls per event)
-            hook, tag = PLAIN_EVENTS[e.__class__]
+            hook, tag = table[e.__class__]
             data = hook(e)
             data["type"] = tag
             datas.append(data)
