@@ -25,9 +25,11 @@ reclaims sidecar files only after it, so ``main.jsonl`` is read first, then
 at once the sidecars' bytes (parsed after: the window a reclamation can fall
 in is short); a record it refers to that its file no longer holds (a
 commit read too late to see the reclamation) means ``main.jsonl`` grew
-meanwhile: both are read again (:data:`LIVE_RETRIES` times at most). A
-record still missing once ``main.jsonl`` stands still is real damage
-(``DamagedRecord``).
+meanwhile: both are read again, after a short pause that grows, for as
+long as ``main.jsonl`` keeps growing, up to :data:`LIVE_PATIENCE` seconds (a
+count of tries is not enough: under load a fast writer can reclaim within
+each window several times in a row). A record still missing once
+``main.jsonl`` stands still is real damage (``DamagedRecord``).
 The whole store is read at open (the view is a snapshot), so
 ``begin``/``end`` have nothing to do.
 """
@@ -39,6 +41,7 @@ import logging
 import os
 import socket
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -51,9 +54,10 @@ from .jsonl import LOCK, MAIN
 from .memory import MemoryStorage
 from .sqlite import SqliteStorage
 
-#: How often the JSONL view reads ``main.jsonl`` again when a live writer
-#: reclaimed a sidecar record between its reads (see the module comment).
-LIVE_RETRIES = 5
+#: For how long (seconds) the JSONL view reads ``main.jsonl`` and the
+#: sidecars again while a live writer reclaims sidecar records between its
+#: reads (see the module comment); the pause between tries grows to 50 ms.
+LIVE_PATIENCE = 10.0
 
 
 class StoreView(Protocol):
@@ -168,14 +172,18 @@ class ReadOnlyJsonl:
         if not data:
             raise StoreMissing(f"Store {self.path} does not exist ({self.main} is empty)")
         files = recovery.read_files(self.dir)  # at once: the files are parsed once both are read
-        for attempt in range(LIVE_RETRIES + 1):
+        give_up = time.monotonic() + LIVE_PATIENCE
+        pause = 0.001
+        while True:
             scan = recovery.scan_main(self.path, self.main, data)
             try:
                 found = recovery.read_sidecars(self.dir, self.main, scan.commits, files)
                 break
             except DamagedRecord:
+                time.sleep(pause)  # (out of step with a writer's rhythm)
+                pause = min(pause * 2, 0.05)
                 again = self._read_main()
-                if again == data or attempt == LIVE_RETRIES:
+                if again == data or time.monotonic() > give_up:
                     raise
                 log.debug("Store %s: %s grew while its sidecars were read; reading both again", self.path, MAIN)
                 data, files = again, recovery.read_files(self.dir)

@@ -413,6 +413,36 @@ def test_main_is_read_again_when_a_live_writer_reclaimed_a_sidecar_between_the_r
         ReadOnlyJsonl(store)
 
 
+def test_a_view_outlasts_a_writer_that_reclaims_between_its_reads_many_times(
+    stores: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under load a fast writer can reclaim a sidecar record inside the
+    view's window several times in a row (CI saw it): while main.jsonl keeps
+    growing the view reads both again (here 12 times: each read a stale
+    prefix with a different torn tail, which is not counted), then reads the
+    whole store."""
+    store = stores[1]
+    data = (store / "main.jsonl").read_bytes()
+    lines = data.splitlines(keepends=True)
+    stale = next(
+        prefix
+        for prefix in (b"".join(lines[:n]) for n in range(2, len(lines)))
+        if _refers_to_a_reclaimed_record(store, prefix)
+    )
+    reads = iter([stale + b"{" * k for k in range(12)] + [data])
+    monkeypatch.setattr(ReadOnlyJsonl, "_read_main", lambda self: next(reads))
+    assert view_journal(store) == view_journal_unpatched(store, monkeypatch)
+
+
+def _refers_to_a_reclaimed_record(store: Path, prefix: bytes) -> bool:
+    scan = readonly.recovery.scan_main(store, store / "main.jsonl", prefix)
+    try:
+        readonly.recovery.read_sidecars(store, store / "main.jsonl", scan.commits)
+    except DamagedRecord:
+        return True
+    return False
+
+
 def view_journal_unpatched(store: Path, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     monkeypatch.undo()
     return view_journal(store)
