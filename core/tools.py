@@ -93,6 +93,12 @@ from .state import SlotStatus
 from .tool_results import aborted, move_slot, partial, run_tool, settle, slot
 
 
+# Members read once: each tool call reads them (a member read through its
+# enum class goes through EnumType's __getattr__ hook: ~1,000 machine
+# instructions, where a global is ~20).
+_PENDING, _RESERVE, _START, _COMPLETED = TaskStatus.PENDING, TaskMove.RESERVE, SlotMove.START, OutcomeStatus.COMPLETED
+
+
 class ToolInput(enum.StrEnum):
     """What can happen to a tool task (the inputs of ``MACHINE``)."""
 
@@ -157,11 +163,11 @@ def _prepared(turn: Turn, ev: ToolPrepared | PreparedCall) -> None:
     shell prepared with the model's answer is still pending (born in this
     step): this row reserves it."""
     intent = ExecuteCheckpoint(arguments=dict(ev.arguments), replay=REPLAYS[ev.replay])
-    if turn.task.status is TaskStatus.PENDING:
-        execute = turn.store(TaskMove.RESERVE, intent, started_at=turn.tx.now)
+    if turn.task.status is _PENDING:
+        execute = turn.store(_RESERVE, intent, started_at=turn.tx.now)
     else:
         execute = turn.store(TaskMove.CHECKPOINT, intent)
-    move_slot(turn.tx, execute, SlotMove.START)
+    move_slot(turn.tx, execute, _START)
     run_tool(turn.tx, execute, intent)
 
 
@@ -227,7 +233,7 @@ def _finished(turn: Turn, ev: ToolFinished) -> None:
         ev.text,
         diagnostics.ordered(ev.diagnostics, ev.truncated),
         is_error=ev.is_error,
-        status=OutcomeStatus.COMPLETED,
+        status=_COMPLETED,
         usage=ev.usage,
         truncated=ev.truncated,
         control=ev.control,
@@ -312,6 +318,7 @@ def _abort_hooked(turn: Turn, ev: ToolAbortHooked) -> None:
 # --- the table ---------------------------------------------------------------
 
 _P, _I = ToolPhase, ToolInput
+_PREPARED, _FINISHED = _I.PREPARED, _I.FINISHED  # read per call (see _PENDING)
 
 PHASES: Mapping[tuple[enum.StrEnum, enum.StrEnum], Row] = {
     (_P.CALL, _I.RESERVE): Row(handler=_prepare, next=_P.CALL),
@@ -380,7 +387,7 @@ def on_abort(tx: Tx, task: Task) -> None:
 def start_prepared(tx: Tx, tool: Task, prepared: PreparedCall) -> Task:
     """A new tool task whose call the shell prepared with the model's answer
     takes the ``(call, prepared)`` row at birth (reserved by it)."""
-    MACHINE.run(tx, tool, CallCheckpoint(), _I.PREPARED, prepared)
+    MACHINE.run(tx, tool, CallCheckpoint(), _PREPARED, prepared)
     return tx.tasks[tool.id]
 
 
@@ -421,7 +428,7 @@ def on_tool_progressed(tx: Tx, ev: ToolProgressed) -> None:
 
 
 def on_tool_finished(tx: Tx, ev: ToolFinished) -> None:
-    _event(tx, ev.task_id, _I.FINISHED, ev)
+    _event(tx, ev.task_id, _FINISHED, ev)
 
 
 def on_tool_failed(tx: Tx, ev: ToolFailed) -> None:
