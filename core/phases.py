@@ -80,6 +80,16 @@ class Turn:
         self.tx.put_task(self.task, durable=durable)
         return self.task
 
+    def keep(self, checkpoint: Checkpoint) -> Task:
+        """Store the task as it was built: born already moved to the row's
+        next phase with ``checkpoint`` (what ``store`` would have made of it;
+        one record built where two were, issue 11 item 2)."""
+        if checkpoint.PHASE != self.next or self.task.checkpoint.get("phase") != self.next:
+            raise CoreInvariantError(f"task {self.task.id}: row leads to {self.next}, not {checkpoint.PHASE}")
+        self.checkpoint = checkpoint
+        self.tx.put_task(self.task)
+        return self.task
+
 
 Handler = Callable[[Turn, Any], None]
 

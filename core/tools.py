@@ -70,7 +70,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from . import diagnostics, reconcile, system
-from .checkpoints import REPLAYS, CallCheckpoint, Checkpoint, ExecuteCheckpoint, ReconcileCheckpoint, ToolPhase, parse_tool
+from .checkpoints import CALL_CHECKPOINT, REPLAYS, Checkpoint, ExecuteCheckpoint, ReconcileCheckpoint, ToolPhase, parse_tool, to_dict
 from .draft import Tx
 from .effects import PrepareTool, Refusal, RunAbortHooks
 from .events import (
@@ -83,8 +83,8 @@ from .events import (
     ToolProgressed,
     ToolRejected,
 )
-from .lifecycle import SlotMove, TaskMove
-from .model import TOOL, EntryId, OutcomeStatus, Replay, ResultCode, Task, TaskId, TaskStatus
+from .lifecycle import SlotMove, TaskMove, next_task_status
+from .model import TOOL, EntryId, Json, OutcomeStatus, Replay, ResultCode, Task, TaskId, TaskStatus
 from .phases import END, Machine, Row, Turn
 from .documents import DocumentProblem, change_documents
 from .reconcile_events import ToolReconciled, Verdict
@@ -158,14 +158,15 @@ def _prepare(turn: Turn, _: None) -> None:
     )
 
 
-def _prepared(turn: Turn, ev: ToolPrepared | PreparedCall) -> None:
+def _prepared(turn: Turn, ev: ToolPrepared | ExecuteCheckpoint) -> None:
     """Store the intent, mark the slot running, run the body. A call the
-    shell prepared with the model's answer is still pending (born in this
-    step): this row reserves it."""
-    intent = ExecuteCheckpoint(arguments=dict(ev.arguments), replay=REPLAYS[ev.replay])
-    if turn.task.status is _PENDING:
-        execute = turn.store(_RESERVE, intent, started_at=turn.tx.now)
+    shell prepared with the model's answer (born in this step) comes with
+    its intent: ``start_prepared`` built its task reserved at ``execute``."""
+    if isinstance(ev, ExecuteCheckpoint):
+        execute = turn.keep(ev)
+        intent = ev
     else:
+        intent = ExecuteCheckpoint(arguments=dict(ev.arguments), replay=REPLAYS[ev.replay])
         execute = turn.store(TaskMove.CHECKPOINT, intent)
     move_slot(turn.tx, execute, _START)
     run_tool(turn.tx, execute, intent)
@@ -384,11 +385,24 @@ def on_abort(tx: Tx, task: Task) -> None:
     MACHINE.run(tx, task, cp, _I.ABORT_HOOKS if hooked else _I.ABORT)
 
 
-def start_prepared(tx: Tx, tool: Task, prepared: PreparedCall) -> Task:
+def start_prepared(tx: Tx, task_id: TaskId, owner: Task, task_input: dict[str, Json], prepared: PreparedCall) -> Task:
     """A new tool task whose call the shell prepared with the model's answer
-    takes the ``(call, prepared)`` row at birth (reserved by it)."""
-    MACHINE.run(tx, tool, CallCheckpoint(), _PREPARED, prepared)
-    return tx.tasks[tool.id]
+    takes the ``(call, prepared)`` row at birth. It is built once, as the
+    row's store would leave a task born pending at ``call``: reserved (the
+    lifecycle table's move), at ``execute`` with the intent, started now."""
+    intent = ExecuteCheckpoint(arguments=dict(prepared.arguments), replay=REPLAYS[prepared.replay])
+    tool = Task(
+        id=task_id,
+        conversation_id=owner.conversation_id,
+        kind=TOOL,
+        owner=owner.id,
+        input=task_input,
+        status=next_task_status(_PENDING, _RESERVE),
+        checkpoint=to_dict(intent),
+        started_at=tx.now,
+    )
+    MACHINE.run(tx, tool, CALL_CHECKPOINT, _PREPARED, intent)
+    return tx.tasks[task_id]
 
 
 #: Inputs that only the abort handler's own invocation sends: every other
