@@ -163,11 +163,11 @@ def _prepared(turn: Turn, ev: ToolPrepared | ExecuteCheckpoint) -> None:
     shell prepared with the model's answer (born in this step) comes with
     its intent: ``start_prepared`` built its task reserved at ``execute``."""
     if isinstance(ev, ExecuteCheckpoint):
-        execute = turn.keep(ev)
-        intent = ev
-    else:
-        intent = ExecuteCheckpoint(arguments=dict(ev.arguments), replay=REPLAYS[ev.replay])
-        execute = turn.store(TaskMove.CHECKPOINT, intent)
+        # (no slot to move yet: start_round opens this call's slot running)
+        run_tool(turn.tx, turn.keep(ev), ev)
+        return
+    intent = ExecuteCheckpoint(arguments=dict(ev.arguments), replay=REPLAYS[ev.replay])
+    execute = turn.store(TaskMove.CHECKPOINT, intent)
     move_slot(turn.tx, execute, _START)
     run_tool(turn.tx, execute, intent)
 
