@@ -104,7 +104,8 @@ def settle(
     if usage is not None:
         name = str(task.input["name"])
         doc = tx.conversations[task.conversation_id].usage
-        total = doc.tools.get(name, UsageTotals()) + UsageTotals.one_call(usage)
+        prior = doc.tools.get(name)  # (no default record built for a tool already counted: issue 11 item 2)
+        total = (UsageTotals() if prior is None else prior) + UsageTotals.one_call(usage)
         tx.set_usage(task.conversation_id, evolve(doc, tools={**doc.tools, name: total}))
 
 
