@@ -55,6 +55,8 @@ _COMPLETING, _RUNNING = TaskStatus.COMPLETING, TaskStatus.RUNNING
 class Turn:
     """One row being applied to one task (local to one ``Machine.run``)."""
 
+    __slots__ = ("tx", "task", "checkpoint", "next")  # (no instance dict: one per row run, issue 11 item 2)
+
     def __init__(self, tx: Tx, task: Task, checkpoint: Checkpoint, next_phase: enum.StrEnum | None) -> None:
         self.tx = tx
         self.task = task
