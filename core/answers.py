@@ -73,7 +73,8 @@ def count_usage(tx: Tx, cid: ConversationId, model: ModelRef, usage: Usage | Non
     """One model call (and its tokens, if reported) in ``pi.usage``."""
     key = str(model)
     doc = tx.conversations[cid].usage
-    total = doc.models.get(key, UsageTotals()) + UsageTotals.one_call(usage)
+    prior = doc.models.get(key)  # (no default record built for a model already counted: issue 11 item 2)
+    total = (UsageTotals() if prior is None else prior) + UsageTotals.one_call(usage)
     tx.set_usage(cid, evolve(doc, models={**doc.models, key: total}))
 
 

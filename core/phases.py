@@ -55,6 +55,8 @@ _COMPLETING, _RUNNING = TaskStatus.COMPLETING, TaskStatus.RUNNING
 class Turn:
     """One row being applied to one task (local to one ``Machine.run``)."""
 
+    __slots__ = ("tx", "task", "checkpoint", "next")  # (no instance dict: one per row run, issue 11 item 2)
+
     def __init__(self, tx: Tx, task: Task, checkpoint: Checkpoint, next_phase: enum.StrEnum | None) -> None:
         self.tx = tx
         self.task = task
@@ -78,6 +80,16 @@ class Turn:
             raise CoreInvariantError(f"task {self.task.id}: row leads to {self.next}; a new checkpoint is needed")
         self.task = move_task(self.task, move, changes)
         self.tx.put_task(self.task, durable=durable)
+        return self.task
+
+    def keep(self, checkpoint: Checkpoint) -> Task:
+        """Store the task as it was built: born already moved to the row's
+        next phase with ``checkpoint`` (what ``store`` would have made of it;
+        one record built where two were, issue 11 item 2)."""
+        if checkpoint.PHASE != self.next or self.task.checkpoint.get("phase") != self.next:
+            raise CoreInvariantError(f"task {self.task.id}: row leads to {self.next}, not {checkpoint.PHASE}")
+        self.checkpoint = checkpoint
+        self.tx.put_task(self.task)
         return self.task
 
 

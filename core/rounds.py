@@ -45,6 +45,7 @@ from .model import (
     EntryId,
     EntryKind,
     ExecutionMode,
+    Json,
     Outcome,
     OutcomeStatus,
     Reason,
@@ -87,16 +88,18 @@ def create_tool_task(
     birth and takes the ``(call, prepared)`` row at once: its ``execute``
     intent is stored by this very commit and it runs (one event and one
     commit fewer per call)."""
+    task_id = TaskId(tx.alloc_id())
+    task_input: dict[str, Json] = {"assistant": assistant, "call_id": call.id, "name": call.name}
+    if prepared is not None and prepared.replay in _PREPARED_REPLAYS:
+        return tools.start_prepared(tx, task_id, gen, task_input, prepared)
     tool = Task(
-        id=TaskId(tx.alloc_id()),
+        id=task_id,
         conversation_id=gen.conversation_id,
         kind=TOOL,
         owner=gen.id,
-        input={"assistant": assistant, "call_id": call.id, "name": call.name},
+        input=task_input,
         checkpoint=to_dict(CALL_CHECKPOINT),
     )
-    if prepared is not None and prepared.replay in _PREPARED_REPLAYS:
-        return tools.start_prepared(tx, tool, prepared)
     tx.put_task(tool)
     return tool
 

@@ -31,6 +31,11 @@ from .records import evolve
 from .settlement import finish_task
 from .state import ToolSlot, UsageTotals
 
+# Members read once: each tool call reads them (a member read through its
+# enum class goes through EnumType's __getattr__ hook: ~1,000 machine
+# instructions, where a global is ~20).
+_TOOL_RESULT, _SETTLE, _SLOT = EntryKind.TOOL_RESULT, SlotMove.SETTLE, LiveMove.SLOT
+
 
 def run_tool(tx: Tx, task: Task, cp: ExecuteCheckpoint) -> None:
     """``RunTool`` for a task whose ``execute`` intent is (being) stored."""
@@ -76,7 +81,7 @@ def settle(
     entry = Entry(
         id=EntryId(tx.alloc_id()),
         conversation_id=task.conversation_id,
-        kind=EntryKind.TOOL_RESULT,
+        kind=_TOOL_RESULT,
         text=diagnostics.render(content, problems),
         tool_call_id=str(task.input["call_id"]),
         tool_name=str(task.input["name"]),
@@ -95,11 +100,12 @@ def settle(
             error={"message": error} if error is not None else None,
         ),
     )
-    move_slot(tx, task, SlotMove.SETTLE, entry_id=entry.id, output=None, control=dict(control) if control else None)
+    move_slot(tx, task, _SETTLE, entry_id=entry.id, output=None, control=dict(control) if control else None)
     if usage is not None:
         name = str(task.input["name"])
         doc = tx.conversations[task.conversation_id].usage
-        total = doc.tools.get(name, UsageTotals()) + UsageTotals.one_call(usage)
+        prior = doc.tools.get(name)  # (no default record built for a tool already counted: issue 11 item 2)
+        total = (UsageTotals() if prior is None else prior) + UsageTotals.one_call(usage)
         tx.set_usage(task.conversation_id, evolve(doc, tools={**doc.tools, name: total}))
 
 
@@ -116,7 +122,7 @@ def move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = 
     if ids.count(task.id) == 1:  # the one slot of the task, moved alone (issue 11 item 2)
         i = ids.index(task.id)
         s = slot_to(slots[i], move, entry_id=entry_id if entry_id is not None else slots[i].entry_id, **changes)
-        tx.set_live(task.conversation_id, live_to(live, LiveMove.SLOT, tools=slots[:i] + (s,) + slots[i + 1 :]), ("tools", i))
+        tx.set_live(task.conversation_id, live_to(live, _SLOT, tools=slots[:i] + (s,) + slots[i + 1 :]), ("tools", i))
         return
     tools = tuple(
         slot_to(s, move, entry_id=entry_id if entry_id is not None else s.entry_id, **changes)
@@ -126,7 +132,7 @@ def move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = 
     )
     moved = [i for i, s in enumerate(tools) if s is not slots[i]]
     within: tuple[str | int, ...] = ("tools", moved[0]) if len(moved) == 1 else ()
-    tx.set_live(task.conversation_id, live_to(live, LiveMove.SLOT, tools=tools), within)
+    tx.set_live(task.conversation_id, live_to(live, _SLOT, tools=tools), within)
 
 
 def slot(tx: Tx, task: Task) -> ToolSlot | None:

@@ -70,7 +70,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from . import diagnostics, reconcile, system
-from .checkpoints import REPLAYS, CallCheckpoint, Checkpoint, ExecuteCheckpoint, ReconcileCheckpoint, ToolPhase, parse_tool
+from .checkpoints import CALL_CHECKPOINT, REPLAYS, Checkpoint, ExecuteCheckpoint, ReconcileCheckpoint, ToolPhase, parse_tool, to_dict
 from .draft import Tx
 from .effects import PrepareTool, Refusal, RunAbortHooks
 from .events import (
@@ -83,14 +83,20 @@ from .events import (
     ToolProgressed,
     ToolRejected,
 )
-from .lifecycle import SlotMove, TaskMove
-from .model import TOOL, EntryId, OutcomeStatus, Replay, ResultCode, Task, TaskId, TaskStatus
+from .lifecycle import SlotMove, TaskMove, next_task_status
+from .model import TOOL, EntryId, Json, OutcomeStatus, Replay, ResultCode, Task, TaskId, TaskStatus
 from .phases import END, Machine, Row, Turn
 from .documents import DocumentProblem, change_documents
 from .reconcile_events import ToolReconciled, Verdict
 from .settlement import fault
 from .state import SlotStatus
 from .tool_results import aborted, move_slot, partial, run_tool, settle, slot
+
+
+# Members read once: each tool call reads them (a member read through its
+# enum class goes through EnumType's __getattr__ hook: ~1,000 machine
+# instructions, where a global is ~20).
+_PENDING, _RESERVE, _START, _COMPLETED = TaskStatus.PENDING, TaskMove.RESERVE, SlotMove.START, OutcomeStatus.COMPLETED
 
 
 class ToolInput(enum.StrEnum):
@@ -152,16 +158,17 @@ def _prepare(turn: Turn, _: None) -> None:
     )
 
 
-def _prepared(turn: Turn, ev: ToolPrepared | PreparedCall) -> None:
+def _prepared(turn: Turn, ev: ToolPrepared | ExecuteCheckpoint) -> None:
     """Store the intent, mark the slot running, run the body. A call the
-    shell prepared with the model's answer is still pending (born in this
-    step): this row reserves it."""
+    shell prepared with the model's answer (born in this step) comes with
+    its intent: ``start_prepared`` built its task reserved at ``execute``."""
+    if isinstance(ev, ExecuteCheckpoint):
+        # (no slot to move yet: start_round opens this call's slot running)
+        run_tool(turn.tx, turn.keep(ev), ev)
+        return
     intent = ExecuteCheckpoint(arguments=dict(ev.arguments), replay=REPLAYS[ev.replay])
-    if turn.task.status is TaskStatus.PENDING:
-        execute = turn.store(TaskMove.RESERVE, intent, started_at=turn.tx.now)
-    else:
-        execute = turn.store(TaskMove.CHECKPOINT, intent)
-    move_slot(turn.tx, execute, SlotMove.START)
+    execute = turn.store(TaskMove.CHECKPOINT, intent)
+    move_slot(turn.tx, execute, _START)
     run_tool(turn.tx, execute, intent)
 
 
@@ -227,7 +234,7 @@ def _finished(turn: Turn, ev: ToolFinished) -> None:
         ev.text,
         diagnostics.ordered(ev.diagnostics, ev.truncated),
         is_error=ev.is_error,
-        status=OutcomeStatus.COMPLETED,
+        status=_COMPLETED,
         usage=ev.usage,
         truncated=ev.truncated,
         control=ev.control,
@@ -312,6 +319,7 @@ def _abort_hooked(turn: Turn, ev: ToolAbortHooked) -> None:
 # --- the table ---------------------------------------------------------------
 
 _P, _I = ToolPhase, ToolInput
+_PREPARED, _FINISHED = _I.PREPARED, _I.FINISHED  # read per call (see _PENDING)
 
 PHASES: Mapping[tuple[enum.StrEnum, enum.StrEnum], Row] = {
     (_P.CALL, _I.RESERVE): Row(handler=_prepare, next=_P.CALL),
@@ -377,11 +385,24 @@ def on_abort(tx: Tx, task: Task) -> None:
     MACHINE.run(tx, task, cp, _I.ABORT_HOOKS if hooked else _I.ABORT)
 
 
-def start_prepared(tx: Tx, tool: Task, prepared: PreparedCall) -> Task:
+def start_prepared(tx: Tx, task_id: TaskId, owner: Task, task_input: dict[str, Json], prepared: PreparedCall) -> Task:
     """A new tool task whose call the shell prepared with the model's answer
-    takes the ``(call, prepared)`` row at birth (reserved by it)."""
-    MACHINE.run(tx, tool, CallCheckpoint(), _I.PREPARED, prepared)
-    return tx.tasks[tool.id]
+    takes the ``(call, prepared)`` row at birth. It is built once, as the
+    row's store would leave a task born pending at ``call``: reserved (the
+    lifecycle table's move), at ``execute`` with the intent, started now."""
+    intent = ExecuteCheckpoint(arguments=dict(prepared.arguments), replay=REPLAYS[prepared.replay])
+    tool = Task(
+        id=task_id,
+        conversation_id=owner.conversation_id,
+        kind=TOOL,
+        owner=owner.id,
+        input=task_input,
+        status=next_task_status(_PENDING, _RESERVE),
+        checkpoint=to_dict(intent),
+        started_at=tx.now,
+    )
+    MACHINE.run(tx, tool, CALL_CHECKPOINT, _PREPARED, intent)
+    return tx.tasks[task_id]
 
 
 #: Inputs that only the abort handler's own invocation sends: every other
@@ -421,7 +442,7 @@ def on_tool_progressed(tx: Tx, ev: ToolProgressed) -> None:
 
 
 def on_tool_finished(tx: Tx, ev: ToolFinished) -> None:
-    _event(tx, ev.task_id, _I.FINISHED, ev)
+    _event(tx, ev.task_id, _FINISHED, ev)
 
 
 def on_tool_failed(tx: Tx, ev: ToolFailed) -> None:

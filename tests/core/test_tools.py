@@ -318,6 +318,14 @@ def test_a_prepared_call_is_born_at_execute_in_the_round_commit() -> None:
     assert born["b"].checkpoint == {"phase": "call"}
     slots = {s.call_id: s.status for s in s1.state.conversations[1].live.tools}
     assert slots["a"] == "running"
+    # built once, as the row's store would leave a task born pending at call
+    import attrs
+    from pidurable.core.lifecycle import TaskMove, task_to
+
+    pending = attrs.evolve(born["a"], status=TaskStatus.PENDING, checkpoint={"phase": "call"}, started_at=None)
+    assert born["a"] == task_to(pending, TaskMove.RESERVE, checkpoint=born["a"].checkpoint, started_at=20)
+    assert pending == attrs.evolve(born["b"], id=born["a"].id, input={**born["b"].input, "call_id": "a", "name": "t"})
+    assert f"pi.tool:call,prepared #{born['a'].id}" in s1.rules
 
 
 # --- issue 7: process records, the agent's tool filter, failed invocations --------
