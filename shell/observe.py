@@ -60,7 +60,7 @@ from operator import attrgetter, itemgetter, methodcaller
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from pidurable.core.builtins import BUILTINS, builtin_address
+from pidurable.core.builtins import builtin_address
 from pidurable.core.effects import Commit, Effect, PutDocument, PutEntry, PutSubmission, PutTask, RunTool, Write
 from pidurable.core.events import Event, Opened
 from pidurable.core.model import (
@@ -414,18 +414,15 @@ def _may_warn(writes: Sequence[Write], after: State) -> bool:
     inputs may have settled in trouble), a task entering a retry phase, a
     task ending faulted or orphaned. Asked of every commit when only
     warnings are logged (Python's default): the tasks' phases and outcomes
-    are read in C (map, filter, isdisjoint: issue 11 item 2), a built-in's
-    id is decoded inline."""
+    are read in C (map, filter, isdisjoint: issue 11 item 2)."""
     tasks = [*map(_TASK, filter(_IS_TASK, writes))]
     if not RETRYING.isdisjoint(map(_PHASE, map(_CHECKPOINT, tasks))):
         return True
     if not _TROUBLE_OUTCOMES.isdisjoint(map(_STATUS, filter(None, map(_OUTCOME, tasks)))):
         return True
-    for document_id in map(_DOCUMENT_ID, filter(_IS_DOCUMENT, writes)):
-        # builtin_address(id) == (cid, LIVE_DOC), without the call (test_observe.py)
-        cid, number = divmod(-document_id, 8)
-        if number == _LIVE_NUMBER and cid > 0:
-            conv = after.conversations.get(cid)
+    for address in map(builtin_address, map(_DOCUMENT_ID, filter(_IS_DOCUMENT, writes))):
+        if address is not None and address[1] == LIVE_DOC:
+            conv = after.conversations.get(address[0])
             if conv is not None and conv.live.run is None:
                 return True
     return False
@@ -436,7 +433,6 @@ _TASK, _CHECKPOINT, _OUTCOME, _STATUS = attrgetter("task"), attrgetter("checkpoi
 _PHASE, _DOCUMENT_ID = methodcaller("get", "phase"), attrgetter("document_id")
 _BEFORE = itemgetter(2)  #: a commit's state before (``committed``)
 _TROUBLE_OUTCOMES = frozenset({OutcomeStatus.FAULTED, OutcomeStatus.ORPHANED})
-_LIVE_NUMBER = BUILTINS[LIVE_DOC].number
 
 
 def _ids(task: Task) -> dict[str, Any]:

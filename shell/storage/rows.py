@@ -176,13 +176,23 @@ def _lean_revision_row(did: int, r: DocumentRevision, seq: int, lean: str) -> Ro
     # "reclaims": the revisions before this one go (a base or a retirement of a current-only document)
     # (``_value_``: an enum member's value, without the ``value`` property's call)
     action, scope, history = r.action._value_, r.scope, r.history
-    reclaims = action != "delta" and (history is DocHistory.LATEST or scope is DocScope.TASK)
+    reclaims = _reclaims(action, history, scope)
     columns = {
         "document_id": did, "seq": seq, "action": action, "scope": scope._value_, "owner": r.owner,
         "kind": r.kind, "version": r.version, "history": history._value_, "fork": r.fork._value_,
         "reclaims": reclaims, "content": lean,
     }
     return Row("document_revisions", (did, seq), columns)
+
+
+def _reclaims(action: str, history: DocHistory, scope: DocScope) -> bool:
+    """Whether a revision row reclaims the revisions before it: a base or a
+    retirement of a current-only document (``latest``, or a task's)."""
+    return action != "delta" and (history is _LATEST or scope is _TASK_SCOPE)
+
+
+#: (enum members read once: a member read through its class is a slow attribute lookup in 3.11)
+_LATEST, _TASK_SCOPE = DocHistory.LATEST, DocScope.TASK
 
 
 def _lean_revision(r: DocumentRevision, rec: str) -> str:
@@ -308,7 +318,6 @@ _chunks = codec.plain_chunks
 _NOT_PLAIN = (codec.NotPlain, TypeError, ValueError, RecursionError)
 #: ``Row(...)`` without the named tuple's ``__new__`` (a Python function).
 _new = tuple.__new__
-_LATEST, _TASK_SCOPE = DocHistory.LATEST, DocScope.TASK
 
 # Each encoder below gives :func:`encode_write_reference`'s row and text, and
 # takes that way itself for what it does not take: ids that are not exactly
@@ -447,7 +456,7 @@ def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
         columns = {
             "document_id": did, "seq": seq, "action": value, "scope": scope._value_, "owner": owner,
             "kind": kind, "version": version, "history": history._value_, "fork": fork._value_,
-            "reclaims": value != "delta" and (history is _LATEST or scope is _TASK_SCOPE),
+            "reclaims": _reclaims(value, history, scope),
             "content": f'{{"version":{version},{rest}',
         }
         return _new(Row, ("document_revisions", (did, seq), columns)), f"{_DOCUMENT_JOURNAL}{did}{_REVISION_KEY}{record}}}"

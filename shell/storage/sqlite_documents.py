@@ -25,7 +25,7 @@ from .base import DocumentRow, builtin_value, document_state, split_builtins
 Execute = Callable[[str, Sequence[Any]], list[Any]]
 
 
-#: A revision's row (all a delta writes: :meth:`.sqlite.SqliteStorage._write_all` runs it itself).
+#: A revision's row (all a delta writes, which never reclaims: :func:`.sqlite_writes.write_all` runs it itself).
 INSERT_REVISION = "INSERT INTO document_revisions (document_id, seq, action, content) VALUES (?, ?, ?, ?)"
 
 

@@ -118,19 +118,25 @@ async def test_a_faulted_task_is_a_warning(
     assert "kaboom" in faults[0].error  # type: ignore[attr-defined]
 
 
+async def retry_then_answer(observer: Observer) -> None:
+    """One submission whose model call fails once (retryable) and then
+    answers, with ``observer`` watching the harness."""
+    models = ScriptedModels([reply(error="busy", retryable=True), reply(text="ok")])
+    async with Harness.open(MemoryStorage(), models=models, registry=Registry(),
+                            settings=Settings(retry=RetryPolicy(base_delay_ms=10))) as h:
+        h.runtime.observer = observer
+        conv = await h.root(agent=AGENT)
+        with trio.fail_after(60):
+            assert (await (await conv.submit(Input("go"))).wait()).status == "done"
+
+
 async def test_nothing_is_formatted_when_logging_is_off(autojump_clock: trio.testing.MockClock) -> None:
     """With the logger disabled and no tracing the observer returns at once."""
     logger = logging.getLogger("pidurable")
     old = logger.level
     logger.setLevel(logging.CRITICAL)
     try:
-        models = ScriptedModels([reply(error="busy", retryable=True), reply(text="ok")])
-        async with Harness.open(MemoryStorage(), models=models, registry=Registry(),
-                                settings=Settings(retry=RetryPolicy(base_delay_ms=10))) as h:
-            h.runtime.observer = Observer(tracing=False)
-            conv = await h.root(agent=AGENT)
-            with trio.fail_after(60):
-                assert (await (await conv.submit(Input("go"))).wait()).status == "done"
+        await retry_then_answer(Observer(tracing=False))
     finally:
         logger.setLevel(old)
 
@@ -325,13 +331,7 @@ async def test_the_loop_asks_whether_acts_are_observed_again_only_after_host_cod
             log.append("acting")
             return super().acting()
 
-    models = ScriptedModels([reply(error="busy", retryable=True), reply(text="ok")])
-    async with Harness.open(MemoryStorage(), models=models, registry=Registry(),
-                            settings=Settings(retry=RetryPolicy(base_delay_ms=10))) as h:
-        h.runtime.observer = Recording(tracing=False)
-        conv = await h.root(agent=AGENT)
-        with trio.fail_after(60):
-            assert (await (await conv.submit(Input("go"))).wait()).status == "done"
+    await retry_then_answer(Recording(tracing=False))
     retried = log.index("committed None 1")
     assert log[retried + 1] == "acting"  # asked again: the retry's Sleep is acted in that flush
     quiet = [i for i, entry in enumerate(log) if entry.startswith("committed False")]
