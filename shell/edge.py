@@ -111,8 +111,8 @@ def _clean(value: Any) -> Any:
     if t is dict:
         # flat and clean as it is, in C (issue 11 item 2): ASCII str keys; ints, bools, None, ASCII text
         vs = value.values()
-        if _STRS.issuperset(map(type, value)) and _FLAT.issuperset(map(type, vs)) and "".join(value).isascii():
-            if "".join(filter(_IS_STR, vs)).isascii():
+        if _STRS.issuperset(map(type, value)) and _FLAT.issuperset(map(type, vs)) and all(map(_ASCII, value)):
+            if all(map(_ASCII, filter(_IS_STR, vs))):
                 return value
         return _clean_dict(value)
     if t is str:
@@ -205,6 +205,8 @@ _AS_IS = frozenset({int, bool, type(None)})  #: exact types whose values are JSO
 _FLAT, _STRS = _AS_IS | {str}, frozenset({str})  #: ... and text (JSON as it is when ASCII)
 _BOXES, _DICTS = frozenset({tuple, dict, type(None)}), frozenset({dict})  #: containers (JSON as they are when empty)
 _IS_STR = str.__instancecheck__  #: isinstance(x, str) in one C call (for filter)
+#: a text is ASCII (for map: each tested in place, never joined - a huge text is not copied)
+_ASCII = str.isascii
 
 
 def _plan(cls: type) -> tuple[tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]], tuple[Any, ...]]:
@@ -239,7 +241,7 @@ def _clean_event(event: Any, where: str) -> Any:
     fields (issue 11 item 2): a group whose values the loop would all pass
     (ints, bools, None, ASCII text; empty boxes) is not looped over."""
     flat_names, flat, box_names, boxes = _GROUPS.get(type(event)) or _plan(type(event))[1]
-    flat_ok = flat is None or (_FLAT.issuperset(map(type, fv := flat(event))) and "".join(filter(_IS_STR, fv)).isascii())
+    flat_ok = flat is None or (_FLAT.issuperset(map(type, fv := flat(event))) and all(map(_ASCII, filter(_IS_STR, fv))))
     boxes_ok = boxes is None or (_BOXES.issuperset(map(type, bv := boxes(event))) and not any(bv))
     if flat_ok:
         return event if boxes_ok else _clean_fields(event, where, (box_names, boxes))
@@ -320,8 +322,8 @@ def _plain_records(v: tuple[Any, ...]) -> bool:
     if not (_FLAT.issuperset(map(type, fv)) and _DICTS.issuperset(map(type, bv))):
         return False
     keys, values = tuple(chain.from_iterable(bv)), tuple(chain.from_iterable(map(dict.values, bv)))
-    return _STRS.issuperset(map(type, keys)) and _FLAT.issuperset(map(type, values)) and "".join(
-        chain(keys, filter(_IS_STR, fv), filter(_IS_STR, values))).isascii()
+    return _STRS.issuperset(map(type, keys)) and _FLAT.issuperset(map(type, values)) and all(
+        map(_ASCII, chain(keys, filter(_IS_STR, fv), filter(_IS_STR, values))))
 
 
 def _refuse_reply(ev: Any, error: EdgeError) -> Event:
