@@ -224,28 +224,37 @@ class Tx:
         tasks: dict[TaskId, Task] = self.tasks if "tasks" in self._own else self._owned("tasks")  # type: ignore[assignment]
         tid = task.id
         old = tasks.get(tid)
-        ix = self.index
-        self.touched.add(tid)
+        touched = self.touched
+        touched.add(tid)
+        # three cases, each telling the index only its own (index.py)
         if task.status is _TERMINAL:
             if old is not None:
                 # whoever waited on it, owned it or owns its conversation may now run
-                self.touched.update(ix.waiters.get(tid, ()))
+                ix = self.index
+                waiters = ix.waiters.get(tid)
+                if waiters:
+                    touched.update(waiters)
                 owner = task.owner
                 if owner is None:
                     conv = self.conversations.get(task.conversation_id)
                     owner = conv.conversation.owner_task_id if conv is not None else None
                 if owner is not None:
-                    self.touched.add(owner)
-                self.changed.add(task.conversation_id)
-                self.changed.update(ix.owned_conversations.get(tid, ()))
-                ix.task(old, None)
-            tasks.pop(tid, None)
+                    touched.add(owner)
+                changed = self.changed
+                changed.add(task.conversation_id)
+                owned = ix.owned_conversations.get(tid)
+                if owned:
+                    changed.update(owned)
+                ix.dropped(old)
+                del tasks[tid]
             if self.documents:
                 retire_task_documents(self, tid)
+        elif old is None:
+            self.changed.add(task.conversation_id)  # it holds its conversation now (holding.py)
+            self.index.added(task)
+            tasks[tid] = task
         else:
-            if old is None:
-                self.changed.add(task.conversation_id)  # it holds its conversation now (holding.py)
-            ix.task(old, task)
+            self.index.moved(old, task)
             tasks[tid] = task
         if durable:
             self._writes[(_TASK_WRITE, tid)] = PutTask(task=task)  # write(), without its lookups

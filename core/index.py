@@ -91,29 +91,37 @@ def build(tasks: Iterable[Task], owners: Mapping[ConversationId, TaskId | None])
     """The index of these live tasks and conversation owners."""
     draft = IndexDraft(empty_index())
     for task in tasks:
-        draft.task(None, task)
+        draft.added(task)
     for cid, owner in owners.items():
         draft.conversation(cid, None, owner)
     return draft.freeze()
 
 
+#: The empty member set (a constant: ``frozenset()`` is a call).
+_EMPTY: frozenset[Any] = frozenset()
+
+
 def _add(index: dict[Any, frozenset[Any]], key: Any, value: Any) -> None:
-    index[key] = index.get(key, frozenset()) | {value}
+    index[key] = index.get(key, _EMPTY) | {value}
 
 
 def _remove(index: dict[Any, frozenset[Any]], key: Any, value: Any) -> None:
     members = index.get(key)
     if members is None or value not in members:
         return
-    rest = members - {value}
-    if rest:
-        index[key] = rest
-    else:
+    if len(members) == 1:  # (its last member: no empty set built to be dropped)
         del index[key]
+    else:
+        index[key] = members - {value}
 
 
 class IndexDraft:
-    """A step's working copy of a ``TaskIndex`` (copy on first change)."""
+    """A step's working copy of a ``TaskIndex`` (copy on first change).
+
+    The draft tells it which of three things happened to a task (``added``,
+    ``dropped``, ``moved``): each does only its own case's work, with the
+    members added and removed inline (a task enters or leaves the live map
+    about twice a step; issue 11 item 2)."""
 
     def __init__(self, base: TaskIndex) -> None:
         self._base = base
@@ -127,45 +135,77 @@ class IndexDraft:
             self._own.add(name)
         return getattr(self, name)  # type: ignore[no-any-return]
 
-    def task(self, old: Task | None, new: Task | None) -> None:
-        """``old`` (None: absent) became ``new`` (None: left the live map)."""
-        if old is None or new is None or new.owner != old.owner or new.conversation_id != old.conversation_id:
+    def added(self, new: Task) -> None:
+        """``new`` joined the live map."""
+        own = self._own  # (a mapping owned already is used without a call)
+        tid, cid, owner = new.id, new.conversation_id, new.owner
+        m: dict[Any, Any]
+        if owner is not None:
+            m = self.children if "children" in own else self._owned("children")  # type: ignore[assignment]
+            m[owner] = m.get(owner, _EMPTY) | {tid}
+        else:
+            m = self.top if "top" in own else self._owned("top")  # type: ignore[assignment]
+            m[cid] = m.get(cid, _EMPTY) | {tid}
+        m = self.in_conversation if "in_conversation" in own else self._owned("in_conversation")  # type: ignore[assignment]
+        m[cid] = m.get(cid, _EMPTY) | {tid}
+        status = new.status
+        if status is _WAITING and new.on:
+            m = self.waiters if "waiters" in own else self._owned("waiters")  # type: ignore[assignment]
+            for t in new.on:
+                m[t] = m.get(t, _EMPTY) | {tid}
+        if new.abort_requested or status is _COMPLETING:  # needs_reconcile, spelt out
+            self.intent = self.intent | {tid}
+
+    def dropped(self, old: Task) -> None:
+        """``old`` left the live map (it ended)."""
+        own = self._own
+        tid, cid, owner = old.id, old.conversation_id, old.owner
+        if owner is not None:
+            _remove(self.children if "children" in own else self._owned("children"), owner, tid)  # type: ignore[arg-type]
+        else:
+            _remove(self.top if "top" in own else self._owned("top"), cid, tid)  # type: ignore[arg-type]
+        _remove(self.in_conversation if "in_conversation" in own else self._owned("in_conversation"), cid, tid)  # type: ignore[arg-type]
+        status = old.status
+        if status is _WAITING and old.on:
+            waiters: dict[Any, Any] = self.waiters if "waiters" in own else self._owned("waiters")  # type: ignore[assignment]
+            for t in old.on:
+                _remove(waiters, t, tid)
+        if old.abort_requested or status is _COMPLETING:
+            self.intent = self.intent - {tid}
+
+    def moved(self, old: Task, new: Task) -> None:
+        """Live task ``old`` became ``new`` (still live)."""
+        if new.owner != old.owner or new.conversation_id != old.conversation_id:
             self._place(old, new)  # (most moves keep the task where it was)
-        old_on = old.on if old is not None and old.status is _WAITING else ()
-        new_on = new.on if new is not None and new.status is _WAITING else ()
+        old_on = old.on if old.status is _WAITING else ()
+        new_on = new.on if new.status is _WAITING else ()
         if old_on != new_on:
             waiters: dict[Any, Any] = self.waiters if "waiters" in self._own else self._owned("waiters")  # type: ignore[assignment]
             for tid in old_on:
-                _remove(waiters, tid, old.id)  # type: ignore[union-attr]
+                _remove(waiters, tid, old.id)
             for tid in new_on:
-                _add(waiters, tid, new.id)  # type: ignore[union-attr]
-        # needs_reconcile, spelt out (two calls per put_task otherwise)
-        was = old is not None and (old.abort_requested or old.status is _COMPLETING)
-        now = new is not None and (new.abort_requested or new.status is _COMPLETING)
+                _add(waiters, tid, new.id)
+        # needs_reconcile, spelt out (two calls per move otherwise)
+        was = old.abort_requested or old.status is _COMPLETING
+        now = new.abort_requested or new.status is _COMPLETING
         if was != now:
-            tid = (new or old).id  # type: ignore[union-attr]
-            self.intent = self.intent | {tid} if now else self.intent - {tid}
+            self.intent = self.intent | {new.id} if now else self.intent - {new.id}
 
-    def _place(self, old: Task | None, new: Task | None) -> None:
-        """The owner and conversation indexes, for a task that appeared, left,
-        or changed its owner or conversation (``task`` checked that it did)."""
-        own = self._own  # (a mapping owned already is used without a call: most steps put several tasks)
-        if old is not None:
-            if old.owner is not None:
-                _remove(self.children if "children" in own else self._owned("children"), old.owner, old.id)  # type: ignore[arg-type]
-            else:
-                _remove(self.top if "top" in own else self._owned("top"), old.conversation_id, old.id)  # type: ignore[arg-type]
-        if new is not None:
-            if new.owner is not None:
-                _add(self.children if "children" in own else self._owned("children"), new.owner, new.id)  # type: ignore[arg-type]
-            else:
-                _add(self.top if "top" in own else self._owned("top"), new.conversation_id, new.id)  # type: ignore[arg-type]
-        if old is None or new is None or new.conversation_id != old.conversation_id:
-            convs = self.in_conversation if "in_conversation" in own else self._owned("in_conversation")
-            if old is not None:
-                _remove(convs, old.conversation_id, old.id)  # type: ignore[arg-type]
-            if new is not None:
-                _add(convs, new.conversation_id, new.id)  # type: ignore[arg-type]
+    def _place(self, old: Task, new: Task) -> None:
+        """The owner and conversation indexes, for a live task that changed
+        its owner or conversation (``moved`` checked that it did)."""
+        if old.owner is not None:
+            _remove(self._owned("children"), old.owner, old.id)
+        else:
+            _remove(self._owned("top"), old.conversation_id, old.id)
+        if new.owner is not None:
+            _add(self._owned("children"), new.owner, new.id)
+        else:
+            _add(self._owned("top"), new.conversation_id, new.id)
+        if new.conversation_id != old.conversation_id:
+            convs = self._owned("in_conversation")
+            _remove(convs, old.conversation_id, old.id)
+            _add(convs, new.conversation_id, new.id)
 
     def conversation(self, cid: ConversationId, old_owner: TaskId | None, new_owner: TaskId | None) -> None:
         if old_owner == new_owner:
