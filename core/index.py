@@ -125,32 +125,40 @@ class IndexDraft:
 
     def __init__(self, base: TaskIndex) -> None:
         self._base = base
-        self._own: set[str] = set()
         # one unpacking of the tuple, in _FIELDS' order (checked below)
         self.children, self.top, self.owned_conversations, self.waiters, self.intent, self.in_conversation = base
 
+    # A mapping is the draft's own once it is not the base's (copied on its
+    # first change in the step): an identity test, inline on the hot paths.
     def _owned(self, name: str) -> dict[Any, Any]:
-        if name not in self._own:
-            setattr(self, name, dict(getattr(self, name)))
-            self._own.add(name)
-        return getattr(self, name)  # type: ignore[no-any-return]
+        mapping = getattr(self, name)
+        if mapping is getattr(self._base, name):
+            mapping = dict(mapping)
+            setattr(self, name, mapping)
+        return mapping  # type: ignore[no-any-return]
 
     def added(self, new: Task) -> None:
         """``new`` joined the live map."""
-        own = self._own  # (a mapping owned already is used without a call)
+        base = self._base
         tid, cid, owner = new.id, new.conversation_id, new.owner
         m: dict[Any, Any]
         if owner is not None:
-            m = self.children if "children" in own else self._owned("children")  # type: ignore[assignment]
+            m = self.children  # type: ignore[assignment]
+            if m is base.children:
+                m = self.children = dict(m)
             m[owner] = m.get(owner, _EMPTY) | {tid}
         else:
-            m = self.top if "top" in own else self._owned("top")  # type: ignore[assignment]
+            m = self.top  # type: ignore[assignment]
+            if m is base.top:
+                m = self.top = dict(m)
             m[cid] = m.get(cid, _EMPTY) | {tid}
-        m = self.in_conversation if "in_conversation" in own else self._owned("in_conversation")  # type: ignore[assignment]
+        m = self.in_conversation  # type: ignore[assignment]
+        if m is base.in_conversation:
+            m = self.in_conversation = dict(m)
         m[cid] = m.get(cid, _EMPTY) | {tid}
         status = new.status
         if status is _WAITING and new.on:
-            m = self.waiters if "waiters" in own else self._owned("waiters")  # type: ignore[assignment]
+            m = self._owned("waiters")
             for t in new.on:
                 m[t] = m.get(t, _EMPTY) | {tid}
         if new.abort_requested or status is _COMPLETING:  # needs_reconcile, spelt out
@@ -158,18 +166,40 @@ class IndexDraft:
 
     def dropped(self, old: Task) -> None:
         """``old`` left the live map (it ended)."""
-        own = self._own
+        base = self._base
         tid, cid, owner = old.id, old.conversation_id, old.owner
+        m: dict[Any, Any]
+        key: Any
         if owner is not None:
-            _remove(self.children if "children" in own else self._owned("children"), owner, tid)  # type: ignore[arg-type]
+            m = self.children  # type: ignore[assignment]
+            if m is base.children:
+                m = self.children = dict(m)
+            key = owner
         else:
-            _remove(self.top if "top" in own else self._owned("top"), cid, tid)  # type: ignore[arg-type]
-        _remove(self.in_conversation if "in_conversation" in own else self._owned("in_conversation"), cid, tid)  # type: ignore[arg-type]
+            m = self.top  # type: ignore[assignment]
+            if m is base.top:
+                m = self.top = dict(m)
+            key = cid
+        members = m.get(key)  # _remove, inline (twice: a task ends about once a step)
+        if members is not None and tid in members:
+            if len(members) == 1:
+                del m[key]
+            else:
+                m[key] = members - {tid}
+        m = self.in_conversation  # type: ignore[assignment]
+        if m is base.in_conversation:
+            m = self.in_conversation = dict(m)
+        members = m.get(cid)
+        if members is not None and tid in members:
+            if len(members) == 1:
+                del m[cid]
+            else:
+                m[cid] = members - {tid}
         status = old.status
         if status is _WAITING and old.on:
-            waiters: dict[Any, Any] = self.waiters if "waiters" in own else self._owned("waiters")  # type: ignore[assignment]
+            m = self._owned("waiters")
             for t in old.on:
-                _remove(waiters, t, tid)
+                _remove(m, t, tid)
         if old.abort_requested or status is _COMPLETING:
             self.intent = self.intent - {tid}
 
@@ -180,7 +210,7 @@ class IndexDraft:
         old_on = old.on if old.status is _WAITING else ()
         new_on = new.on if new.status is _WAITING else ()
         if old_on != new_on:
-            waiters: dict[Any, Any] = self.waiters if "waiters" in self._own else self._owned("waiters")  # type: ignore[assignment]
+            waiters = self._owned("waiters")
             for tid in old_on:
                 _remove(waiters, tid, old.id)
             for tid in new_on:
@@ -217,8 +247,16 @@ class IndexDraft:
             _add(owned, new_owner, cid)
 
     def freeze(self) -> TaskIndex:
-        if not self._own and self.intent is self._base.intent:
-            return self._base
+        base = self._base
+        if (
+            self.children is base.children
+            and self.top is base.top
+            and self.waiters is base.waiters
+            and self.in_conversation is base.in_conversation
+            and self.intent is base.intent
+            and self.owned_conversations is base.owned_conversations
+        ):
+            return base
         # by position, in _FIELDS' order (checked below): keywords would cost a dict
         return TaskIndex(self.children, self.top, self.owned_conversations, self.waiters, self.intent, self.in_conversation)
 
