@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 
 from .builtins import BUILTINS, created, revise
+from .records import spelt_out
 from .documents import retire_task_documents
 from .effects import (
     Accepted,
@@ -80,6 +81,13 @@ from .state import (
 _TERMINAL = TaskStatus.TERMINAL  # read once: put_task runs several times a step
 _TASK_WRITE = WRITE_KEYS[PutTask][0]  # the key put_task writes under (and the task's id)
 _ENTRY_WRITE = WRITE_KEYS[PutEntry][0]  # the same for put_entry (and the entry's id)
+_DOC_WRITE = WRITE_KEYS[PutDocument][0]  # the same for a built-in's revision (and its document id)
+
+#: Live's fields, as set_live compares them spelt out (checked here).
+_LIVE_FIELDS = ("run", "tools", "attempt", "partial", "retry_at", "retry_error", "poll_at")
+spelt_out(Live, _LIVE_FIELDS)
+if not all(f.eq and getattr(f, "eq_key", None) is None for f in attrs.fields(Live)):
+    raise AssertionError("Live compares a field specially: set_live's spelt-out comparison would not be ==")
 
 #: State fields the draft does not carry: ``next_seq`` is advanced by
 #: ``finish`` (one per Commit), ``opened`` only by ``on_opened``.
@@ -289,16 +297,35 @@ class Tx:
         conv = self.conversations[cid]
         if getattr(conv, BUILTINS[kind].field) == value:
             return
+        self._revise(cid, conv, kind, value, within)
+
+    def _revise(self, cid: ConversationId, conv: ConvState, kind: str, value: Any, within: tuple[str | int, ...]) -> None:
+        """Store the built-in ``kind`` of ``conv``, changed to ``value``."""
         conv, write = revise(self, conv, kind, value, within)
         convs = self.conversations if "conversations" in self._own else self._owned("conversations")
         convs[cid] = conv  # type: ignore[index]
         self.changed.add(cid)
-        name, read = WRITE_KEYS[type(write)]  # write(), inline: most steps revise a document or two
-        self._writes[(name, read(write))] = write
+        self._writes[(_DOC_WRITE, write.document_id)] = write  # write(), inline: most steps revise a document or two
 
     def set_live(self, cid: ConversationId, live: Live, within: tuple[str | int, ...] = ()) -> None:
         """``within``: the path of the one part that changed, if known (builtins.revise)."""
-        self._set_builtin(cid, LIVE_DOC, live, within)
+        conv = self.conversations[cid]
+        old = conv.live
+        # ``old == live`` spelt out (_LIVE_FIELDS), the run a change kept (the
+        # same object) taken as equal without RunInfo.__eq__, a Python call on
+        # every set_live where attrs's __eq__ compares it: the same answer
+        # (a RunInfo of ids equals itself)
+        if (
+            (old.run is live.run or old.run == live.run)
+            and old.tools == live.tools
+            and old.attempt == live.attempt
+            and old.partial == live.partial
+            and old.retry_at == live.retry_at
+            and old.retry_error == live.retry_error
+            and old.poll_at == live.poll_at
+        ):
+            return
+        self._revise(cid, conv, LIVE_DOC, live, within)
 
     def set_inbox(self, cid: ConversationId, items: tuple[InboxItem, ...]) -> None:
         self._set_builtin(cid, INBOX_DOC, items)

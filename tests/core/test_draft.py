@@ -77,3 +77,33 @@ def test_put_task_and_put_entry_stage_their_write_under_its_write_key() -> None:
     tx.write(PutTask(task=task))  # the same keys: replaced in place, not added
     tx.write(PutEntry(entry=entry))
     assert list(tx._writes) == [write_key(PutTask(task=task)), write_key(PutEntry(entry=entry))]
+
+
+def test_set_live_compares_as_live_equality_does() -> None:
+    """set_live's spelt-out comparison says equal exactly when ``==`` does,
+    over values that share parts and values that are equal copies: an
+    equal value writes nothing, an unequal one a revision."""
+    import itertools
+
+    from pidurable.core.state import Live, RunInfo, SlotStatus, ToolSlot
+
+    slot = ToolSlot(call_id="c", name="t", task_id=3)
+    run = RunInfo(task_id=2, inputs=(5,))
+    values = [
+        Live(),
+        Live(run=run),
+        Live(run=RunInfo(task_id=2, inputs=(5,))),
+        Live(run=RunInfo(task_id=2, inputs=(6,))),
+        Live(run=run, tools=(slot,)),
+        Live(run=run, tools=(ToolSlot(call_id="c", name="t", task_id=3),)),
+        Live(run=run, tools=(ToolSlot(call_id="c", name="t", task_id=3, status=SlotStatus.DONE),)),
+        Live(run=run, attempt=1),
+        Live(run=run, partial="p"),
+        Live(run=run, retry_at=9, retry_error="e"),
+        Live(run=run, poll_at=9),
+    ]
+    state = opened_state()
+    for a, b in itertools.product(values, repeat=2):
+        tx = Tx(attrs.evolve(state, conversations={1: attrs.evolve(state.conversations[1], live=a)}), 5)
+        tx.set_live(1, b)
+        assert (not tx._writes) == (a == b), (a, b)
