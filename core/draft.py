@@ -23,7 +23,6 @@ Must not touch: decisions. This module knows records and writes, not rules.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from operator import attrgetter
 from typing import Any
 
 import attrs
@@ -94,8 +93,6 @@ if not all(f.eq and getattr(f, "eq_key", None) is None for f in attrs.fields(Liv
 _NOT_DRAFTED = frozenset({"next_seq", "opened"})
 #: The state fields the draft carries, derived from State itself.
 DRAFT_FIELDS: tuple[str, ...] = tuple(f.name for f in attrs.fields(State) if f.name not in _NOT_DRAFTED)
-# One C-level call reads every drafted field (of a State, or of the draft).
-_read_drafted = attrgetter(*DRAFT_FIELDS)
 
 
 class Tx:
@@ -127,7 +124,7 @@ class Tx:
         #: The rules that fired (see ``Step.rules``): set by ``step`` and
         #: ``Machine.run``; read by nothing in the core.
         self.rules: list[str] = []
-        self.state = state
+        self._load(state)  # (the state setter's work, without a property call)
 
     # The draft keeps the state's parts as plain fields, copied on first
     # write (the input State's mappings are never mutated), and builds a new
@@ -138,29 +135,31 @@ class Tx:
 
     @state.setter
     def state(self, state: State) -> None:
+        self._load(state)
+
+    def _load(self, state: State) -> None:
         self._base = state
-        # One unpacking, in DRAFT_FIELDS' order (a loop of setattr costs a
-        # step ten times as much; tests/core/test_draft.py checks every field
-        # lands where it belongs). Not __dict__.update: touching __dict__
-        # would turn off CPython's fast attribute access for every later
-        # tx.<field>.
-        (
-            self.next_id,
-            self.conversations,
-            self.tasks,
-            self.submissions,
-            self.catalog,
-            self.task_catalog,
-            self.extensions,
-            self.invocations,
-            self.failed_migrations,
-            self.scheduling,
-            self.settings,
-            self.documents,
-            self.keep_settled,
-            self.settled,
-            self.task_index,
-        ) = _read_drafted(state)
+        # Each drafted field read by name (tests/core/test_draft.py checks
+        # every field lands where it belongs): a read of a State slot is a
+        # specialised instruction, where one attrgetter of all fifteen is
+        # fifteen generic lookups, and a loop of setattr costs a step ten
+        # times as much. Not __dict__.update: touching __dict__ would turn
+        # off CPython's fast attribute access for every later tx.<field>.
+        self.next_id = state.next_id
+        self.conversations = state.conversations
+        self.tasks = state.tasks
+        self.submissions = state.submissions
+        self.catalog = state.catalog
+        self.task_catalog = state.task_catalog
+        self.extensions = state.extensions
+        self.invocations = state.invocations
+        self.failed_migrations = state.failed_migrations
+        self.scheduling = state.scheduling
+        self.settings = state.settings
+        self.documents = state.documents
+        self.keep_settled = state.keep_settled
+        self.settled = state.settled
+        self.task_index = state.task_index
         self._own: set[str] = set()
         #: The step's working index (index.py), kept by put_task and
         #: put_conversation: a plain attribute, not made on first use - the
