@@ -110,11 +110,9 @@ def settle(tx: Tx) -> None:
     settled = tx.settled
     if changed:
         convs = tx.conversations
-        moved = sorted(changed) if len(changed) > 1 else list(changed)
-        changed.clear()
         now: list[ConversationId] = []
-        stale = False  # a moved one is in the settled list (it moves or leaves)
-        for cid in moved:
+        stale = False  # a changed one is in the settled list (it moves or leaves)
+        for cid in sorted(changed) if len(changed) > 1 else changed:  # (one, most steps: no list made)
             conv = convs.get(cid)
             if conv is None:
                 continue
@@ -123,8 +121,8 @@ def settle(tx: Tx) -> None:
             elif settled and cid in settled:
                 stale = True
         if now or stale:
-            gone = set(moved)
-            settled = tuple(c for c in settled if c not in gone) + tuple(now)
+            settled = tuple(c for c in settled if c not in changed) + tuple(now)
+        changed.clear()
     if len(settled) > keep:
         cut = len(settled) - keep
         for cid in settled[:cut]:

@@ -153,13 +153,14 @@ class Machine:
         name = self._names.get(key)
         if name is None:
             name = self._names[key] = f"{self.kind}:{key[0]},{move} #"
-        tx.rules.append(f"{name}{task.id}")
-        row.handler(Turn(tx, task, checkpoint, row.next), event)
-        after = tx.tasks.get(task.id)
-        if row.next is END:
+        tid, next_phase = task.id, row.next
+        tx.rules.append(f"{name}{tid}")
+        row.handler(Turn(tx, task, checkpoint, next_phase), event)
+        after = tx.tasks.get(tid)
+        if next_phase is END:
             if after is not None and after.status is not _COMPLETING:
-                raise CoreInvariantError(f"task {task.id}: row ({checkpoint.PHASE}, {move}) must end it")
+                raise CoreInvariantError(f"task {tid}: row ({checkpoint.PHASE}, {move}) must end it")
         # the stored phase itself (not Task.phase: a property call per run; a
         # phase that is no string differs from every phase as None does)
-        elif after is None or after.checkpoint.get("phase") != row.next:
-            raise CoreInvariantError(f"task {task.id}: row ({checkpoint.PHASE}, {move}) must lead to {row.next}")
+        elif after is None or after.checkpoint.get("phase") != next_phase:
+            raise CoreInvariantError(f"task {tid}: row ({checkpoint.PHASE}, {move}) must lead to {next_phase}")

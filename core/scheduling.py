@@ -120,7 +120,9 @@ def run_pass(tx: Tx) -> None:
         tasks = tx.tasks
         ready: list[Task] = []
         for t in _candidates(tx):
-            if is_runnable(tx, task := tasks[t]):
+            task = tasks[t]
+            status = task.status  # (is_runnable's first test, without its call: most candidates are running)
+            if (status is _PENDING or status is _WAITING) and is_runnable(tx, task):
                 ready.append(task)
         if CHECK_TOUCHED:
             everything = [t.id for _, t in sorted(tx.tasks.items()) if is_runnable(tx, t)]

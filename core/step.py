@@ -151,10 +151,12 @@ def step(state: State, event: Event) -> Step:
     if not state.opened and not isinstance(event, Opened):
         raise CoreInvariantError(f"{kind.__name__} before Opened")
     tx = Tx(state, event.now)
-    if kind in _ROUTED:
-        handler(tx, event)
-    else:
-        _route(tx, handler, event)
+    if kind not in _ROUTED:  # _route, inline (a call less on most steps)
+        name = _RULE_NAMES.get(handler)
+        if name is None:
+            name = _RULE_NAMES[handler] = rule_name(handler)
+        tx.rules.append(name)
+    handler(tx, event)
     scheduling.run_pass(tx)
     if kind is not ConversationsLoaded:  # what it loaded waits for the event that asked (holding.py)
         holding.settle(tx)
