@@ -224,17 +224,21 @@ def move_task(task: Task, move: TaskMove, changes: Mapping[str, Any]) -> Task:
         status = next_task_status(task.status, move)  # raises: not a transition
     if (status is T or status is C) and not isinstance(changes.get("outcome", task.outcome), Outcome):
         raise CoreInvariantError(f"task {task.id} cannot finish without an outcome")
-    if not _CHANGEABLE.issuperset(changes):
-        refuse_changes(_CHANGEABLE, changes, "a task move")
-    c = changes  # each field: the change if one is named (an ``in`` test, where .get would be a call)
+    c = changes
+    if not _MOVED.issuperset(c):  # a field no move of the core changes: the same copy, through evolve
+        if not _CHANGEABLE.issuperset(c):
+            refuse_changes(_CHANGEABLE, c, "a task move")
+        return evolve(task, **{"on": task.on if status is W else (), **c, "status": status})
+    # each field a move may change: the change if one is named (an ``in``
+    # test, where .get would be a call); the rest as they are
     return Task(
-        id=c["id"] if "id" in c else task.id,
-        conversation_id=c["conversation_id"] if "conversation_id" in c else task.conversation_id,
-        kind=c["kind"] if "kind" in c else task.kind,
-        version=c["version"] if "version" in c else task.version,
-        input=c["input"] if "input" in c else task.input,
-        owner=c["owner"] if "owner" in c else task.owner,
-        background=c["background"] if "background" in c else task.background,
+        id=task.id,
+        conversation_id=task.conversation_id,
+        kind=task.kind,
+        version=task.version,
+        input=task.input,
+        owner=task.owner,
+        background=task.background,
         abort_requested=c["abort_requested"] if "abort_requested" in c else task.abort_requested,
         status=status,
         checkpoint=c["checkpoint"] if "checkpoint" in c else task.checkpoint,
@@ -255,6 +259,10 @@ _TASK_FIELDS = (
 )
 #: What a move may change besides the status it decides.
 _CHANGEABLE = spelt_out(Task, _TASK_FIELDS) - {"status"}
+#: What the core's moves change (``move_task`` tests only these by name;
+#: a move changing any other field is copied through ``evolve``).
+_MOVED = frozenset({"abort_requested", "checkpoint", "on", "policy", "outcome", "memos", "started_at", "ended_at"})
+assert _MOVED <= _CHANGEABLE
 
 
 def submission_to(sub: Submission, move: SubmissionMove, **changes: Any) -> Submission:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import pytest
 from hypothesis import given
@@ -35,6 +37,7 @@ from pidurable.core.model import (
     Task,
     TaskId,
     TaskStatus,
+    WaitPolicy,
 )
 from pidurable.core.state import SlotStatus, ToolSlot
 
@@ -279,6 +282,30 @@ def test_task_to_is_attrs_evolve_with_the_rows_status(row: tuple[TaskStatus, Tas
     on = {} if after is TaskStatus.WAITING else {"on": ()}
     assert moved == attrs.evolve(task, status=after, **changes, **on)
     assert attrs.asdict(moved, recurse=False) == attrs.asdict(attrs.evolve(task, status=after, **changes, **on), recurse=False)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"abort_requested": True, "on": (TaskId(7),), "policy": WaitPolicy.FAIL_FAST, "started_at": 1},
+        {"kind": "other", "version": 3, "input": {"b": 2}, "owner": None, "background": True},
+        {"id": TaskId(6), "conversation_id": ConversationId(2), "checkpoint": {"phase": "y"}},
+    ],
+)
+def test_task_to_copies_every_changeable_field(changes: dict[str, Any]) -> None:
+    """A move naming only fields the core's moves change (lifecycle._MOVED)
+    takes the spelt-out copy, one naming any other field goes through
+    evolve: either way the copy attrs.evolve makes."""
+    task = Task(
+        id=TaskId(5), conversation_id=ConversationId(1), kind="pi.tool", owner=TaskId(2), input={"a": 1},
+        status=TaskStatus.RUNNING, checkpoint={"phase": "call"}, memos={"m": 1}, started_at=4,
+    )
+    for move in (TaskMove.WAIT, TaskMove.CHECKPOINT):
+        after = TASK_TRANSITIONS[(TaskStatus.RUNNING, move)]
+        on = {} if after is TaskStatus.WAITING or "on" in changes else {"on": ()}
+        expected = attrs.evolve(task, status=after, **changes, **on)
+        moved = task_to(task, move, **changes)
+        assert attrs.asdict(moved, recurse=False) == attrs.asdict(expected, recurse=False)
 
 
 def test_task_to_refuses_an_unknown_field_or_a_status() -> None:
