@@ -227,8 +227,13 @@ class Tx:
     def put_task(self, task: Task, *, durable: bool = True) -> None:
         """Replace a task in the draft; ``durable=False`` changes only memory
         (a reservation whose intent is already stored)."""
-        # (the owned copy without a call once made: most steps put several)
-        tasks: dict[TaskId, Task] = self.tasks if "tasks" in self._own else self._owned("tasks")  # type: ignore[assignment]
+        # (_owned, inline: every step that puts a task needs its own copy)
+        tasks: dict[TaskId, Task]
+        if "tasks" in self._own:
+            tasks = self.tasks  # type: ignore[assignment]
+        else:
+            tasks = self.tasks = dict(self.tasks)
+            self._own.add("tasks")
         tid = task.id
         old = tasks.get(tid)
         touched = self.touched
@@ -301,8 +306,13 @@ class Tx:
     def _revise(self, cid: ConversationId, conv: ConvState, kind: str, value: Any, within: tuple[str | int, ...]) -> None:
         """Store the built-in ``kind`` of ``conv``, changed to ``value``."""
         conv, write = revise(self, conv, kind, value, within)
-        convs = self.conversations if "conversations" in self._own else self._owned("conversations")
-        convs[cid] = conv  # type: ignore[index]
+        convs: dict[ConversationId, ConvState]
+        if "conversations" in self._own:  # (_owned, inline: most steps revise a document or two)
+            convs = self.conversations  # type: ignore[assignment]
+        else:
+            convs = self.conversations = dict(self.conversations)
+            self._own.add("conversations")
+        convs[cid] = conv
         self.changed.add(cid)
         self._writes[(_DOC_WRITE, write.document_id)] = write  # write(), inline: most steps revise a document or two
 
