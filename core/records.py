@@ -98,6 +98,9 @@ ATTRS_INIT: dict[type, Callable[..., None]] = {}
 #: Why :func:`install_init` kept attrs' ``__init__`` of a class (tests read it).
 REFUSED: dict[type, str] = {}
 
+#: The maker :func:`install_maker` accepted for each class (tests compare them).
+MAKERS: dict[type, Callable[..., Any]] = {}
+
 #: What attrs' generated ``__init__`` may name besides the fields' factories
 #: (anything else - a validator, a converter, a hook - is refused).
 _PLAIN_NAMES = frozenset({"_cached_setattr_get", "NOTHING"})
@@ -162,44 +165,67 @@ def _attrs_init(cls: type) -> Any:
     return ATTRS_INIT.get(cls) or cls.__init__  # type: ignore[misc]
 
 
+def _mismatch(cls: type, fn: Any, first: tuple[str, ...]) -> str | None:
+    """Why the generated ``fn`` (an ``__init__``: ``first`` is ``("self",)``;
+    a maker: ``()``) does not fit ``cls`` (None: it does, and ``cls`` is plain)."""
+    why = plain_refusal(cls)
+    if why is not None:
+        return why
+    fields = attrs.fields(cls)
+    positional = tuple(f.alias for f in fields if not f.kw_only)
+    keyword = tuple(f.alias for f in fields if f.kw_only)
+    code = fn.__code__
+    if (code.co_argcount, code.co_kwonlyargcount) != (len(first) + len(positional), len(keyword)) or code.co_varnames[
+        : code.co_argcount + code.co_kwonlyargcount
+    ] != (*first, *positional, *keyword):
+        return f"{fn.__name__} has other parameters: regenerate it"
+    for f in fields:
+        setter = fn.__globals__.get(f"_{cls.__name__}_{f.name}")
+        factory = fn.__globals__.get(f"_{cls.__name__}_{f.name}_f")
+        if getattr(setter, "__self__", None) is not _member(cls, f.name) or (
+            isinstance(f.default, attrs.Factory) and factory is not f.default.factory  # type: ignore[arg-type]
+        ):
+            return f"field {f.name}: the setter or factory {fn.__name__} uses is not its own: regenerate it"
+    # The defaults are attrs' own objects (a factory's parameter defaults to NOTHING).
+    optional = {f.alias: attrs.NOTHING if isinstance(f.default, attrs.Factory) else f.default for f in fields if f.default is not attrs.NOTHING}  # type: ignore[arg-type]
+    fn.__defaults__ = tuple(optional[a] for a in positional if a in optional) or None
+    fn.__kwdefaults__ = {a: optional[a] for a in keyword if a in optional} or None
+    return None
+
+
 def install_init(cls: type, init: Callable[..., None]) -> None:
     """Make ``init`` (from record_inits.py) ``cls.__init__`` if it matches
     ``cls`` (the parameters attrs' has, in its order; the slot setters and
     factories of ``cls``'s fields) and ``cls`` is plain; else keep attrs'
     ``__init__`` and say why in :data:`REFUSED`."""
     old, new = _attrs_init(cls), cast(Any, init)
-    why = plain_refusal(cls)
-    fields = attrs.fields(cls) if why is None else ()
-    positional = tuple(f.alias for f in fields if not f.kw_only)
-    keyword = tuple(f.alias for f in fields if f.kw_only)
-    code = new.__code__
-    if why is None and (
-        code.co_argcount != 1 + len(positional)
-        or code.co_kwonlyargcount != len(keyword)
-        or code.co_varnames[: code.co_argcount + code.co_kwonlyargcount] != ("self", *positional, *keyword)
-    ):
-        why = "its __init__ in record_inits.py has other parameters: regenerate it"
-    for f in fields if why is None else ():
-        setter = new.__globals__.get(f"_{cls.__name__}_{f.name}")
-        factory = new.__globals__.get(f"_{cls.__name__}_{f.name}_f")
-        if getattr(setter, "__self__", None) is not _member(cls, f.name) or (
-            isinstance(f.default, attrs.Factory) and factory is not f.default.factory  # type: ignore[arg-type]
-        ):
-            why = f"field {f.name}: its setter or factory in record_inits.py is not its own: regenerate it"
+    why = _mismatch(cls, new, ("self",))
     if why is not None:
         REFUSED[cls] = why
         return
-    # The defaults are attrs' own objects (a factory's parameter defaults to NOTHING).
-    optional = {f.alias: attrs.NOTHING if isinstance(f.default, attrs.Factory) else f.default for f in fields if f.default is not attrs.NOTHING}  # type: ignore[arg-type]
-    new.__defaults__ = tuple(optional[a] for a in positional if a in optional) or None
-    new.__kwdefaults__ = {a: optional[a] for a in keyword if a in optional} or None
     new.__qualname__, new.__doc__ = old.__qualname__, old.__doc__
     new.__annotations__ = dict(old.__annotations__)
     ATTRS_INIT[cls] = old
     cls.__init__ = new  # type: ignore[misc]
 
 
-_HEADER = '''"""The spelt-out ``__init__`` of each record built on the hot path (issue 11 item 2).
+def install_maker(cls: type[T], maker: Callable[..., T]) -> Callable[..., T]:
+    """``maker`` (from record_makers.py) if it matches ``cls`` as
+    :func:`install_init` checks an ``__init__`` (else ``cls`` itself, and
+    :data:`REFUSED` says why): ``maker(**fields)`` builds what ``cls(**fields)``
+    builds without the type call's keyword dict (a heap type has no
+    vectorcall in 3.11: ``cls(**kw)`` packs the keywords into a dict for
+    ``type.__call__`` and unpacks them again for ``__init__``)."""
+    why = _mismatch(cls, maker, ())
+    if why is not None:
+        REFUSED.setdefault(cls, why)
+        return cls
+    MAKERS[cls] = maker
+    return maker
+
+
+_HEADERS = {
+    "record_inits": '''"""The spelt-out ``__init__`` of each record built on the hot path (issue 11 item 2).
 
 GENERATED by ``records.init_source`` (records.py says why: each sets its
 slots through their member descriptors, not attrs' ``object.__setattr__``).
@@ -212,8 +238,25 @@ or a class given a validator, a converter or a hook, keep attrs'
 ``__init__``); tests/core/test_records_init.py checks this file is current
 and each ``__init__`` builds what attrs' own builds.
 """
+''',
+    "record_makers": '''"""``new_X(**fields)``: what ``X(**fields)`` builds, for the records the core
+copies most (issue 11 item 2).
 
-'''
+A heap type has no vectorcall in Python 3.11: ``X(a=1, b=2)`` packs the
+keywords into a dict for ``type.__call__``, which unpacks them again to call
+``X.__init__``. ``new_X`` is a plain function: ``object.__new__(X)``, then each
+slot set as record_inits.py's ``X.__init__`` sets it, with no dict.
+
+GENERATED by ``records.init_source`` - do not edit; regenerate:
+
+    PYTHONSAFEPATH=1 python -c "import sys; from pidurable.core import records, record_makers as r; sys.stdout.write(records.init_source(r.COVERED, maker=True))" > core/record_makers.py
+
+``install_maker`` checks each against its class at import (``new_X`` is ``X``
+itself if it does not fit); tests/core/test_records_init.py checks this file
+is current and each maker builds what attrs' ``__init__`` builds.
+"""
+''',
+}
 
 
 def _bind(c: str, helper: str, names: list[str], suffix: str) -> str:
@@ -221,54 +264,72 @@ def _bind(c: str, helper: str, names: list[str], suffix: str) -> str:
     return f"{targets} = {helper}({c}, {tuple(names)!r})"
 
 
-def init_source(classes: Iterable[type]) -> str:
-    """The body of record_inits.py for ``classes``: per class, its slot
-    setters and factories bound once, and its ``__init__``."""
+def _part(cls: type, maker: bool) -> str:
+    """One class's part of the generated file: its setters and factories
+    bound once, its ``__init__`` (or maker), and the install."""
+    c = cls.__name__
+    fields = attrs.fields(cls)
+    body = []
+    for f in fields:
+        if isinstance(f.default, attrs.Factory):  # type: ignore[arg-type]
+            value = f"{f.alias} if {f.alias} is not _N else _{c}_{f.name}_f()"
+        else:
+            value = f.alias
+        body.append(f"    _{c}_{f.name}(self, {value})")
+    made = [f.name for f in fields if isinstance(f.default, attrs.Factory)]  # type: ignore[arg-type]
+    lines = [f"# {c}", _bind(c, "slot_setters", [f.name for f in fields], "")]
+    if made:
+        lines.append(_bind(c, "field_factories", made, "_f"))
+    params = [f"{f.alias}: Any" + ("" if f.default is attrs.NOTHING else " = _N") for f in fields if not f.kw_only]
+    keyword = [f"{f.alias}: Any" + ("" if f.default is attrs.NOTHING else " = _N") for f in fields if f.kw_only]
+    rest = [*params, *(["*", *keyword] if keyword else [])]
+    if maker:
+        lines += ["", "", f"def _new_{c}({', '.join(rest)}) -> {c}:", f"    self = _new({c})", *body, "    return self"]
+        lines += ["", "", "if TYPE_CHECKING:  # (mypy checks a call as the class's own)", f"    new_{c} = {c}", "else:"]
+        lines.append(f"    new_{c} = install_maker({c}, _new_{c})")
+    else:
+        lines += ["", "", f"def _init_{c}({', '.join(['self: Any', *rest])}) -> None:", *body]
+        lines += ["", "", f"install_init({c}, _init_{c})"]
+    return "\n".join(lines)
+
+
+def init_source(classes: Iterable[type], maker: bool = False) -> str:
+    """The text of record_inits.py for ``classes`` (or, ``maker``, of
+    record_makers.py): per class, its slot setters and factories bound once,
+    and its ``__init__`` (its maker)."""
     classes = tuple(classes)
     imports: dict[str, list[str]] = {}
-    parts = []
     for cls in classes:
         imports.setdefault(cls.__module__.rsplit(".", 1)[-1], []).append(cls.__name__)
-        c = cls.__name__
-        fields = attrs.fields(cls)
-        body = []
-        for f in fields:
-            if isinstance(f.default, attrs.Factory):  # type: ignore[arg-type]
-                value = f"{f.alias} if {f.alias} is not _N else _{c}_{f.name}_f()"
-            else:
-                value = f.alias
-            body.append(f"    _{c}_{f.name}(self, {value})")
-        made = [f.name for f in fields if isinstance(f.default, attrs.Factory)]  # type: ignore[arg-type]
-        lines = [f"# {c}", _bind(c, "slot_setters", [f.name for f in fields], "")]
-        if made:
-            lines.append(_bind(c, "field_factories", made, "_f"))
-        params = [f"{f.alias}: Any" + ("" if f.default is attrs.NOTHING else " = _N") for f in fields if not f.kw_only]
-        keyword = [f"{f.alias}: Any" + ("" if f.default is attrs.NOTHING else " = _N") for f in fields if f.kw_only]
-        signature = ", ".join(["self: Any", *params, *(["*", *keyword] if keyword else [])])
-        lines += ["", "", f"def _init_{c}({signature}) -> None:", *body, "", "", f"install_init({c}, _init_{c})"]
-        parts.append("\n".join(lines))
+    helpers = "field_factories, install_maker, slot_setters" if maker else "field_factories, install_init, slot_setters"
     head = [
         "from __future__ import annotations",
         "",
-        "from typing import Any",
+        "from typing import TYPE_CHECKING, Any" if maker else "from typing import Any",
         "",
         "from attrs import NOTHING as _N",
         "",
         *(f"from .{m} import {', '.join(sorted(names))}" for m, names in sorted(imports.items())),
-        "from .records import field_factories, install_init, slot_setters",
+        f"from .records import {helpers}",
+        *(["", "_new = object.__new__"] if maker else []),
     ]
     covered = ", ".join(cls.__name__ for cls in classes)
-    tail = f"#: The classes given a spelt-out __init__ here (regenerate from these).\nCOVERED = ({covered},)\n"
-    return _HEADER + "\n".join(head) + "\n\n\n" + "\n\n\n".join(parts) + "\n\n\n" + tail
+    what = "a maker" if maker else "a spelt-out __init__"
+    tail = f"#: The classes given {what} here (regenerate from these).\nCOVERED = ({covered},)\n"
+    parts = "\n\n\n".join(_part(cls, maker) for cls in classes)
+    header = _HEADERS["record_makers" if maker else "record_inits"]
+    return header + "\n" + "\n".join(head) + "\n\n\n" + parts + "\n\n\n" + tail
 
 
 __all__ = [
     "ATTRS_INIT",
+    "MAKERS",
     "REFUSED",
     "evolve",
     "field_factories",
     "init_source",
     "install_init",
+    "install_maker",
     "plain_refusal",
     "refuse_changes",
     "slot_setters",

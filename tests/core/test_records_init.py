@@ -14,11 +14,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pidurable.core import record_inits, records
-from pidurable.core.records import ATTRS_INIT, REFUSED, init_source, install_init
+from pidurable.core import record_inits, record_makers, records
+from pidurable.core.records import ATTRS_INIT, MAKERS, REFUSED, init_source, install_init, install_maker
 
 COVERED: tuple[type, ...] = record_inits.COVERED
+MADE: tuple[type, ...] = record_makers.COVERED
 RECORD_INITS = Path(record_inits.__file__)
+RECORD_MAKERS = Path(record_makers.__file__)
 
 
 def _by_attrs(cls: type, *args: Any, **kwargs: Any) -> Any:
@@ -68,6 +70,30 @@ def _same(cls: type, a: Any, b: Any) -> None:
 def test_record_inits_py_is_current() -> None:
     """record_inits.py is what init_source writes for its classes (regenerate it after a record changes)."""
     assert RECORD_INITS.read_text(encoding="utf-8") == init_source(COVERED)
+
+
+def test_record_makers_py_is_current() -> None:
+    """record_makers.py is what init_source writes for its classes (regenerate it after a record changes)."""
+    assert RECORD_MAKERS.read_text(encoding="utf-8") == init_source(MADE, maker=True)
+
+
+@pytest.mark.parametrize("cls", MADE, ids=lambda c: c.__name__)
+def test_each_maker_builds_what_attrs_builds(cls: type) -> None:
+    """new_X: installed, with attrs' defaults; for no optional field, each one alone, all of them, the record attrs builds; a TypeError where X(...) raises one."""
+    maker = getattr(record_makers, f"new_{cls.__name__}")
+    assert MAKERS[cls] is maker and cls not in REFUSED
+    for p, q in zip(inspect.signature(maker).parameters.values(), list(inspect.signature(ATTRS_INIT[cls]).parameters.values())[1:]):
+        assert (p.name, p.kind, p.default) == (q.name, q.kind, q.default) and p.default is q.default
+    optional = [f.name for f in attrs.fields(cls) if f.default is not attrs.NOTHING]
+    for given_optional in [frozenset(), *(frozenset({n}) for n in optional), frozenset(optional)]:
+        args, kwargs = _arguments(cls, given_optional)
+        _same(cls, maker(*args, **kwargs), _by_attrs(cls, *args, **kwargs))
+    args, kwargs = _arguments(cls, frozenset())
+    for f in attrs.fields(cls):
+        if f.default is attrs.NOTHING and f.kw_only:
+            rest = {k: v for k, v in kwargs.items() if k != f.alias}
+            assert _call_error(maker, *args, **rest).endswith(_call_error(cls, *args, **rest).split("()", 1)[1])
+    assert _call_error(maker, *args, **kwargs, unknown=1).endswith("got an unexpected keyword argument 'unknown'")
 
 
 @pytest.mark.parametrize("cls", COVERED, ids=lambda c: c.__name__)
@@ -153,6 +179,15 @@ def _init_of(cls: type) -> Any:
     return namespace[f"_init_{cls.__name__}"]
 
 
+def _maker_of(cls: type) -> Any:
+    """record_makers.py's text for ``cls`` (a test class) run here: its maker."""
+    text = init_source([cls], maker=True)
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("from ."))
+    namespace: dict[str, Any] = {cls.__name__: cls, "install_maker": lambda c, m: m, "slot_setters": records.slot_setters, "field_factories": records.field_factories}
+    exec(compile(body, "<test maker>", "exec"), namespace)
+    return namespace[f"_new_{cls.__name__}"]
+
+
 def _plain() -> type:
     @attrs.frozen(kw_only=True)
     class Plain:
@@ -231,3 +266,15 @@ def test_a_stale_init_is_refused() -> None:
     grown = attrs.make_class("Plain", {"a": attrs.field(), "b": attrs.field(factory=dict), "c": attrs.field(default="c"), "d": attrs.field(default=0)}, frozen=True, slots=True, kw_only=True)
     assert "other parameters" in _refused(grown, init)
     assert "not its own" in _refused(_plain(), init)
+
+
+def test_a_maker_for_a_class_not_plain_or_changed_is_the_class_itself() -> None:
+    """install_maker gives the class itself for a class with a validator or a field added since (so new_X(...) is X(...))."""
+    plain = _plain()
+    maker = _maker_of(plain)
+    assert install_maker(plain, maker) is maker and maker(a=1) == plain(a=1) and maker(a=1).b is not maker(a=1).b
+    checked = attrs.make_class("Plain", {"a": attrs.field(validator=lambda *a: None), "b": attrs.field(factory=dict), "c": attrs.field(default="c")}, frozen=True, slots=True, kw_only=True)
+    grown = attrs.make_class("Plain", {"a": attrs.field(), "b": attrs.field(factory=dict), "c": attrs.field(default="c"), "d": attrs.field(default=0)}, frozen=True, slots=True, kw_only=True)
+    for cls in (checked, grown):
+        assert install_maker(cls, _maker_of(plain)) is cls
+        assert REFUSED.pop(cls)
