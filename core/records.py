@@ -1,4 +1,5 @@
-"""``evolve``: ``attrs.evolve`` with each class's field list read once.
+"""``evolve``: ``attrs.evolve`` with each class's field list read once; and
+the spelt-out ``__init__``s of the hottest records (record_inits.py).
 
 Every change of a record in the core (a task's move, a slot's, ``pi.live``'s,
 a conversation's built-ins) makes a changed copy. ``attrs.evolve`` reads the
@@ -8,13 +9,33 @@ builds the copy through the class's own ``__init__`` exactly as
 ``attrs.evolve`` does (validators and converters run; an unknown name is a
 ``TypeError``), so it is the same copy, made with less work: steps make
 several per event (issue 11 item 2).
+
+attrs' ``__init__`` of a frozen slotted class sets each field with
+``object.__setattr__(self, "x", x)``: the generic attribute path, a type
+lookup per field, ~1,000 machine instructions a field set in C, and ~40
+records are built a durable step. record_inits.py gives the records built
+most often an ``__init__`` that sets each slot through the slot's own member
+descriptor (``Cls.__dict__["x"].__set__``, bound once at import): the same
+store, without the lookup. The class stays what it was - frozen
+(``setattr``/``delattr`` still raise ``FrozenInstanceError``), the same
+signature, defaults, factories, aliases and errors; ``attrs.fields``,
+``evolve``, cattrs, pickle, copy, ``==``, ``hash`` and ``repr`` are attrs'
+own. The core runs no code from strings (test_purity), so those
+``__init__``s are source, written by :func:`init_source` and checked in;
+:func:`install_init` checks each against its class at import and keeps
+attrs' ``__init__`` for a class it does not match or that is not plain (a
+validator, a converter, a pre/post-init hook, an ``init=False`` field, a
+``Factory(takes_self=True)``, a cached hash, ``on_setattr``, anything else
+in attrs' ``__init__``); tests/core/test_records_init.py checks the file is
+current and each ``__init__`` builds what attrs' own builds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import types
+from collections.abc import Callable, Iterable, Mapping
 from operator import attrgetter
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 import attrs
 
@@ -71,4 +92,246 @@ def refuse_changes(allowed: frozenset[str], changes: Mapping[str, Any], what: st
     raise TypeError(f"{what} cannot set {sorted(set(changes) - allowed)}")
 
 
-__all__ = ["evolve", "refuse_changes", "spelt_out"]
+#: attrs' own ``__init__`` of each class given a spelt-out one (tests compare them).
+ATTRS_INIT: dict[type, Callable[..., None]] = {}
+
+#: Why :func:`install_init` kept attrs' ``__init__`` of a class (tests read it).
+REFUSED: dict[type, str] = {}
+
+#: The maker :func:`install_maker` accepted for each class (tests compare them).
+MAKERS: dict[type, Callable[..., Any]] = {}
+
+#: What attrs' generated ``__init__`` may name besides the fields' factories
+#: (anything else - a validator, a converter, a hook - is refused).
+_PLAIN_NAMES = frozenset({"_cached_setattr_get", "NOTHING"})
+
+
+def _member(cls: type, name: str) -> Any:
+    return next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
+
+
+def _absent(*args: Any) -> NoReturn:
+    raise AttributeError("no such slot or factory: install_init refuses this __init__")
+
+
+def slot_setters(cls: type, names: Iterable[str]) -> tuple[Callable[[Any, Any], None], ...]:
+    """The ``__set__`` of each of ``cls``'s slots ``names`` (one that is not
+    a slot: a stand-in that :func:`install_init` refuses)."""
+    members = [_member(cls, name) for name in names]
+    return tuple(m.__set__ if isinstance(m, types.MemberDescriptorType) else _absent for m in members)
+
+
+def field_factories(cls: type, names: Iterable[str]) -> tuple[Callable[[], Any], ...]:
+    """The factory of each of ``cls``'s fields ``names`` (as above)."""
+    defaults: dict[str, Any] = {f.name: f.default for f in attrs.fields(cls)}
+    found = [defaults.get(name) for name in names]
+    return tuple(d.factory if isinstance(d, attrs.Factory) else _absent for d in found)  # type: ignore[arg-type,union-attr]
+
+
+def plain_refusal(cls: type) -> str | None:
+    """Why ``cls`` must keep attrs' ``__init__`` (None: it only sets its
+    fields, each from its parameter, its default or its factory)."""
+    inspect_props = getattr(attrs, "inspect", None)  # attrs >= 25.4
+    if inspect_props is None or not attrs.has(cls) or "__attrs_props__" not in cls.__dict__:
+        return "not an attrs class (or attrs < 25.4)"
+    props = inspect_props(cls)
+    if not (props.is_slotted and props.is_frozen and props.added_init) or props.is_exception:
+        return "not a frozen slotted attrs class with attrs' __init__"
+    if props.hashability is attrs.ClassProps.Hashability.HASHABLE_CACHED or props.on_setattr_hook is not None:
+        return "a cached hash or an on_setattr hook"
+    if hasattr(cls, "__attrs_pre_init__") or hasattr(cls, "__attrs_post_init__"):
+        return "a pre/post-init hook"
+    fields = attrs.fields(cls)
+    factories = set()
+    for f in fields:
+        if not f.init or f.validator is not None or f.converter is not None or f.on_setattr is not None:
+            return f"field {f.name}: init=False, a validator, a converter or on_setattr"
+        if isinstance(f.default, attrs.Factory):  # type: ignore[arg-type]
+            if f.default.takes_self:
+                return f"field {f.name}: Factory(takes_self=True)"
+            factories.add(f"__attr_factory_{f.name}")
+        if not isinstance(_member(cls, f.name), types.MemberDescriptorType):
+            return f"field {f.name}: no slot"
+    code = _attrs_init(cls).__code__
+    if not _PLAIN_NAMES.union(factories).issuperset(code.co_names):
+        return f"attrs' __init__ does more: {sorted(set(code.co_names) - _PLAIN_NAMES - factories)}"
+    if not {f.name for f in fields}.issuperset(c for c in code.co_consts if isinstance(c, str)):
+        return "attrs' __init__ sets more than the fields"
+    return None
+
+
+def _attrs_init(cls: type) -> Any:
+    """attrs' own ``__init__`` of ``cls`` (also once replaced)."""
+    return ATTRS_INIT.get(cls) or cls.__init__  # type: ignore[misc]
+
+
+def _mismatch(cls: type, fn: Any, first: tuple[str, ...]) -> str | None:
+    """Why the generated ``fn`` (an ``__init__``: ``first`` is ``("self",)``;
+    a maker: ``()``) does not fit ``cls`` (None: it does, and ``cls`` is plain)."""
+    why = plain_refusal(cls)
+    if why is not None:
+        return why
+    fields = attrs.fields(cls)
+    positional = tuple(f.alias for f in fields if not f.kw_only)
+    keyword = tuple(f.alias for f in fields if f.kw_only)
+    code = fn.__code__
+    if (code.co_argcount, code.co_kwonlyargcount) != (len(first) + len(positional), len(keyword)) or code.co_varnames[
+        : code.co_argcount + code.co_kwonlyargcount
+    ] != (*first, *positional, *keyword):
+        return f"{fn.__name__} has other parameters: regenerate it"
+    for f in fields:
+        setter = fn.__globals__.get(f"_{cls.__name__}_{f.name}")
+        factory = fn.__globals__.get(f"_{cls.__name__}_{f.name}_f")
+        if getattr(setter, "__self__", None) is not _member(cls, f.name) or (
+            isinstance(f.default, attrs.Factory) and factory is not f.default.factory  # type: ignore[arg-type]
+        ):
+            return f"field {f.name}: the setter or factory {fn.__name__} uses is not its own: regenerate it"
+    # The defaults are attrs' own objects (a factory's parameter defaults to NOTHING).
+    optional = {f.alias: attrs.NOTHING if isinstance(f.default, attrs.Factory) else f.default for f in fields if f.default is not attrs.NOTHING}  # type: ignore[arg-type]
+    fn.__defaults__ = tuple(optional[a] for a in positional if a in optional) or None
+    fn.__kwdefaults__ = {a: optional[a] for a in keyword if a in optional} or None
+    return None
+
+
+def install_init(cls: type, init: Callable[..., None]) -> None:
+    """Make ``init`` (from record_inits.py) ``cls.__init__`` if it matches
+    ``cls`` (the parameters attrs' has, in its order; the slot setters and
+    factories of ``cls``'s fields) and ``cls`` is plain; else keep attrs'
+    ``__init__`` and say why in :data:`REFUSED`."""
+    old, new = _attrs_init(cls), cast(Any, init)
+    why = _mismatch(cls, new, ("self",))
+    if why is not None:
+        REFUSED[cls] = why
+        return
+    new.__qualname__, new.__doc__ = old.__qualname__, old.__doc__
+    new.__annotations__ = dict(old.__annotations__)
+    ATTRS_INIT[cls] = old
+    cls.__init__ = new  # type: ignore[misc]
+
+
+def install_maker(cls: type[T], maker: Callable[..., T]) -> Callable[..., T]:
+    """``maker`` (from record_makers.py) if it matches ``cls`` as
+    :func:`install_init` checks an ``__init__`` (else ``cls`` itself, and
+    :data:`REFUSED` says why): ``maker(**fields)`` builds what ``cls(**fields)``
+    builds without the type call's keyword dict (a heap type has no
+    vectorcall in 3.11: ``cls(**kw)`` packs the keywords into a dict for
+    ``type.__call__`` and unpacks them again for ``__init__``)."""
+    why = _mismatch(cls, maker, ())
+    if why is not None:
+        REFUSED.setdefault(cls, why)
+        return cls
+    MAKERS[cls] = maker
+    return maker
+
+
+_HEADERS = {
+    "record_inits": '''"""The spelt-out ``__init__`` of each record built on the hot path (issue 11 item 2).
+
+GENERATED by ``records.init_source`` (records.py says why: each sets its
+slots through their member descriptors, not attrs' ``object.__setattr__``).
+Do not edit; after a change of one of these classes, regenerate:
+
+    PYTHONSAFEPATH=1 python -c "from pidurable.core import records, record_inits as r; s = records.init_source(r.COVERED); open('core/record_inits.py', 'w').write(s)"
+
+``install_init`` checks each against its class at import (other parameters,
+or a class given a validator, a converter or a hook, keep attrs'
+``__init__``); tests/core/test_records_init.py checks this file is current
+and each ``__init__`` builds what attrs' own builds.
+"""
+''',
+    "record_makers": '''"""``new_X(**fields)``: what ``X(**fields)`` builds, for the records the core
+copies most (issue 11 item 2).
+
+A heap type has no vectorcall in Python 3.11: ``X(a=1, b=2)`` packs the
+keywords into a dict for ``type.__call__``, which unpacks them again to call
+``X.__init__``. ``new_X`` is a plain function: ``object.__new__(X)``, then each
+slot set as record_inits.py's ``X.__init__`` sets it, with no dict.
+
+GENERATED by ``records.init_source`` - do not edit; regenerate:
+
+    PYTHONSAFEPATH=1 python -c "from pidurable.core import records, record_makers as r; s = records.init_source(r.COVERED, maker=True); open('core/record_makers.py', 'w').write(s)"
+
+``install_maker`` checks each against its class at import (``new_X`` is ``X``
+itself if it does not fit); tests/core/test_records_init.py checks this file
+is current and each maker builds what attrs' ``__init__`` builds.
+"""
+''',
+}
+
+
+def _bind(c: str, helper: str, names: list[str], suffix: str) -> str:
+    targets = ", ".join(f"_{c}_{n}{suffix}" for n in names) + ("," if len(names) == 1 else "")
+    return f"{targets} = {helper}({c}, {tuple(names)!r})"
+
+
+def _part(cls: type, maker: bool) -> str:
+    """One class's part of the generated file: its setters and factories
+    bound once, its ``__init__`` (or maker), and the install."""
+    c = cls.__name__
+    fields = attrs.fields(cls)
+    body = []
+    for f in fields:
+        if isinstance(f.default, attrs.Factory):  # type: ignore[arg-type]
+            value = f"{f.alias} if {f.alias} is not _N else _{c}_{f.name}_f()"
+        else:
+            value = f.alias
+        body.append(f"    _{c}_{f.name}(self, {value})")
+    made = [f.name for f in fields if isinstance(f.default, attrs.Factory)]  # type: ignore[arg-type]
+    lines = [f"# {c}", _bind(c, "slot_setters", [f.name for f in fields], "")]
+    if made:
+        lines.append(_bind(c, "field_factories", made, "_f"))
+    params = [f"{f.alias}: Any" + ("" if f.default is attrs.NOTHING else " = _N") for f in fields if not f.kw_only]
+    keyword = [f"{f.alias}: Any" + ("" if f.default is attrs.NOTHING else " = _N") for f in fields if f.kw_only]
+    rest = [*params, *(["*", *keyword] if keyword else [])]
+    if maker:
+        lines += ["", "", f"def _new_{c}({', '.join(rest)}) -> {c}:", f"    self = _new({c})", *body, "    return self"]
+        lines += ["", "", "if TYPE_CHECKING:  # (mypy checks a call as the class's own)", f"    new_{c} = {c}", "else:"]
+        lines.append(f"    new_{c} = install_maker({c}, _new_{c})")
+    else:
+        lines += ["", "", f"def _init_{c}({', '.join(['self: Any', *rest])}) -> None:", *body]
+        lines += ["", "", f"install_init({c}, _init_{c})"]
+    return "\n".join(lines)
+
+
+def init_source(classes: Iterable[type], maker: bool = False) -> str:
+    """The text of record_inits.py for ``classes`` (or, ``maker``, of
+    record_makers.py): per class, its slot setters and factories bound once,
+    and its ``__init__`` (its maker)."""
+    classes = tuple(classes)
+    imports: dict[str, list[str]] = {}
+    for cls in classes:
+        imports.setdefault(cls.__module__.rsplit(".", 1)[-1], []).append(cls.__name__)
+    helpers = "field_factories, install_maker, slot_setters" if maker else "field_factories, install_init, slot_setters"
+    head = [
+        "from __future__ import annotations",
+        "",
+        "from typing import TYPE_CHECKING, Any" if maker else "from typing import Any",
+        "",
+        "from attrs import NOTHING as _N",
+        "",
+        *(f"from .{m} import {', '.join(sorted(names))}" for m, names in sorted(imports.items())),
+        f"from .records import {helpers}",
+        *(["", "_new = object.__new__"] if maker else []),
+    ]
+    covered = ", ".join(cls.__name__ for cls in classes)
+    what = "a maker" if maker else "a spelt-out __init__"
+    tail = f"#: The classes given {what} here (regenerate from these).\nCOVERED = ({covered},)\n"
+    parts = "\n\n\n".join(_part(cls, maker) for cls in classes)
+    header = _HEADERS["record_makers" if maker else "record_inits"]
+    return header + "\n" + "\n".join(head) + "\n\n\n" + parts + "\n\n\n" + tail
+
+
+__all__ = [
+    "ATTRS_INIT",
+    "MAKERS",
+    "REFUSED",
+    "evolve",
+    "field_factories",
+    "init_source",
+    "install_init",
+    "install_maker",
+    "plain_refusal",
+    "refuse_changes",
+    "slot_setters",
+    "spelt_out",
+]
