@@ -28,6 +28,7 @@ from pidurable.core.effects import (
     PutSubmission,
     PutTask,
     PutUsage,
+    RevisionAction,
     WRITE_TYPES,
     Write,
 )
@@ -525,13 +526,14 @@ def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
     action = r.action
     if type(version) is not int or type(owner) is not int or type(did) is not int:
         return encode_write_reference(w, seq)
-    data: dict[str, Any] = {"action": action}
-    if r.value is not None:
-        data["value"] = r.value
-    if r.ops != ():
-        data["ops"] = r.ops
+    value, ops = r.value, r.ops
+    has_value, has_ops = value is not None, ops != ()
     try:
-        rest = "".join(_chunks(data, 0))[1:]  # '"action":...}'
+        # '"action":...}': the record's last fields, each piece alone (the keys: constants)
+        rest = (
+            f'"action":{_ACTION_TEXT[action]}{_VALUE + "".join(_chunks(value, 0)) if has_value else ""}'
+            f'{_OPS + "".join(_chunks(ops, 0)) if has_ops else ""}}}'
+        )
         scope, history, fork = r.scope, r.history, r.fork
         # (a scope, history or fork that is not a member of its enum: a KeyError, the reference way)
         scope_text, history_text, fork_text = _ENUM_TEXT[scope], _ENUM_TEXT[history], _ENUM_TEXT[fork]
@@ -553,6 +555,11 @@ def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
         }
         return _new(Row, ("document_revisions", (did, seq), columns)), f"{_DOCUMENT_JOURNAL}{did}{_REVISION_KEY}{record}}}"
     return encode_write_reference(w, seq)
+
+
+#: A revision's action as its JSON text (another value: a KeyError, the reference way), and the keys after it.
+_ACTION_TEXT: dict[Any, str] = {m: codec.plain_scalar(m) for m in RevisionAction}
+_VALUE, _OPS = ',"value":', ',"ops":'
 
 
 #: Each write class's encoder: the writes every step makes encoded once, the

@@ -21,7 +21,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from pidurable.core.effects import DocumentRevision, PutDocument, PutEntry, PutTask, RevisionAction
-from pidurable.core.events import EVENT_TYPES, ModelResponded, PreparedCall, TaskCommitRequested
+from pidurable.core.events import EVENT_TYPES, ModelResponded, PreparedCall, TaskCommitRequested, ToolFinished
 from pidurable.core.model import Entry, Outcome, OutcomeStatus, Task, TaskStatus, ToolCall
 from pidurable.core.state import DocHistory, DocScope, ForkPolicy
 from pidurable.shell.storage import base, codec, rows, spelt
@@ -345,3 +345,20 @@ def _same_or_same_error(w: Any) -> None:
             base.encode_write(w, 1)
     else:
         assert base.encode_write(w, 1) == expected
+
+
+@pytest.mark.parametrize("changes", [
+    {}, {"text": ""}, {"text": "é\n\"q\""}, {"is_error": True}, {"control": {"terminate": True}}, {"truncated": {"n": 1}},
+    {"text": None}, {"now": True}, {"task_id": 2.0},
+], ids=repr)  # fmt: skip
+def test_a_tool_finished_alone_encodes_to_the_reference_text(changes: dict[str, Any]) -> None:
+    """A commit of one ToolFinished is joined from pieces when its fields are
+    plain and at their defaults (else the general way): the same text."""
+    events = [attrs.evolve(ToolFinished(now=5, task_id=7, text="ok"), **changes)]
+    try:
+        expected = codec.reference_events_json(events)
+    except Exception as e:  # noqa: BLE001 - whatever the reference raises, the fast way raises too
+        with pytest.raises(type(e)):
+            spelt.events_json(events)
+    else:
+        assert spelt.events_json(events) == expected
