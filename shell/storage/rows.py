@@ -28,11 +28,12 @@ from pidurable.core.effects import (
     PutSubmission,
     PutTask,
     PutUsage,
+    RevisionAction,
     WRITE_TYPES,
     Write,
 )
 from pidurable.core.events import Event
-from pidurable.core.model import Entry, Outcome, Task, TaskStatus, WaitPolicy
+from pidurable.core.model import Entry, Outcome, OutcomeStatus, Task, TaskStatus, WaitPolicy
 from pidurable.core.state import AGENT_DOC, CONTEXT_DOC, INBOX_DOC, LIVE_DOC, USAGE_DOC, DocHistory, DocScope, ForkPolicy
 
 from . import codec, spelt
@@ -324,7 +325,7 @@ _new = tuple.__new__
 # ints (spliced by formatting), a value that is not plain JSON data.
 
 
-def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
+def _entry_by_dict(w: PutEntry, seq: int) -> tuple[Row, str]:
     e = w.entry
     eid, cid = e.id, e.conversation_id
     if type(eid) is not int or type(cid) is not int:
@@ -360,7 +361,7 @@ def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
     return encode_write_reference(w, seq)
 
 
-def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
+def _task_by_dict(w: PutTask, seq: int) -> tuple[Row, str]:
     t = w.task
     tid = t.id
     cid = t.conversation_id
@@ -424,6 +425,98 @@ def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
     return encode_write_reference(w, seq)
 
 
+# The usual entries and tasks skip even the dict (issue 11 item 2: a commit's
+# JSON was ~7 encoder calls, ~150K machine instructions, most of it per key):
+# their record text is joined from pieces whose keys are constants - a string
+# field encoded alone (a str subclass too, as the encoder does; anything else:
+# TypeError), an int formatted (exactly an int: JSON writes a bool as
+# ``true``), a container by one encoder call. A field of another type, or a
+# rare field set, goes the dict way above: the same text either way
+# (tests/shell/test_codec_plain.py). (Tested field by field, not as one tuple
+# of the fields' types: that is fewer bytecodes but ~5K more machine
+# instructions a record.)
+
+#: Each TaskStatus as its record's piece (PENDING, the default: none); each OutcomeStatus as an outcome's head.
+_STATUS_PIECE: dict[Any, str] = {s: "" if s is _PENDING else f',"status":{codec.plain_scalar(s)}' for s in TaskStatus}
+_OUTCOME_HEAD: dict[Any, str] = {s: f',"outcome":{{"status":{codec.plain_scalar(s)}' for s in OutcomeStatus}
+#: The keys of the pieces.
+_TEXT, _CALLS, _CALL_ID, _NAME, _IS_ERROR, _STOP, _USAGE, _BY, _AT, _DATA = (
+    ',"text":', ',"tool_calls":', ',"tool_call_id":', ',"tool_name":', ',"is_error":true', ',"stop_reason":',
+    ',"usage":', ',"by_task_id":', ',"at":', ',"data":',
+)
+_INPUT, _OWNER, _CHECKPOINT, _ON, _RESULT, _ERROR, _STARTED, _ENDED = (
+    ',"input":', ',"owner":', ',"checkpoint":', ',"on":', ',"result":', ',"error":', ',"started_at":', ',"ended_at":',
+)
+
+
+def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
+    e = w.entry
+    eid, cid, by, at, is_error = e.id, e.conversation_id, e.by_task_id, e.at, e.is_error
+    if (
+        type(eid) is not int or type(cid) is not int or (by is not None and type(by) is not int)
+        or type(at) is not int or (is_error is not False and is_error is not True)
+    ):
+        return _entry_by_dict(w, seq)
+    text, calls, call_id, name, stop, usage, data = e.text, e.tool_calls, e.tool_call_id, e.tool_name, e.stop_reason, e.usage, e.data
+    try:
+        text_j = "" if text == "" else _TEXT + _encode_str(text)
+        call_id_j = "" if call_id is None else _CALL_ID + _encode_str(call_id)
+        name_j = "" if name is None else _NAME + _encode_str(name)
+        stop_j = "" if stop is None else _STOP + _encode_str(stop)
+        lean = f'{{"kind":{_encode_str(e.kind)}{text_j}'
+    except TypeError:  # a string field that is not a string
+        return _entry_by_dict(w, seq)
+    try:
+        calls_j = "" if calls == () else _CALLS + "".join(_chunks(spelt.plain_tool_calls(calls), 0))
+        usage_j = "" if usage is None else _USAGE + "".join(_chunks(spelt.plain_usage(usage), 0))
+        data_j = "" if data is None else _DATA + "".join(_chunks(data, 0))
+    except _NOT_PLAIN:
+        return encode_write_reference(w, seq)
+    lean = (
+        f'{lean}{calls_j}{call_id_j}{name_j}{_IS_ERROR if is_error else ""}{stop_j}{usage_j}'
+        f'{"" if by is None else f"{_BY}{by}"}{"" if at == 0 else f"{_AT}{at}"}{data_j}}}'
+    )
+    columns = {"id": eid, "conversation_id": cid, "seq": seq, "record": lean}
+    return _new(Row, ("entries", (eid,), columns)), f'{_ENTRY_JOURNAL}{{"id":{eid},"conversation_id":{cid},{lean[1:]}}}'
+
+
+def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
+    t = w.task
+    tid, cid, kind, status, owner, o = t.id, t.conversation_id, t.kind, t.status, t.owner, t.outcome
+    inp, ck, on, started, ended = t.input, t.checkpoint, t.on, t.started_at, t.ended_at
+    if (
+        type(tid) is not int or type(cid) is not int or type(kind) is not str or type(status) is not TaskStatus
+        or type(inp) is not dict or type(ck) is not dict or type(on) is not tuple
+        or (owner is not None and type(owner) is not int) or (started is not None and type(started) is not int)
+        or (ended is not None and type(ended) is not int) or (o is not None and type(o.status) is not OutcomeStatus)
+        or t.version != 1 or t.background is not False or t.abort_requested is not False
+        or t.policy is not _ALL_SETTLED or t.memos is not None
+    ):
+        return _task_by_dict(w, seq)
+    try:
+        inp_j = "" if inp == {} else _INPUT + "".join(_chunks(inp, 0))
+        ck_j = "" if ck == {} else _CHECKPOINT + "".join(_chunks(ck, 0))
+        on_j = "" if on == () else _ON + "".join(_chunks(on, 0))
+        o_j = ""
+        if o is not None:
+            result, error = o.result, o.error
+            result_j = "" if result is None else _RESULT + "".join(_chunks(result, 0))
+            error_j = "" if error is None else _ERROR + "".join(_chunks(error, 0))
+            o_j = f"{_OUTCOME_HEAD[o.status]}{result_j}{error_j}}}"
+    except _NOT_PLAIN:
+        return encode_write_reference(w, seq)
+    # (the fields after ``on``, which a terminal task's row keeps too)
+    tail = f'{o_j}{"" if started is None else f"{_STARTED}{started}"}{"" if ended is None else f"{_ENDED}{ended}"}'
+    rest = f'{inp_j}{"" if owner is None else f"{_OWNER}{owner}"}{_STATUS_PIECE[status]}{ck_j}{on_j}{tail}'
+    record = f'{{"id":{tid},"conversation_id":{cid},"kind":{_encode_str(kind)}{rest}}}'
+    if status is _TERMINAL:  # without its execution state (TERMINAL_DROPS)
+        lean = f"{{{f'{inp_j}{tail}'[1:]}}}"
+    else:  # (nothing but the columns: the row keeps the whole text, as _cut does)
+        lean = f"{{{rest[1:]}}}" if rest else record
+    columns = {"id": tid, "conversation_id": cid, "kind": kind, "status": status._value_, "owner": owner, "record": lean}
+    return _new(Row, ("tasks", (tid,), columns)), f"{_TASK_JOURNAL}{record}}}"
+
+
 def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
     r = w.revision
     did = w.document_id
@@ -433,13 +526,14 @@ def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
     action = r.action
     if type(version) is not int or type(owner) is not int or type(did) is not int:
         return encode_write_reference(w, seq)
-    data: dict[str, Any] = {"action": action}
-    if r.value is not None:
-        data["value"] = r.value
-    if r.ops != ():
-        data["ops"] = r.ops
+    value, ops = r.value, r.ops
+    has_value, has_ops = value is not None, ops != ()
     try:
-        rest = "".join(_chunks(data, 0))[1:]  # '"action":...}'
+        # '"action":...}': the record's last fields, each piece alone (the keys: constants)
+        rest = (
+            f'"action":{_ACTION_TEXT[action]}{_VALUE + "".join(_chunks(value, 0)) if has_value else ""}'
+            f'{_OPS + "".join(_chunks(ops, 0)) if has_ops else ""}}}'
+        )
         scope, history, fork = r.scope, r.history, r.fork
         # (a scope, history or fork that is not a member of its enum: a KeyError, the reference way)
         scope_text, history_text, fork_text = _ENUM_TEXT[scope], _ENUM_TEXT[history], _ENUM_TEXT[fork]
@@ -461,6 +555,11 @@ def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
         }
         return _new(Row, ("document_revisions", (did, seq), columns)), f"{_DOCUMENT_JOURNAL}{did}{_REVISION_KEY}{record}}}"
     return encode_write_reference(w, seq)
+
+
+#: A revision's action as its JSON text (another value: a KeyError, the reference way), and the keys after it.
+_ACTION_TEXT: dict[Any, str] = {m: codec.plain_scalar(m) for m in RevisionAction}
+_VALUE, _OPS = ',"value":', ',"ops":'
 
 
 #: Each write class's encoder: the writes every step makes encoded once, the

@@ -21,8 +21,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from pidurable.core.effects import DocumentRevision, PutDocument, PutEntry, PutTask, RevisionAction
-from pidurable.core.events import EVENT_TYPES, ModelResponded, PreparedCall, TaskCommitRequested
-from pidurable.core.model import Entry, Outcome, Task, TaskStatus, ToolCall
+from pidurable.core.events import EVENT_TYPES, ModelResponded, PreparedCall, TaskCommitRequested, ToolFinished
+from pidurable.core.model import Entry, Outcome, OutcomeStatus, Task, TaskStatus, ToolCall
 from pidurable.core.state import DocHistory, DocScope, ForkPolicy
 from pidurable.shell.storage import base, codec, rows, spelt
 
@@ -283,3 +283,82 @@ def test_a_bool_where_an_id_goes_takes_the_reference_way() -> None:
     is encoded the reference way (which does not cut it)."""
     w = PutEntry(entry=Entry(id=True, conversation_id=2, kind="x"))  # type: ignore[arg-type]
     assert base.encode_write(w, 1) == base.encode_write_reference(w, 1)
+
+
+# --- the pieces way (rows._fast_entry, rows._fast_task) and its fall-back to the dict way ---
+
+
+def test_the_usual_entries_and_tasks_take_the_pieces_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What every step writes is joined from pieces, never built as a dict
+    (that way would be correct, only slower)."""
+    running = Task(id=7, conversation_id=1, kind="pi.tool", input={"name": "t"}, owner=3, status=TaskStatus.RUNNING,
+                   checkpoint={"phase": "execute"}, on=(4, 5), started_at=10)  # fmt: skip
+    writes = [
+        PutEntry(entry=Entry(id=9, conversation_id=1, kind="tool_result", text="ok", tool_call_id="c", tool_name="t", by_task_id=7, at=11)),
+        PutEntry(entry=Entry(id=10, conversation_id=1, kind="assistant", tool_calls=(ToolCall(id="c", name="t", arguments={"i": 1}),), stop_reason="tool_use", is_error=True)),
+        PutTask(task=running),
+        PutTask(task=attrs.evolve(running, status=TaskStatus.TERMINAL, outcome=Outcome(status=OutcomeStatus.FAILED, error={"m": "x"}), ended_at=12)),
+        PutTask(task=Task(id=8, conversation_id=1, kind="pi.generation")),
+    ]
+    expected = [base.encode_write_reference(w, 3) for w in writes]
+
+    def refuse(w: Any, seq: int) -> Any:
+        raise AssertionError(f"{type(w).__name__} took the dict way")
+
+    monkeypatch.setattr(rows, "_entry_by_dict", refuse)
+    monkeypatch.setattr(rows, "_task_by_dict", refuse)
+    assert [base.encode_write(w, 3) for w in writes] == expected
+
+
+class _Kind(enum.StrEnum):
+    JOB = "job"
+
+
+ODD_TASKS = [  # a field of a type the pieces way does not spell, or a rare field set
+    {"owner": True}, {"started_at": False}, {"ended_at": 2.5}, {"kind": _Kind.JOB}, {"status": "running"},
+    {"input": [1]}, {"checkpoint": ()}, {"on": [1, 2]}, {"version": 2}, {"background": True}, {"abort_requested": 1},
+    {"memos": {"a": 1}}, {"outcome": Outcome(status="completed")},  # type: ignore[arg-type]
+]
+ODD_ENTRIES = [
+    {"by_task_id": True}, {"at": True}, {"is_error": 1}, {"text": None}, {"tool_name": 3}, {"stop_reason": _Kind.JOB},
+    {"kind": _Kind.JOB}, {"tool_calls": []}, {"data": {"x": 1.5}},
+]
+
+
+@pytest.mark.parametrize("changes", ODD_TASKS, ids=repr)
+@pytest.mark.parametrize("status", [TaskStatus.RUNNING, TaskStatus.TERMINAL])
+def test_an_odd_task_gives_the_reference_text(changes: dict[str, Any], status: TaskStatus) -> None:
+    task = Task(id=5, conversation_id=2, kind="k", status=status, input={"a": 1}, checkpoint={"phase": "p"}, owner=1)
+    _same_or_same_error(PutTask(task=attrs.evolve(task, **changes)))
+
+
+@pytest.mark.parametrize("changes", ODD_ENTRIES, ids=repr)
+def test_an_odd_entry_gives_the_reference_text(changes: dict[str, Any]) -> None:
+    _same_or_same_error(PutEntry(entry=attrs.evolve(Entry(id=3, conversation_id=2, kind="x", text="t", by_task_id=1, at=4), **changes)))
+
+
+def _same_or_same_error(w: Any) -> None:
+    try:
+        expected = base.encode_write_reference(w, 1)
+    except Exception as e:  # noqa: BLE001 - whatever the reference raises, the fast way raises too
+        with pytest.raises(type(e)):
+            base.encode_write(w, 1)
+    else:
+        assert base.encode_write(w, 1) == expected
+
+
+@pytest.mark.parametrize("changes", [
+    {}, {"text": ""}, {"text": "é\n\"q\""}, {"is_error": True}, {"control": {"terminate": True}}, {"truncated": {"n": 1}},
+    {"text": None}, {"now": True}, {"task_id": 2.0},
+], ids=repr)  # fmt: skip
+def test_a_tool_finished_alone_encodes_to_the_reference_text(changes: dict[str, Any]) -> None:
+    """A commit of one ToolFinished is joined from pieces when its fields are
+    plain and at their defaults (else the general way): the same text."""
+    events = [attrs.evolve(ToolFinished(now=5, task_id=7, text="ok"), **changes)]
+    try:
+        expected = codec.reference_events_json(events)
+    except Exception as e:  # noqa: BLE001 - whatever the reference raises, the fast way raises too
+        with pytest.raises(type(e)):
+            spelt.events_json(events)
+    else:
+        assert spelt.events_json(events) == expected
