@@ -157,7 +157,7 @@ class Loop:
         #: set while a batch is handled, when its commits may suspend the reducer
         self._handling: trio.Event | None = None
         self.store_id = store_id
-        self.hooks = hooks or Hooks()
+        self.hooks: Hooks = hooks or Hooks()
         self.clock: Callable[[], int] = clock or trio_anchored_clock()
         self.state = State()
         self.context = ContextCache(lambda cid: self.storage.entries(cid))
@@ -193,6 +193,16 @@ class Loop:
         self.watches.spawn = nursery.start_soon  # watch relays (watch.py)
 
     @property
+    def hooks(self) -> Hooks:
+        return self._hooks
+
+    @hooks.setter
+    def hooks(self, hooks: Hooks) -> None:
+        self._hooks = hooks
+        #: its before_effect, None for the production no-op: not called per effect (issue 11 item 2)
+        self._seam = None if type(hooks) is Hooks else hooks.before_effect
+
+    @property
     def closed(self) -> bool:
         return self.waits.closed
 
@@ -207,7 +217,7 @@ class Loop:
     def send(self, event: Event) -> None:
         """Queue an event for the reducer. Outside values in the results of
         effects are made strict JSON / valid UTF-8 here (``edge.py``)."""
-        if not self.closed:
+        if not self.waits.closed:  # (self.closed without the property's call)
             self._send.send_nowait(clean_event(event))
 
     def background(self, job: Callable[[], Awaitable[None]]) -> None:
@@ -317,10 +327,12 @@ class Loop:
         observed, if the observer knows it (``Observer.committed``)."""
         if not commits:
             return None
-        batch = []
-        for effect, events, _ in commits:
-            self._before(effect)
-            batch.append((effect.seq, effect.writes, events))
+        if self._seam is None:  # no seam to call: count the effects (issue 11 item 2)
+            self.effect_index += len(commits)
+        else:
+            for effect, _, _ in commits:
+                self._before(effect)
+        batch = [(effect.seq, effect.writes, events) for effect, events, _ in commits]
         try:
             if self._offload is not None:
                 await self._offload(batch)  # not cancellable: the outcome is always known
@@ -345,8 +357,12 @@ class Loop:
             observed = bool(acts) and (self.observer.acting() if observed is None else observed)
         except Exception:  # then each act asks, and fails, as its own (below)
             observed = True
+        seam = self._seam
         for effect in acts:
-            self._before(effect)
+            if seam is None:  # (no call per act: issue 11 item 2)
+                self.effect_index += 1
+            else:
+                self._before(effect)
             try:
                 if observed:
                     self.observer.acted(effect, self.state)  # a tool re-run after a restart commits nothing
@@ -356,8 +372,9 @@ class Loop:
 
     def _before(self, effect: Effect) -> None:
         index = self.effect_index
-        self.effect_index += 1
-        self.hooks.before_effect(index, effect)
+        self.effect_index = index + 1
+        if self._seam is not None:
+            self._seam(index, effect)
 
     # --- acts ------------------------------------------------------------------
     def _act(self, effect: Effect) -> None:
