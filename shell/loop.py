@@ -27,11 +27,12 @@ transaction, then the acts in the order the core returned them. What the shell g
   wake, so an abort can join the work it stopped.
 - ``RunTool``: the bodies of one conversation's calls acted in one flush start
   in the order the core emitted them, which is call order (Trio starts
-  sibling tasks in no fixed order, so only the first body's task is spawned
-  at act time and each body's task spawns the next one's as it starts:
-  ``_spawn_in_call_order``). Every body has its own cancel scope in
-  ``inflight`` from act time on. They still run concurrently and finish in
-  any order.
+  sibling tasks in no fixed order, so only the round's first task is spawned
+  at act time; a body that finishes without suspending is followed by the
+  next in the same task, one that suspends first hands the rest to a new
+  task: ``_spawn_in_call_order``). Every body has its own cancel scope in
+  ``inflight`` from act time on, and its own copy of the context. They
+  still run concurrently and finish in any order.
 - ``PrepareTool`` without hooks: inline (short, bounded); its answer is the
   next event. ``CancelDeferred``: a best-effort child, outside ``inflight``.
 - ``Cancel``: cancels the task's scope. The cancelled invocation reports
@@ -55,10 +56,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from contextvars import Context, copy_context
 from functools import partial
 from itertools import filterfalse
-from typing import ClassVar, TypeGuard, assert_never, cast
+from typing import Any, ClassVar, NamedTuple, TypeGuard, assert_never, cast
 
 import attrs
 import trio
@@ -131,8 +134,43 @@ Spawned = (
     | RunReconcile
 )
 #: The tool bodies of one conversation acted in one flush, in call order; a
-#: body's task is started with the round and its index (``_spawn_in_call_order``).
-_Round = list[Callable[["_Round | None", int], Awaitable[None]]]
+#: body is run with the round, its index and its turn (``_spawn_in_call_order``).
+_Body = Callable[["_Round | None", int, "_Turn | None"], Awaitable[None]]
+_Round = list[_Body]
+
+
+class _Turn(NamedTuple):
+    """What a round's body gets from the task running it (``Loop._round``)."""
+
+    #: the task's context as it started: the body runs in a copy of it
+    context: Context
+    #: set once the rest of the round was handed to a new task
+    handed: list[bool]
+
+
+@types.coroutine
+def _until_suspended(coro: Coroutine[Any, Any, None], context: Context, then: Callable[[], None]) -> Generator[Any, Any, None]:
+    """``await coro`` with each of its steps run in ``context``; ``then()``
+    once, just before ``coro`` first suspends (never if it finishes first)."""
+    try:
+        yielded = context.run(coro.send, None)
+    except StopIteration:
+        return
+    then()
+    while True:
+        try:
+            sent = yield yielded
+        except BaseException as e:  # what Trio throws in goes on to coro
+            try:
+                yielded = context.run(coro.throw, e)
+            except StopIteration:
+                return
+        else:
+            try:
+                yielded = context.run(coro.send, sent)
+            except StopIteration:
+                return
+
 
 class Hooks:
     """Test seam. Production uses this no-op."""
@@ -435,49 +473,74 @@ class Loop:
             case _:
                 assert_never(effect)
 
-    def _spawn(self, effect: Spawned, job: Callable[[], Awaitable[None]]) -> None:
+    def _spawn(self, effect: Spawned, job: Callable[[], Coroutine[Any, Any, None]]) -> None:
         assert self.nursery is not None
-        self.nursery.start_soon(self._guarded(effect, job), None, 0)
+        self.nursery.start_soon(self._guarded(effect, job), None, 0, None)
 
-    def _spawn_in_call_order(self, effect: RunTool, job: Callable[[], Awaitable[None]]) -> None:
+    def _spawn_in_call_order(self, effect: RunTool, job: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """``job`` (a tool body) as a child, started once the body acted before
         it in this flush for the same conversation has started: the bodies of
         a parallel round start in call order, deterministically (Trio runs
         newly spawned tasks in an arbitrary order). Only the round's first
-        task is spawned here; each body's task spawns the next one's as it
-        starts (no event, no wait: the tasks start one scheduling pass apart,
-        as when each waited for the previous one). A body cancelled before it
-        started still lets the next one start, and never runs."""
+        task is spawned here (``_round``); a body that finishes without
+        suspending is followed by the next one in the same task, and one that
+        suspends hands the rest of the round to a new task just before it does
+        (no event, no wait: a task fewer per body that never waits, issue 11
+        item 2). A body cancelled before it started still lets the next one
+        start, and never runs."""
         assert self.nursery is not None
         guarded = self._guarded(effect, job)
         round_ = self._tool_rounds.get(effect.conversation_id)
         if round_ is None:
             round_ = self._tool_rounds[effect.conversation_id] = []
-            self.nursery.start_soon(guarded, round_, 0)
+            self.nursery.start_soon(self._round, round_, 0)
         round_.append(guarded)
 
-    def _guarded(self, effect: Spawned, job: Callable[[], Awaitable[None]]) -> Callable[[_Round | None, int], Awaitable[None]]:
+    async def _round(self, round_: _Round, k: int) -> None:
+        """Bodies ``k``, ``k + 1``... of a round, one after the other, until
+        one hands the rest to a new task (``_hand_off``). Each runs in its own
+        copy of this task's context, as in a task of its own (a context
+        variable one body sets is not seen by the next)."""
+        turn = _Turn(copy_context(), [False])
+        while k < len(round_) and not turn.handed[0]:
+            await round_[k](round_, k, turn)
+            k += 1
+
+    def _hand_off(self, round_: _Round, k: int, handed: list[bool]) -> None:
+        """Bodies ``k``... of ``round_`` to a new task (once per task)."""
+        if not handed[0]:
+            handed[0] = True
+            if k < len(round_):
+                assert self.nursery is not None
+                self.nursery.start_soon(self._round, round_, k)
+
+    def _guarded(self, effect: Spawned, job: Callable[[], Coroutine[Any, Any, None]]) -> _Body:
         """The child running ``job`` in a cancel scope kept in ``inflight``
-        from now on; ``(round_, k)``: it is body ``k`` of a round of tool
-        bodies (``_spawn_in_call_order``), None for any other effect."""
+        from now on; ``(round_, k, turn)``: it is body ``k`` of a round of
+        tool bodies run by ``_round`` (``_spawn_in_call_order``), None for
+        any other effect."""
         task_id = effect.task_id
         scope = trio.CancelScope()
         self.inflight[task_id] = scope
-        nursery = self.nursery
-        assert nursery is not None
 
-        async def guarded(round_: _Round | None, k: int) -> None:
-            if round_ is not None and k + 1 < len(round_):
-                nursery.start_soon(round_[k + 1], round_, k + 1)  # the next body starts after this one
+        async def guarded(round_: _Round | None, k: int, turn: _Turn | None) -> None:
             try:
                 with scope:
-                    if round_ is not None and k > 0:
-                        # as a body waiting for the previous one's start would:
-                        # cancelled before it starts, it never runs
-                        await trio.lowlevel.checkpoint_if_cancelled()
-                    await job()
+                    if round_ is None or turn is None:  # not a tool body
+                        await job()
+                    else:
+                        if k > 0:
+                            # as a body waiting for the previous one's start would:
+                            # cancelled before it starts, it never runs
+                            await trio.lowlevel.checkpoint_if_cancelled()
+                        then = partial(self._hand_off, round_, k + 1, turn.handed)
+                        await _until_suspended(job(), turn.context.copy(), then)
             except Exception as e:  # a bug in one invocation faults its task only
                 self._invocation_failed(effect, e)
+            except BaseException:  # the rest of the round starts as it would have
+                if round_ is not None and turn is not None:
+                    self._hand_off(round_, k + 1, turn.handed)
+                raise
             finally:
                 if self.inflight.get(task_id) is scope:
                     del self.inflight[task_id]
