@@ -56,12 +56,11 @@ from __future__ import annotations
 
 import logging
 import math
-import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator
-from contextvars import Context, copy_context
+from collections.abc import Awaitable, Callable, Coroutine
+from contextvars import copy_context
 from functools import partial
 from itertools import filterfalse
-from typing import Any, ClassVar, NamedTuple, TypeGuard, assert_never, cast
+from typing import Any, ClassVar, TypeGuard, assert_never, cast
 
 import attrs
 import trio
@@ -103,6 +102,7 @@ from .interpreters import Interpreters
 from .interpreters.ports import MakeEvent
 from .interpreters.tasks import sleep
 from .observe import Observer
+from .rounds import Slot, Turn, until_suspended
 from .storage.base import OffThreadCommits, Storage
 from .waits import Waits
 from .watch import Watches
@@ -135,41 +135,8 @@ Spawned = (
 )
 #: The tool bodies of one conversation acted in one flush, in call order; a
 #: body is run with the round, its index and its turn (``_spawn_in_call_order``).
-_Body = Callable[["_Round | None", int, "_Turn | None"], Awaitable[None]]
+_Body = Callable[["_Round", int, Turn], Awaitable[None]]
 _Round = list[_Body]
-
-
-class _Turn(NamedTuple):
-    """What a round's body gets from the task running it (``Loop._round``)."""
-
-    #: the task's context as it started: the body runs in a copy of it
-    context: Context
-    #: set once the rest of the round was handed to a new task
-    handed: list[bool]
-
-
-@types.coroutine
-def _until_suspended(coro: Coroutine[Any, Any, None], context: Context, then: Callable[[], None]) -> Generator[Any, Any, None]:
-    """``await coro`` with each of its steps run in ``context``; ``then()``
-    once, just before ``coro`` first suspends (never if it finishes first)."""
-    try:
-        yielded = context.run(coro.send, None)
-    except StopIteration:
-        return
-    then()
-    while True:
-        try:
-            sent = yield yielded
-        except BaseException as e:  # what Trio throws in goes on to coro
-            try:
-                yielded = context.run(coro.throw, e)
-            except StopIteration:
-                return
-        else:
-            try:
-                yielded = context.run(coro.send, sent)
-            except StopIteration:
-                return
 
 
 class Hooks:
@@ -201,7 +168,8 @@ class Loop:
         self.context = ContextCache(lambda cid: self.storage.entries(cid))
         self.interpreters: Interpreters | None = None
         self.nursery: trio.Nursery | None = None
-        self.inflight: dict[TaskId, trio.CancelScope] = {}
+        #: each invocation's cancel scope (a round's tool body: its ``Slot``)
+        self.inflight: dict[TaskId, trio.CancelScope | Slot] = {}
         #: Host waits and request tickets (``waits.py``).
         self.waits = Waits()
         #: Conversation / task-graph watchers (``watch.py``), told after each durable commit.
@@ -473,9 +441,23 @@ class Loop:
             case _:
                 assert_never(effect)
 
-    def _spawn(self, effect: Spawned, job: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    def _spawn(self, effect: Spawned, job: Callable[[], Awaitable[None]]) -> None:
+        """``job`` as a child, in a cancel scope kept in ``inflight`` from now on."""
         assert self.nursery is not None
-        self.nursery.start_soon(self._guarded(effect, job), None, 0, None)
+        task_id = effect.task_id
+        scope = trio.CancelScope()
+        self.inflight[task_id] = scope
+
+        async def guarded() -> None:
+            try:
+                with scope:
+                    await job()
+            except Exception as e:  # a bug in one invocation faults its task only
+                self._invocation_failed(effect, e)
+            finally:
+                self._left(task_id, scope)
+
+        self.nursery.start_soon(guarded)
 
     def _spawn_in_call_order(self, effect: RunTool, job: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """``job`` (a tool body) as a child, started once the body acted before
@@ -483,28 +465,30 @@ class Loop:
         a parallel round start in call order, deterministically (Trio runs
         newly spawned tasks in an arbitrary order). Only the round's first
         task is spawned here (``_round``); a body that finishes without
-        suspending is followed by the next one in the same task, and one that
-        suspends hands the rest of the round to a new task just before it does
-        (no event, no wait: a task fewer per body that never waits, issue 11
-        item 2). A body cancelled before it started still lets the next one
-        start, and never runs."""
+        suspending is followed by the next one in the same task and the same
+        cancel scope, and one that suspends hands the rest of the round to a
+        new task just before it does (no event, no wait; a task and a scope
+        fewer per body that never waits, issue 11 item 2; ``rounds.py``). A
+        body cancelled before it started still lets the next one start, and
+        never runs."""
         assert self.nursery is not None
-        guarded = self._guarded(effect, job)
+        body = self._round_body(effect, job)
         round_ = self._tool_rounds.get(effect.conversation_id)
         if round_ is None:
             round_ = self._tool_rounds[effect.conversation_id] = []
             self.nursery.start_soon(self._round, round_, 0)
-        round_.append(guarded)
+        round_.append(body)
 
     async def _round(self, round_: _Round, k: int) -> None:
-        """Bodies ``k``, ``k + 1``... of a round, one after the other, until
-        one hands the rest to a new task (``_hand_off``). Each runs in its own
-        copy of this task's context, as in a task of its own (a context
-        variable one body sets is not seen by the next)."""
-        turn = _Turn(copy_context(), [False])
-        while k < len(round_) and not turn.handed[0]:
-            await round_[k](round_, k, turn)
-            k += 1
+        """Bodies ``k``, ``k + 1``... of a round, one after the other in one
+        cancel scope, until one hands the rest to a new task (``_hand_off``).
+        Each runs in its own copy of this task's context, as in a task of its
+        own (a context variable one body sets is not seen by the next)."""
+        turn = Turn(copy_context(), [False], trio.CancelScope())
+        with turn.scope:
+            while k < len(round_) and not turn.handed[0]:
+                await round_[k](round_, k, turn)
+                k += 1
 
     def _hand_off(self, round_: _Round, k: int, handed: list[bool]) -> None:
         """Bodies ``k``... of ``round_`` to a new task (once per task)."""
@@ -514,39 +498,43 @@ class Loop:
                 assert self.nursery is not None
                 self.nursery.start_soon(self._round, round_, k)
 
-    def _guarded(self, effect: Spawned, job: Callable[[], Coroutine[Any, Any, None]]) -> _Body:
-        """The child running ``job`` in a cancel scope kept in ``inflight``
-        from now on; ``(round_, k, turn)``: it is body ``k`` of a round of
-        tool bodies run by ``_round`` (``_spawn_in_call_order``), None for
-        any other effect."""
+    def _round_body(self, effect: RunTool, job: Callable[[], Coroutine[Any, Any, None]]) -> _Body:
+        """Body ``k`` of a round as ``_round`` runs it; in ``inflight`` from now on."""
         task_id = effect.task_id
-        scope = trio.CancelScope()
-        self.inflight[task_id] = scope
+        slot = self.inflight[task_id] = Slot()
 
-        async def guarded(round_: _Round | None, k: int, turn: _Turn | None) -> None:
+        async def body(round_: _Round, k: int, turn: Turn) -> None:
+            then = partial(self._hand_off, round_, k + 1, turn.handed)
             try:
-                with scope:
-                    if round_ is None or turn is None:  # not a tool body
-                        await job()
-                    else:
-                        if k > 0:
-                            # as a body waiting for the previous one's start would:
-                            # cancelled before it starts, it never runs
-                            await trio.lowlevel.checkpoint_if_cancelled()
-                        then = partial(self._hand_off, round_, k + 1, turn.handed)
-                        await _until_suspended(job(), turn.context.copy(), then)
+                if k > 0:
+                    # as a body waiting for the previous one's start would: one
+                    # cancelled before it starts never runs (nor any once the harness closes)
+                    await trio.lowlevel.checkpoint_if_cancelled()
+                    if slot.cancelled:
+                        return
+                if slot.cancelled:  # the round's first body starts in its cancelled scope
+                    with trio.CancelScope() as own:
+                        own.cancel()
+                        slot.scope = own
+                        await until_suspended(job(), turn.context.copy(), then)
+                else:
+                    slot.scope = turn.scope
+                    await until_suspended(job(), turn.context.copy(), then)
             except Exception as e:  # a bug in one invocation faults its task only
                 self._invocation_failed(effect, e)
-            except BaseException:  # the rest of the round starts as it would have
-                if round_ is not None and turn is not None:
-                    self._hand_off(round_, k + 1, turn.handed)
+            except BaseException:  # (a cancellation) the rest of the round starts as it would have
+                then()
                 raise
             finally:
-                if self.inflight.get(task_id) is scope:
-                    del self.inflight[task_id]
-                    self.waits.wake()
+                self._left(task_id, slot)
 
-        return guarded
+        return body
+
+    def _left(self, task_id: TaskId, flight: trio.CancelScope | Slot) -> None:
+        """An invocation left: its ``inflight`` entry goes, waiters wake."""
+        if self.inflight.get(task_id) is flight:
+            del self.inflight[task_id]
+            self.waits.wake()
 
     def _invocation_failed(self, effect: Effect, error: Exception) -> None:
         """Interpreting ``effect`` raised: report it, and fault its task (the

@@ -240,3 +240,45 @@ async def test_a_cancelled_nursery_still_settles_every_body_of_the_round() -> No
         nursery.cancel_scope.cancel()
     assert ran == [1]
     assert loop.inflight == {}
+
+
+async def test_cancelling_a_waiting_body_cancels_it_alone() -> None:
+    """Bodies run in one task share its cancel scope; by the time one can be
+    cancelled (it waits) it is the only one left in it: cancelling it stops
+    it and no other body, and a first body cancelled before it started
+    starts in a cancelled scope (its first checkpoint stops it)."""
+    from pidurable.core.model import TaskId
+
+    loop = _round_loop()
+    done: list[int] = []
+    stopped: list[int] = []
+    waiting = trio.Event()
+
+    def body(k: int) -> Any:
+        async def job() -> None:
+            try:
+                if k in (1, 3):
+                    await trio.sleep(1 if k == 1 else 0)
+                if k == 3:
+                    waiting.set()
+                    await trio.sleep_forever()
+                if k == 4:
+                    await trio.sleep(0)
+                done.append(k)
+            except trio.Cancelled:
+                stopped.append(k)
+                raise
+
+        return job
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            loop.nursery = nursery
+            for k in (1, 2, 3, 4):
+                loop._spawn_in_call_order(_run_tool(k), body(k))
+            loop.inflight[TaskId(1)].cancel()  # before any task ran: body 1 starts cancelled
+            await waiting.wait()
+            loop.inflight[TaskId(3)].cancel()
+    assert stopped == [1, 3]
+    assert done == [2, 4]
+    assert loop.inflight == {}
