@@ -134,11 +134,15 @@ def _round_loop() -> Any:
     return Loop(storage=MemoryStorage(), store_id="test")
 
 
-def _run_tool(k: int) -> Any:
+def _start_round(loop: Any, nursery: trio.Nursery, body: Any, ks: tuple[int, ...] = (1, 2, 3)) -> None:
+    """Act one round of tool bodies ``body(k)`` (task ids ``ks``) as one flush would."""
     from pidurable.core.effects import RunTool
     from pidurable.core.model import ConversationId, TaskId
 
-    return RunTool(task_id=TaskId(k), conversation_id=ConversationId(1), call_id=f"c{k}", name="t", arguments={})
+    loop.nursery = nursery
+    for k in ks:
+        effect = RunTool(task_id=TaskId(k), conversation_id=ConversationId(1), call_id=f"c{k}", name="t", arguments={})
+        loop._spawn_in_call_order(effect, body(k))
 
 
 async def test_bodies_that_never_wait_share_one_task_and_a_waiting_one_hands_the_rest_on() -> None:
@@ -163,9 +167,7 @@ async def test_bodies_that_never_wait_share_one_task_and_a_waiting_one_hands_the
 
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            loop.nursery = nursery
-            for k in (1, 2, 3, 4):
-                loop._spawn_in_call_order(_run_tool(k), body(k))
+            _start_round(loop, nursery, body, (1, 2, 3, 4))
     assert tasks[1] is tasks[2]  # 1 never waited: 2 ran in its task
     assert tasks[3] is not tasks[2] and tasks[4] is tasks[3]  # 2 waited: 3 and 4 in a new task
     assert loop.inflight == {}
@@ -189,9 +191,7 @@ async def test_each_body_of_a_shared_task_sees_the_context_of_its_own_start() ->
         return job
 
     async with trio.open_nursery() as nursery:
-        loop.nursery = nursery
-        for k in (1, 2, 3):
-            loop._spawn_in_call_order(_run_tool(k), body(k))
+        _start_round(loop, nursery, body)
     assert seen == ["unset", "unset", "unset"]
 
 
@@ -212,9 +212,7 @@ async def test_a_body_that_raises_does_not_stop_the_round() -> None:
         return job
 
     async with trio.open_nursery() as nursery:
-        loop.nursery = nursery
-        for k in (1, 2, 3):
-            loop._spawn_in_call_order(_run_tool(k), body(k))
+        _start_round(loop, nursery, body)
     assert ran == [1, 2, 3]
     assert failed == [(1, "boom")]
     assert loop.inflight == {}
@@ -234,9 +232,7 @@ async def test_a_cancelled_nursery_still_settles_every_body_of_the_round() -> No
         return job
 
     async with trio.open_nursery() as nursery:
-        loop.nursery = nursery
-        for k in (1, 2, 3):
-            loop._spawn_in_call_order(_run_tool(k), body(k))
+        _start_round(loop, nursery, body)
         nursery.cancel_scope.cancel()
     assert ran == [1]
     assert loop.inflight == {}
@@ -273,9 +269,7 @@ async def test_cancelling_a_waiting_body_cancels_it_alone() -> None:
 
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            loop.nursery = nursery
-            for k in (1, 2, 3, 4):
-                loop._spawn_in_call_order(_run_tool(k), body(k))
+            _start_round(loop, nursery, body, (1, 2, 3, 4))
             loop.inflight[TaskId(1)].cancel()  # before any task ran: body 1 starts cancelled
             await waiting.wait()
             loop.inflight[TaskId(3)].cancel()
