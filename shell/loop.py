@@ -27,11 +27,12 @@ transaction, then the acts in the order the core returned them. What the shell g
   wake, so an abort can join the work it stopped.
 - ``RunTool``: the bodies of one conversation's calls acted in one flush start
   in the order the core emitted them, which is call order (Trio starts
-  sibling tasks in no fixed order, so only the first body's task is spawned
-  at act time and each body's task spawns the next one's as it starts:
-  ``_spawn_in_call_order``). Every body has its own cancel scope in
-  ``inflight`` from act time on. They still run concurrently and finish in
-  any order.
+  sibling tasks in no fixed order, so only the round's first task is spawned
+  at act time; a body that finishes without suspending is followed by the
+  next in the same task, one that suspends first hands the rest to a new
+  task: ``_spawn_in_call_order``). Every body has its own cancel scope in
+  ``inflight`` from act time on, and its own copy of the context. They
+  still run concurrently and finish in any order.
 - ``PrepareTool`` without hooks: inline (short, bounded); its answer is the
   next event. ``CancelDeferred``: a best-effort child, outside ``inflight``.
 - ``Cancel``: cancels the task's scope. The cancelled invocation reports
@@ -55,10 +56,11 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from contextvars import copy_context
 from functools import partial
 from itertools import filterfalse
-from typing import ClassVar, TypeGuard, assert_never, cast
+from typing import Any, ClassVar, TypeGuard, assert_never, cast
 
 import attrs
 import trio
@@ -100,6 +102,7 @@ from .interpreters import Interpreters
 from .interpreters.ports import MakeEvent
 from .interpreters.tasks import sleep
 from .observe import Observer
+from .rounds import Slot, Turn, until_suspended
 from .storage.base import OffThreadCommits, Storage
 from .waits import Waits
 from .watch import Watches
@@ -131,8 +134,10 @@ Spawned = (
     | RunReconcile
 )
 #: The tool bodies of one conversation acted in one flush, in call order; a
-#: body's task is started with the round and its index (``_spawn_in_call_order``).
-_Round = list[Callable[["_Round | None", int], Awaitable[None]]]
+#: body is run with the round, its index and its turn (``_spawn_in_call_order``).
+_Body = Callable[["_Round", int, Turn], Awaitable[None]]
+_Round = list[_Body]
+
 
 class Hooks:
     """Test seam. Production uses this no-op."""
@@ -157,13 +162,14 @@ class Loop:
         #: set while a batch is handled, when its commits may suspend the reducer
         self._handling: trio.Event | None = None
         self.store_id = store_id
-        self.hooks = hooks or Hooks()
+        self.hooks: Hooks = hooks or Hooks()
         self.clock: Callable[[], int] = clock or trio_anchored_clock()
         self.state = State()
         self.context = ContextCache(lambda cid: self.storage.entries(cid))
         self.interpreters: Interpreters | None = None
         self.nursery: trio.Nursery | None = None
-        self.inflight: dict[TaskId, trio.CancelScope] = {}
+        #: each invocation's cancel scope (a round's tool body: its ``Slot``)
+        self.inflight: dict[TaskId, trio.CancelScope | Slot] = {}
         #: Host waits and request tickets (``waits.py``).
         self.waits = Waits()
         #: Conversation / task-graph watchers (``watch.py``), told after each durable commit.
@@ -193,6 +199,16 @@ class Loop:
         self.watches.spawn = nursery.start_soon  # watch relays (watch.py)
 
     @property
+    def hooks(self) -> Hooks:
+        return self._hooks
+
+    @hooks.setter
+    def hooks(self, hooks: Hooks) -> None:
+        self._hooks = hooks
+        #: its before_effect, None for the production no-op: not called per effect (issue 11 item 2)
+        self._seam = None if type(hooks) is Hooks else hooks.before_effect
+
+    @property
     def closed(self) -> bool:
         return self.waits.closed
 
@@ -207,7 +223,7 @@ class Loop:
     def send(self, event: Event) -> None:
         """Queue an event for the reducer. Outside values in the results of
         effects are made strict JSON / valid UTF-8 here (``edge.py``)."""
-        if not self.closed:
+        if not self.waits.closed:  # (self.closed without the property's call)
             self._send.send_nowait(clean_event(event))
 
     def background(self, job: Callable[[], Awaitable[None]]) -> None:
@@ -317,10 +333,12 @@ class Loop:
         observed, if the observer knows it (``Observer.committed``)."""
         if not commits:
             return None
-        batch = []
-        for effect, events, _ in commits:
-            self._before(effect)
-            batch.append((effect.seq, effect.writes, events))
+        if self._seam is None:  # no seam to call: count the effects (issue 11 item 2)
+            self.effect_index += len(commits)
+        else:
+            for effect, _, _ in commits:
+                self._before(effect)
+        batch = [(effect.seq, effect.writes, events) for effect, events, _ in commits]
         try:
             if self._offload is not None:
                 await self._offload(batch)  # not cancellable: the outcome is always known
@@ -345,8 +363,12 @@ class Loop:
             observed = bool(acts) and (self.observer.acting() if observed is None else observed)
         except Exception:  # then each act asks, and fails, as its own (below)
             observed = True
+        seam = self._seam
         for effect in acts:
-            self._before(effect)
+            if seam is None:  # (no call per act: issue 11 item 2)
+                self.effect_index += 1
+            else:
+                self._before(effect)
             try:
                 if observed:
                     self.observer.acted(effect, self.state)  # a tool re-run after a restart commits nothing
@@ -356,8 +378,9 @@ class Loop:
 
     def _before(self, effect: Effect) -> None:
         index = self.effect_index
-        self.effect_index += 1
-        self.hooks.before_effect(index, effect)
+        self.effect_index = index + 1
+        if self._seam is not None:
+            self._seam(index, effect)
 
     # --- acts ------------------------------------------------------------------
     def _act(self, effect: Effect) -> None:
@@ -419,54 +442,99 @@ class Loop:
                 assert_never(effect)
 
     def _spawn(self, effect: Spawned, job: Callable[[], Awaitable[None]]) -> None:
+        """``job`` as a child, in a cancel scope kept in ``inflight`` from now on."""
         assert self.nursery is not None
-        self.nursery.start_soon(self._guarded(effect, job), None, 0)
-
-    def _spawn_in_call_order(self, effect: RunTool, job: Callable[[], Awaitable[None]]) -> None:
-        """``job`` (a tool body) as a child, started once the body acted before
-        it in this flush for the same conversation has started: the bodies of
-        a parallel round start in call order, deterministically (Trio runs
-        newly spawned tasks in an arbitrary order). Only the round's first
-        task is spawned here; each body's task spawns the next one's as it
-        starts (no event, no wait: the tasks start one scheduling pass apart,
-        as when each waited for the previous one). A body cancelled before it
-        started still lets the next one start, and never runs."""
-        assert self.nursery is not None
-        guarded = self._guarded(effect, job)
-        round_ = self._tool_rounds.get(effect.conversation_id)
-        if round_ is None:
-            round_ = self._tool_rounds[effect.conversation_id] = []
-            self.nursery.start_soon(guarded, round_, 0)
-        round_.append(guarded)
-
-    def _guarded(self, effect: Spawned, job: Callable[[], Awaitable[None]]) -> Callable[[_Round | None, int], Awaitable[None]]:
-        """The child running ``job`` in a cancel scope kept in ``inflight``
-        from now on; ``(round_, k)``: it is body ``k`` of a round of tool
-        bodies (``_spawn_in_call_order``), None for any other effect."""
         task_id = effect.task_id
         scope = trio.CancelScope()
         self.inflight[task_id] = scope
-        nursery = self.nursery
-        assert nursery is not None
 
-        async def guarded(round_: _Round | None, k: int) -> None:
-            if round_ is not None and k + 1 < len(round_):
-                nursery.start_soon(round_[k + 1], round_, k + 1)  # the next body starts after this one
+        async def guarded() -> None:
             try:
                 with scope:
-                    if round_ is not None and k > 0:
-                        # as a body waiting for the previous one's start would:
-                        # cancelled before it starts, it never runs
-                        await trio.lowlevel.checkpoint_if_cancelled()
                     await job()
             except Exception as e:  # a bug in one invocation faults its task only
                 self._invocation_failed(effect, e)
             finally:
-                if self.inflight.get(task_id) is scope:
-                    del self.inflight[task_id]
-                    self.waits.wake()
+                self._left(task_id, scope)
 
-        return guarded
+        self.nursery.start_soon(guarded)
+
+    def _spawn_in_call_order(self, effect: RunTool, job: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """``job`` (a tool body) as a child, started once the body acted before
+        it in this flush for the same conversation has started: the bodies of
+        a parallel round start in call order, deterministically (Trio runs
+        newly spawned tasks in an arbitrary order). Only the round's first
+        task is spawned here (``_round``); a body that finishes without
+        suspending is followed by the next one in the same task and the same
+        cancel scope, and one that suspends hands the rest of the round to a
+        new task just before it does (no event, no wait; a task and a scope
+        fewer per body that never waits, issue 11 item 2; ``rounds.py``). A
+        body cancelled before it started still lets the next one start, and
+        never runs."""
+        assert self.nursery is not None
+        body = self._round_body(effect, job)
+        round_ = self._tool_rounds.get(effect.conversation_id)
+        if round_ is None:
+            round_ = self._tool_rounds[effect.conversation_id] = []
+            self.nursery.start_soon(self._round, round_, 0)
+        round_.append(body)
+
+    async def _round(self, round_: _Round, k: int) -> None:
+        """Bodies ``k``, ``k + 1``... of a round, one after the other in one
+        cancel scope, until one hands the rest to a new task (``_hand_off``).
+        Each runs in its own copy of this task's context, as in a task of its
+        own (a context variable one body sets is not seen by the next)."""
+        turn = Turn(copy_context(), [False], trio.CancelScope())
+        with turn.scope:
+            while k < len(round_) and not turn.handed[0]:
+                await round_[k](round_, k, turn)
+                k += 1
+
+    def _hand_off(self, round_: _Round, k: int, handed: list[bool]) -> None:
+        """Bodies ``k``... of ``round_`` to a new task (once per task)."""
+        if not handed[0]:
+            handed[0] = True
+            if k < len(round_):
+                assert self.nursery is not None
+                self.nursery.start_soon(self._round, round_, k)
+
+    def _round_body(self, effect: RunTool, job: Callable[[], Coroutine[Any, Any, None]]) -> _Body:
+        """Body ``k`` of a round as ``_round`` runs it; in ``inflight`` from now on."""
+        task_id = effect.task_id
+        slot = self.inflight[task_id] = Slot()
+
+        async def body(round_: _Round, k: int, turn: Turn) -> None:
+            then = partial(self._hand_off, round_, k + 1, turn.handed)
+            try:
+                if k > 0:
+                    # as a body waiting for the previous one's start would: one
+                    # cancelled before it starts never runs (nor any once the harness closes)
+                    await trio.lowlevel.checkpoint_if_cancelled()
+                    if slot.cancelled:
+                        return
+                if slot.cancelled:  # the round's first body starts in its cancelled scope
+                    with trio.CancelScope() as own:
+                        own.cancel()
+                        slot.scope = own
+                        await until_suspended(job(), turn.context.copy(), then)
+                else:
+                    slot.scope = turn.scope
+                    await until_suspended(job(), turn.context.copy(), then)
+            except Exception as e:  # a bug in one invocation faults its task only
+                self._invocation_failed(effect, e)
+            except BaseException:  # (a cancellation) the rest of the round starts as it would have
+                then()
+                raise
+            finally:
+                self._left(task_id, slot)
+
+        return body
+
+    def _left(self, task_id: TaskId, flight: trio.CancelScope | Slot) -> None:
+        """An invocation left: its ``inflight`` entry goes, waiters wake."""
+        if self.inflight.get(task_id) is flight:
+            del self.inflight[task_id]
+            self.waits.wake()
 
     def _invocation_failed(self, effect: Effect, error: Exception) -> None:
         """Interpreting ``effect`` raised: report it, and fault its task (the

@@ -302,7 +302,11 @@ class ToolInterpreter:
             cut = b.record(None) if b.truncated else None
             self.loop.send(ToolFailed(now=now(), task_id=effect.task_id, message=b.text, truncated=cut))
             return
-        text, truncated = await self._bound(effect.task_id, result.text, tool.output_limits)
+        text, limits = result.text, tool.output_limits
+        if len(text) <= limits.max_lines and 4 * len(text) <= limits.max_bytes:
+            truncated = None  # fits (_bound's first test, without its coroutine: issue 11 item 2)
+        else:
+            text, truncated = await self._bound(effect.task_id, text, limits)
         staging.hand_over(("task", effect.task_id))  # committed with the result, or not at all
         self.loop.send(
             ToolFinished(
@@ -415,7 +419,8 @@ class _Progress:
 
     def __init__(self, loop: Requester, task_id: TaskId, interval: float) -> None:
         self.loop, self.task_id, self.interval = loop, task_id, interval
-        self.output = RunningOutput()
+        #: made at the first report (most bodies report none: issue 11 item 2)
+        self.output: RunningOutput | None = None
         self.sent_version = 0
         self.last_sent = -interval
         self.pending = False
@@ -424,6 +429,8 @@ class _Progress:
     def report(self, chunk: str) -> None:
         if self.closed:
             return
+        if self.output is None:
+            self.output = RunningOutput()
         self.output.append(chunk)
         if self.pending:
             return
@@ -440,12 +447,13 @@ class _Progress:
         self._send()
 
     def _send(self) -> None:
-        if self.closed or self.output.version == self.sent_version:
+        output = self.output
+        if self.closed or output is None or output.version == self.sent_version:
             return
-        self.sent_version = self.output.version
+        self.sent_version = output.version
         self.last_sent = trio.current_time()
         loop = self.loop
-        loop.send(ToolProgressed(now=loop.clock(), task_id=self.task_id, output=self.output.text()))
+        loop.send(ToolProgressed(now=loop.clock(), task_id=self.task_id, output=output.text()))
 
     def close(self) -> None:
         self.closed = True
