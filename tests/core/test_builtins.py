@@ -311,3 +311,24 @@ def test_typed_ops_turn_the_old_json_into_the_new(old: object, new: object) -> N
     assert chord.apply(to_json(old), ops) == to_json(new)
     assert tuple(ops) == chord.diff(to_json(old), to_json(new))  # the same ops, found without converting it all
     assert typed_ops(new, new) == []
+
+
+@pytest.mark.parametrize(
+    "slot",
+    [
+        ToolSlot(call_id="c", name="t"),
+        ToolSlot(call_id="c", name="t", task_id=TaskId(4), status=SlotStatus.RUNNING, output="so far"),
+        ToolSlot(call_id="c", name="t", task_id=TaskId(4), status=SlotStatus.DONE, entry_id=9, control={"k": [1, {"x": None}]}),  # type: ignore[arg-type]
+        ToolSlot(call_id="c", name="t", status=SlotStatus.PENDING, output=""),
+    ],
+)
+def test_a_slot_spelt_out_is_the_generic_records_json(slot: ToolSlot) -> None:
+    """to_json's spelt-out slot (_slot_json) makes what the generic record
+    case makes: every field not at its default, in declared order."""
+    want = {
+        f.name: to_json(getattr(slot, f.name))
+        for f in attrs.fields(ToolSlot)
+        if f.default is attrs.NOTHING or getattr(slot, f.name) != f.default
+    }
+    got = builtins._slot_json(slot)
+    assert got == want and list(got) == list(want)
