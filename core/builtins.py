@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .record_makers import new_ConvState, new_DocumentRevision, new_PutDocument  # (X(...) without the type call's dict: issue 11 item 2)
 from . import chord
 from .documents import BASE_EVERY, ROWS, DocInput, DocStatus
 from .effects import (
@@ -457,7 +458,7 @@ def revise(
             ops, deltas = staged.revision.ops + ops, deltas - 1
     else:
         deltas = 0
-    revision = DocumentRevision(
+    revision = new_DocumentRevision(
         scope=_CONVERSATION,
         owner=cid,
         kind=kind,
@@ -468,7 +469,7 @@ def revise(
         value=to_json(new) if action is _BASE else None,
         ops=ops,
     )
-    return _with(conv, spec.field, new, {**conv.stored, kind: deltas}), PutDocument(document_id=did, revision=revision)
+    return _with(conv, spec.field, new, {**conv.stored, kind: deltas}), new_PutDocument(document_id=did, revision=revision)
 
 
 #: ConvState's fields, as ``_with`` spells them out (checked here: a field
@@ -484,7 +485,7 @@ def _with(conv: ConvState, field: str, value: Any, stored: Mapping[str, int]) ->
     every field spelt out (a revision is made on most steps, and evolve's
     dict of every field costs about half as much as the copy itself)."""
     if field == "live":  # most revisions: no test per field
-        return ConvState(
+        return new_ConvState(
             conversation=conv.conversation,
             agent=conv.agent,
             live=value,
@@ -493,7 +494,7 @@ def _with(conv: ConvState, field: str, value: Any, stored: Mapping[str, int]) ->
             context=conv.context,
             stored=stored,
         )
-    return ConvState(
+    return new_ConvState(
         conversation=conv.conversation,
         agent=value if field == "agent" else conv.agent,
         live=value if field == "live" else conv.live,
@@ -509,7 +510,7 @@ def base_revision(cid: ConversationId | int, kind: str, value: Any) -> tuple[int
     typed ``value``, and its document id (what storage makes of a whole-value
     write of journal formats 1-3, and of schema 4's ``documents`` rows)."""
     spec = BUILTINS[kind]
-    revision = DocumentRevision(
+    revision = new_DocumentRevision(
         scope=DocScope.CONVERSATION, owner=int(cid), kind=kind, version=VERSION, history=spec.history,
         fork=spec.fork, action=RevisionAction.BASE, value=to_json(value),
     )

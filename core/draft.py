@@ -27,6 +27,7 @@ from typing import Any
 
 import attrs
 
+from .record_makers import new_PutTask, new_State  # (X(...) without the type call's dict: issue 11 item 2)
 from .builtins import BUILTINS, created, revise
 from .records import spelt_out
 from .documents import retire_task_documents
@@ -182,7 +183,7 @@ class Tx:
         # drafted fields and its unpacking into State's arguments cost a step
         # as much again as the keywords; tests/core/test_draft.py checks every
         # field lands where it belongs).
-        return State(
+        return new_State(
             next_id=self.next_id,
             next_seq=next_seq,
             conversations=self.conversations,
@@ -269,7 +270,7 @@ class Tx:
             self.index.moved(old, task)
             tasks[tid] = task
         if durable:
-            self._writes[(_TASK_WRITE, tid)] = PutTask(task=task)  # write(), without its lookups
+            self._writes[(_TASK_WRITE, tid)] = new_PutTask(task=task)  # write(), without its lookups
 
     def put_submission(self, sub: Submission) -> None:
         subs = self._owned("submissions")

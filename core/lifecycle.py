@@ -22,6 +22,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from .record_makers import new_Task, new_ToolSlot  # (X(...) without the type call's dict: issue 11 item 2)
 from .model import (
     CoreInvariantError,
     Outcome,
@@ -231,7 +232,7 @@ def move_task(task: Task, move: TaskMove, changes: Mapping[str, Any]) -> Task:
         return evolve(task, **{"on": task.on if status is W else (), **c, "status": status})
     # each field a move may change: the change if one is named (an ``in``
     # test, where .get would be a call); the rest as they are
-    return Task(
+    return new_Task(
         id=task.id,
         conversation_id=task.conversation_id,
         kind=task.kind,
@@ -277,7 +278,7 @@ def slot_to(slot: ToolSlot, move: SlotMove, **changes: Any) -> ToolSlot:
     if not _SLOT_CHANGEABLE.issuperset(changes):
         refuse_changes(_SLOT_CHANGEABLE, changes, "a slot move")
     c = changes  # every field spelt out, as task_to does for a task
-    return ToolSlot(
+    return new_ToolSlot(
         call_id=c["call_id"] if "call_id" in c else slot.call_id,
         name=c["name"] if "name" in c else slot.name,
         task_id=c["task_id"] if "task_id" in c else slot.task_id,

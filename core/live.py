@@ -24,6 +24,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from .record_makers import new_Live  # (X(...) without the type call's dict: issue 11 item 2)
 from .model import CoreInvariantError
 from .records import refuse_changes, spelt_out
 from .state import Live
@@ -175,7 +176,7 @@ def _changed(live: Live, changes: Mapping[str, Any]) -> Live:
     if not _NAMES.issuperset(changes):
         refuse_changes(_NAMES, changes, "a pi.live move")
     # (``name in changes`` is cheaper than a ``changes.get`` call per field)
-    return Live(
+    return new_Live(
         run=changes["run"] if "run" in changes else live.run,
         tools=changes["tools"] if "tools" in changes else live.tools,
         attempt=changes["attempt"] if "attempt" in changes else live.attempt,
