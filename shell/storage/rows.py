@@ -241,8 +241,9 @@ def encode_commit_text(seq: int, writes: Sequence[Write], events: Sequence[Event
     """Like :func:`encode_commit`, with the writes' JSON itself (what the
     digest is of; the JSONL store keeps it to rebuild its tables)."""
     # (encode_write, inline: one call per write; the rows and pieces split in C, issue 11 item 2)
+    spelt.last_calls = spelt.NO_CALLS  # (an assistant entry's tool calls are shared with this commit's events only)
     encoded = [_ENCODE[type(w)](w, seq) for w in writes]
-    return list(map(_ROW, encoded)), spelt.events_json(events), "[" + ",".join(map(_PIECE, encoded)) + "]"
+    return list(map(_ROW, encoded)), spelt.events_json(events, True), "[" + ",".join(map(_PIECE, encoded)) + "]"
 
 
 # --- the write path, encoded once (issue 11 item 2: a cheap write path) ---------
@@ -467,7 +468,7 @@ def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
     except TypeError:  # a string field that is not a string
         return _entry_by_dict(w, seq)
     try:
-        calls_j = "" if calls == () else _CALLS + "".join(_chunks(spelt.plain_tool_calls(calls), 0))
+        calls_j = "" if calls == () else _CALLS + spelt.tool_calls_json(calls)
         usage_j = "" if usage is None else _USAGE + "".join(_chunks(spelt.plain_usage(usage), 0))
         data_j = "" if data is None else _DATA + "".join(_chunks(data, 0))
     except _NOT_PLAIN:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring as _encode_str
+from operator import is_
 from typing import Any, get_type_hints
 
 import attrs
@@ -57,6 +58,24 @@ check_spelt(ModelResponded, (), (
 ))  # fmt: skip
 #: ``plain``'s hook of a usage (rare: not spelt out).
 plain_usage = codec.plain.get_unstructure_hook(Usage)
+
+
+#: The tool calls :func:`tool_calls_json` encoded last and their text: an
+#: assistant entry's, which its ModelResponded in the same commit shares
+#: (:func:`events_json`; one pair, replaced whole, so a reader on another
+#: thread sees a matching pair or calls that are not its own).
+last_calls: tuple[Sequence[ToolCall], str] = ((), "[]")
+#: :data:`last_calls` forgotten (what :mod:`.rows` sets before a commit's writes).
+NO_CALLS: tuple[Sequence[ToolCall], str] = last_calls
+
+
+def tool_calls_json(calls: Sequence[ToolCall]) -> str:
+    """The JSON text of :func:`plain_tool_calls` (an entry's tool calls),
+    kept for the commit's ModelResponded (issue 11 item 2: encoded once)."""
+    global last_calls
+    text = "".join(_chunks(plain_tool_calls(calls), 0))
+    last_calls = (calls, text)
+    return text
 
 
 def plain_tool_calls(calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
@@ -122,17 +141,81 @@ check_spelt(ToolFinished, (), (
 _TOOL_FINISHED_TAIL = ',"type":' + codec.dumps(ToolFinished.TAG) + "}]"
 
 
-def events_json(events: Sequence[Event]) -> str:
+def events_json(events: Sequence[Event], shared: bool = False) -> str:
     """:func:`.codec.events_json` of the current format: the same text. A
-    commit of one plain ToolFinished (most tool steps) is joined from pieces
-    (issue 11 item 2: no hook, no dict, no encoder call); any field of
-    another type or set goes the general way."""
-    if len(events) == 1 and type(e := events[0]) is ToolFinished:
-        now, task_id, text = e.now, e.task_id, e.text
-        if (
-            type(now) is int and type(task_id) is int and type(text) is str and e.is_error is False
-            and e.usage is None and e.truncated is None and e.control is None
-            and type(e.documents) is tuple and not e.documents and type(e.diagnostics) is tuple and not e.diagnostics
-        ):
-            return f'[{{"now":{now},"task_id":{task_id},"text":{_encode_str(text)}{_TOOL_FINISHED_TAIL}'
+    commit of one plain ToolFinished (most tool steps) or one ModelResponded
+    (a model step) is joined from pieces (issue 11 item 2: no hook, no dict,
+    no encoder call); any field of another type or set goes the general way.
+    ``shared``: the commit's writes were encoded just before (:mod:`.rows`):
+    tool calls that are its assistant entry's, call for call, take the
+    entry's text (:func:`tool_calls_json`)."""
+    if len(events) == 1:
+        e = events[0]
+        if type(e) is ToolFinished:
+            now, task_id, text = e.now, e.task_id, e.text
+            if (
+                type(now) is int and type(task_id) is int and type(text) is str and e.is_error is False
+                and e.usage is None and e.truncated is None and e.control is None
+                and type(e.documents) is tuple and not e.documents and type(e.diagnostics) is tuple and not e.diagnostics
+            ):
+                return f'[{{"now":{now},"task_id":{task_id},"text":{_encode_str(text)}{_TOOL_FINISHED_TAIL}'
+        elif type(e) is ModelResponded and (joined := _model_responded_json(e, shared)) is not None:
+            return joined
     return codec.events_json(events, hooks=_EVENTS)
+
+
+#: ``plain``'s encoder (``(value, 0)`` -> chunks), called directly.
+_chunks = codec.plain_chunks
+_MODEL_RESPONDED_TAIL = ',"type":' + codec.dumps(ModelResponded.TAG) + "}]"
+
+
+def _model_responded_json(e: ModelResponded, shared: bool) -> str | None:
+    """A commit's lone ModelResponded joined from pieces in the order of
+    :func:`plain_model_responded` (keys: constants); None: the general way
+    (a field of another type, or anything raised: the general way raises
+    it again, itself)."""
+    now, task_id, attempt, text, calls, stop, usage, prepared, cont = (
+        e.now, e.task_id, e.attempt, e.text, e.tool_calls, e.stop_reason, e.usage, e.prepared, e.continuation
+    )
+    if (
+        type(now) is not int or type(task_id) is not int or type(attempt) is not int or type(text) is not str
+        or type(calls) is not tuple or type(stop) is not str or type(prepared) is not tuple
+        or (cont is not None and type(cont) is not str)
+    ):
+        return None
+    try:
+        calls_j = ""
+        if calls:
+            last, last_text = last_calls
+            if shared and len(last) == len(calls) and all(map(is_, last, calls)):
+                calls_j = ',"tool_calls":' + last_text
+            else:
+                calls_j = ',"tool_calls":' + "".join(_chunks(plain_tool_calls(calls), 0))
+        usage_j = "" if usage is None else ',"usage":' + "".join(_chunks(plain_usage(usage), 0))
+        prepared_j = ""
+        if prepared:
+            out = []
+            one_each = len(prepared) == len(calls)
+            same = codec._same_json
+            for i, p in enumerate(prepared):
+                if p is None:
+                    out.append("null")
+                    continue
+                if type(p) is not PreparedCall or type(replay := p.replay) is not str:
+                    return None
+                args = p.arguments
+                if one_each and ((call_args := calls[i].arguments) is args or same(args, call_args)):
+                    out.append(f'{{"replay":{_encode_str(replay)}}}')
+                else:
+                    out.append(f'{{"arguments":{"".join(_chunks(args, 0))},"replay":{_encode_str(replay)}}}')
+            prepared_j = ',"prepared":[' + ",".join(out) + "]"
+    except Exception:  # noqa: BLE001 - not plain data, or odd: the general way, which raises its own error
+        return None
+    return (
+        f'[{{"now":{now},"task_id":{task_id},"attempt":{attempt}{"" if text == "" else f",{_TEXT}{_encode_str(text)}"}'
+        f'{calls_j}{"" if stop == "stop" else f",{_STOP}{_encode_str(stop)}"}{usage_j}{prepared_j}'
+        f'{"" if cont is None else f",{_CONT}{_encode_str(cont)}"}{_MODEL_RESPONDED_TAIL}'
+    )
+
+
+_TEXT, _STOP, _CONT = '"text":', '"stop_reason":', '"continuation":'

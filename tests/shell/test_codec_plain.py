@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from pidurable.core.effects import DocumentRevision, PutDocument, PutEntry, PutTask, RevisionAction
 from pidurable.core.events import EVENT_TYPES, ModelResponded, PreparedCall, TaskCommitRequested, ToolFinished
-from pidurable.core.model import Entry, Outcome, OutcomeStatus, Task, TaskStatus, ToolCall
+from pidurable.core.model import Entry, Outcome, OutcomeStatus, Task, TaskStatus, ToolCall, Usage
 from pidurable.core.state import DocHistory, DocScope, ForkPolicy
 from pidurable.shell.storage import base, codec, rows, spelt
 
@@ -361,4 +361,72 @@ def test_a_tool_finished_alone_encodes_to_the_reference_text(changes: dict[str, 
         with pytest.raises(type(e)):
             spelt.events_json(events)
     else:
+        assert spelt.events_json(events) == expected
+
+
+# --- a model step: its ModelResponded joined from pieces, the tool calls' text shared with its entry ---
+
+
+def _model_step() -> tuple[list[Any], list[Any]]:
+    """An assistant entry and its ModelResponded, as the core makes them
+    (the entry's tool calls: the event's ToolCall objects in a new tuple)."""
+    calls = (ToolCall(id="c0", name="t", arguments={"i": 0}), ToolCall(id="c1", name="t", arguments={"i": 1, "s": "x"}))
+    entry = Entry(id=9, conversation_id=1, kind="assistant", tool_calls=tuple(list(calls)), stop_reason="tool_use", by_task_id=4, at=3)
+    prepared = (PreparedCall(arguments=calls[0].arguments, replay="safe"), PreparedCall(arguments={"i": 2}, replay="unsafe"))
+    event = ModelResponded(now=3, task_id=4, attempt=1, tool_calls=calls, stop_reason="tool_use", prepared=prepared)
+    return [PutEntry(entry=entry)], [event]
+
+
+def test_a_model_step_encodes_its_tool_calls_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ModelResponded of a commit takes its assistant entry's tool calls
+    text (one encoding) and is joined from pieces (not the general way):
+    the reference's rows and texts."""
+    writes, events = _model_step()
+    expected = ([base.encode_write_reference(w, 2)[0] for w in writes], codec.reference_events_json(events))
+    made = []
+    plain_tool_calls = spelt.plain_tool_calls
+    monkeypatch.setattr(spelt, "plain_tool_calls", lambda calls: made.append(calls) or plain_tool_calls(calls))
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the general way")
+
+    monkeypatch.setattr(codec, "events_json", refuse)
+    got, events_text, _ = base.encode_commit_text(2, writes, events)
+    assert (got, events_text) == expected
+    assert len(made) == 1
+    assert spelt.events_json(events) == expected[1]  # (not after its writes: encoded itself)
+    assert len(made) == 2
+
+
+def test_a_commit_never_takes_tool_calls_text_from_an_earlier_commit() -> None:
+    """The shared text is the commit's own: calls changed after an earlier
+    commit encoded them (the same objects) are encoded again."""
+    writes, events = _model_step()
+    base.encode_commit_text(2, writes, ())
+    events[0].tool_calls[0].arguments["i"] = 5
+    assert base.encode_commit_text(3, [], events)[1] == codec.reference_events_json(events)
+    assert '"arguments":{"i":5}' in codec.reference_events_json(events)
+
+
+@pytest.mark.parametrize("changes", [
+    {}, {"text": "é\n"}, {"stop_reason": "stop"}, {"usage": Usage(input_tokens=3)}, {"continuation": "go on"},
+    {"prepared": ()}, {"prepared": (None, PreparedCall(arguments={"i": 1}, replay="safe"))},
+    {"prepared": (PreparedCall(arguments={"i": 0}, replay="safe"),)}, {"tool_calls": ()}, {"now": True},
+    {"attempt": 1.0}, {"text": None}, {"stop_reason": 3}, {"continuation": 4}, {"tool_calls": [ToolCall(id="a", name="b")]},
+    {"prepared": (PreparedCall(arguments={"i": 0}, replay=1), None)}, {"prepared": ({"replay": "safe"}, None)},
+    {"prepared": (PreparedCall(arguments={"i": math.nan}, replay="safe"), None)},
+    {"tool_calls": (ToolCall(id="a", name="b", arguments={"x": object()}),)},
+], ids=repr)  # fmt: skip
+def test_a_model_responded_alone_encodes_to_the_reference_text(changes: dict[str, Any]) -> None:
+    """A commit of one ModelResponded is joined from pieces when its fields
+    are of the usual types (else the general way): the same text or error."""
+    writes, events = _model_step()
+    events = [attrs.evolve(events[0], **changes)]
+    try:
+        expected = codec.reference_events_json(events)
+    except Exception as e:  # noqa: BLE001 - whatever the reference raises, the fast way raises too
+        with pytest.raises(type(e)):
+            base.encode_commit_text(2, writes, events)
+    else:
+        assert base.encode_commit_text(2, writes, events)[1] == expected
         assert spelt.events_json(events) == expected
