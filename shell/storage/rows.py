@@ -460,7 +460,11 @@ def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
         return _entry_by_dict(w, seq)
     text, calls, call_id, name, stop, usage, data = e.text, e.tool_calls, e.tool_call_id, e.tool_name, e.stop_reason, e.usage, e.data
     try:
-        text_j = "" if text == "" else _TEXT + _encode_str(text)
+        if text == "":
+            text_j = ""
+        else:  # (kept: the commit's ToolFinished / ModelResponded has the same text, spelt.last_text)
+            spelt.last_text = (text, text_j := _encode_str(text))
+            text_j = _TEXT + text_j
         call_id_j = "" if call_id is None else _CALL_ID + _encode_str(call_id)
         name_j = "" if name is None else _NAME + _encode_str(name)
         stop_j = "" if stop is None else _STOP + _encode_str(stop)

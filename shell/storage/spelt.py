@@ -65,6 +65,11 @@ plain_usage = codec.plain.get_unstructure_hook(Usage)
 #: (:func:`events_json`; one pair, replaced whole, so a reader on another
 #: thread sees a matching pair or calls that are not its own).
 last_calls: tuple[Sequence[ToolCall], str] = ((), "[]")
+#: The text :mod:`.rows` encoded last for an entry and its JSON text (a
+#: str: immutable, so a text that is it encodes alike, in any commit): a
+#: tool result's is its ToolFinished's, an answer's its ModelResponded's
+#: (issue 11 item 2: a long tool output encoded once).
+last_text: tuple[str, str] = ("", '""')
 #: :data:`last_calls` forgotten (what :mod:`.rows` sets before a commit's writes).
 NO_CALLS: tuple[Sequence[ToolCall], str] = last_calls
 
@@ -158,7 +163,10 @@ def events_json(events: Sequence[Event], shared: bool = False) -> str:
                 and e.usage is None and e.truncated is None and e.control is None
                 and type(e.documents) is tuple and not e.documents and type(e.diagnostics) is tuple and not e.diagnostics
             ):
-                return f'[{{"now":{now},"task_id":{task_id},"text":{_encode_str(text)}{_TOOL_FINISHED_TAIL}'
+                last, text_j = last_text
+                if text is not last:
+                    text_j = _encode_str(text)
+                return f'[{{"now":{now},"task_id":{task_id},"text":{text_j}{_TOOL_FINISHED_TAIL}'
         elif type(e) is ModelResponded and (joined := _model_responded_json(e, shared)) is not None:
             return joined
     return codec.events_json(events, hooks=_EVENTS)
@@ -184,11 +192,15 @@ def _model_responded_json(e: ModelResponded, shared: bool) -> str | None:
     ):
         return None
     try:
+        text_j = ""
+        if text != "":
+            last, text_j = last_text
+            text_j = f',"text":{text_j if text is last else _encode_str(text)}'
         calls_j = ""
         if calls:
-            last, last_text = last_calls
-            if shared and len(last) == len(calls) and all(map(is_, last, calls)):
-                calls_j = ',"tool_calls":' + last_text
+            last_c, calls_text = last_calls
+            if shared and len(last_c) == len(calls) and all(map(is_, last_c, calls)):
+                calls_j = ',"tool_calls":' + calls_text
             else:
                 calls_j = ',"tool_calls":' + "".join(_chunks(plain_tool_calls(calls), 0))
         usage_j = "" if usage is None else ',"usage":' + "".join(_chunks(plain_usage(usage), 0))
@@ -212,10 +224,10 @@ def _model_responded_json(e: ModelResponded, shared: bool) -> str | None:
     except Exception:  # noqa: BLE001 - not plain data, or odd: the general way, which raises its own error
         return None
     return (
-        f'[{{"now":{now},"task_id":{task_id},"attempt":{attempt}{"" if text == "" else f",{_TEXT}{_encode_str(text)}"}'
+        f'[{{"now":{now},"task_id":{task_id},"attempt":{attempt}{text_j}'
         f'{calls_j}{"" if stop == "stop" else f",{_STOP}{_encode_str(stop)}"}{usage_j}{prepared_j}'
         f'{"" if cont is None else f",{_CONT}{_encode_str(cont)}"}{_MODEL_RESPONDED_TAIL}'
     )
 
 
-_TEXT, _STOP, _CONT = '"text":', '"stop_reason":', '"continuation":'
+_STOP, _CONT = '"stop_reason":', '"continuation":'

@@ -430,3 +430,30 @@ def test_a_model_responded_alone_encodes_to_the_reference_text(changes: dict[str
     else:
         assert base.encode_commit_text(2, writes, events)[1] == expected
         assert spelt.events_json(events) == expected
+
+
+@pytest.mark.parametrize("kind", ["tool", "model"])
+def test_an_entrys_text_is_encoded_once_for_its_event(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool result's text is its ToolFinished's, an answer's its
+    ModelResponded's: the commit encodes it once (a text equal but not the
+    same object is encoded again: the same bytes)."""
+    text = "long output é\n" * 50
+    entry = Entry(id=9, conversation_id=1, kind="tool_result", text=text, tool_call_id="c", tool_name="t", by_task_id=4, at=3)
+    event: Any = ToolFinished(now=3, task_id=4, text=text)
+    if kind == "model":
+        writes, events = _model_step()
+        entry, event = attrs.evolve(writes[0].entry, text=text), attrs.evolve(events[0], text=text)
+    writes, events = [PutEntry(entry=entry)], [event]
+    expected = ([base.encode_write_reference(w, 2)[0] for w in writes], codec.reference_events_json(events))
+    encoded = []
+    for module in (rows, spelt):
+        encode = getattr(module, "_encode_str")
+        monkeypatch.setattr(module, "_encode_str", lambda s, encode=encode: encoded.append(s) or encode(s))
+    got, events_text, _ = base.encode_commit_text(2, writes, events)
+    assert (got, events_text) == expected
+    assert encoded.count(text) == 1
+    copy = "".join(list(text))
+    assert copy is not text
+    events = [attrs.evolve(event, text=copy)]
+    assert base.encode_commit_text(2, writes, events)[1] == expected[1]
+    assert encoded.count(text) == 3
