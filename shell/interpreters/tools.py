@@ -38,7 +38,7 @@ the error as its note (a raising one logged on ``pidurable`` at WARNING).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +66,7 @@ from ..documents import DocumentPort, Staging
 from ..edge import clean_text, control_json, tool_result
 from ..env import describe_process
 from ..limits import DEFAULT_SPILL_CAP_BYTES, OutputLimits, RunningOutput, Spill, bound
+from ..record_inits import new_ToolCallContext
 from ..registry import Reconciled, Registry, ToolCallContext, ToolDefinition
 from .hooks import Blocked, HookRunner
 from .ports import EntryReads, Requester
@@ -288,7 +289,7 @@ class ToolInterpreter:
         staging = Staging(self.documents, task_id=effect.task_id, conversation_id=effect.conversation_id)
 
         progress = _Progress(self.loop, effect.task_id, max(interval_ms, 1) / 1000)
-        ctx = self._context(effect, record=record, report=progress.report, update_document=staging.update)
+        ctx = self._context(effect, record, progress.report, staging.update)
         failure: str | None = None
         try:
             result = tool_result(effect.name, await tool.execute(ctx, dict(effect.arguments)))
@@ -321,10 +322,17 @@ class ToolInterpreter:
             )
         )
 
-    def _context(self, effect: RunTool | RunReconcile, **hooks: Any) -> ToolCallContext:
-        """The context a tool body or its ``reconcile`` gets; ``hooks``: the
-        body's ``record`` / ``report`` / ``update_document``."""
-        return ToolCallContext(
+    def _context(
+        self,
+        effect: RunTool | RunReconcile,
+        record: Callable[[int], Awaitable[None]] | None = None,
+        report: Callable[[str], None] | None = None,
+        update_document: Callable[[Any, Any], Awaitable[Any]] | None = None,
+    ) -> ToolCallContext:
+        """The context a tool body or its ``reconcile`` gets (a reconcile: none
+        of the body's ``record`` / ``report`` / ``update_document``)."""
+        # new_ToolCallContext, no **hooks: no keyword dicts (record_inits.py; issue 11 item 2)
+        return new_ToolCallContext(
             env=self.env,
             task_id=effect.task_id,
             conversation_id=effect.conversation_id,
@@ -332,7 +340,9 @@ class ToolInterpreter:
             harness=self.harness,
             idempotency_key=f"{self.store_id}:tool:{effect.task_id}",
             cwd=effect.cwd,
-            **hooks,
+            record=record,
+            update_document=update_document,
+            report=report,
         )
 
     async def reconcile(self, effect: RunReconcile) -> None:
