@@ -283,9 +283,7 @@ class ToolInterpreter:
             self.loop.send(ToolFailed(now=now(), task_id=effect.task_id, message=f"Tool {effect.name} is not installed"))
             return
 
-        async def record(pid: int) -> None:
-            await self.record_process(effect.task_id, pid)
-
+        record = partial(self.record_process, effect.task_id)
         staging = Staging(self.documents, task_id=effect.task_id, conversation_id=effect.conversation_id)
 
         progress = _Progress(self.loop, effect.task_id, max(interval_ms, 1) / 1000)
@@ -293,7 +291,8 @@ class ToolInterpreter:
         failure: str | None = None
         try:
             result = tool_result(effect.name, await tool.execute(ctx, dict(effect.arguments)))
-            result = await self.hooks.after_tool(effect, result)
+            if self.registry.named_hooks("after_tool", effect.extensions):  # (no coroutine when none: issue 11 item 2)
+                result = await self.hooks.after_tool(effect, result)
         except Exception as e:  # a raising tool (or a result that is not one) is an error result
             failure = str(e) or type(e).__name__
         finally:
@@ -426,6 +425,8 @@ class _Progress:
     """A body's running output: the bounded tail, sent as ``ToolProgressed``
     at most once per ``interval`` seconds (leading edge after a quiet
     interval, then trailing edge)."""
+
+    __slots__ = ("loop", "task_id", "interval", "output", "sent_version", "last_sent", "pending", "closed")
 
     def __init__(self, loop: Requester, task_id: TaskId, interval: float) -> None:
         self.loop, self.task_id, self.interval = loop, task_id, interval
