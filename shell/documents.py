@@ -354,6 +354,8 @@ class Staging:
     as they are asked for, handed to the reducer with the event that
     commits them (``hand_over``)."""
 
+    __slots__ = ("port", "task_id", "conversation_id", "staged")  # (one per tool body: no __dict__, issue 11 item 2)
+
     def __init__(self, port: DocumentPort | None, *, task_id: int, conversation_id: int) -> None:
         self.port, self.task_id, self.conversation_id = port, task_id, conversation_id
         self.staged: list[Staged] = []

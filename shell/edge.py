@@ -63,6 +63,7 @@ from pidurable.core.events import (
 )
 from pidurable.core.model import Diagnostic, Json, Severity, Usage
 
+from .record_inits import new_ToolResult
 from .registry import Control, ToolResult
 
 log = logging.getLogger("pidurable")
@@ -399,7 +400,7 @@ def tool_result(name: str, result: object) -> ToolResult:
     checked ``ToolResult`` with valid text; raises EdgeError for anything
     else."""
     if isinstance(result, str):
-        return ToolResult(text=clean_text(str(result)))
+        return new_ToolResult(text=clean_text(str(result)))  # no keyword dict (record_inits.py; issue 11 item 2)
     if not isinstance(result, ToolResult):
         raise EdgeError(f"Tool {name} returned {type(result).__name__}, not str or ToolResult")
     text = getattr(result, "text")

@@ -30,6 +30,7 @@ from pidurable.core.events import ContextMeasured, CutSelected, ModelDeferred, M
 
 from ..context_cache import ContextCache
 from ..providers.base import ModelDeferredReply, ModelError, ModelReply, ModelRequest, Models, OnPartial, ToolSpec, reply_problem
+from ..record_inits import new_ModelRequest
 from ..registry import Registry
 from .hooks import CompactInfo, HookRunner
 from .ports import Reporter
@@ -145,7 +146,7 @@ class ModelInterpreter:
         marker, kept = active_range(entries, effect.tail)
         covered = ([marker] if marker is not None else []) + [e for e in kept if e.id < effect.first_kept]
         text = summary_request_text(range_messages(covered), effect.instructions)
-        request = ModelRequest(
+        request = new_ModelRequest(
             turn=self.context.view(effect.conversation_id, effect.tail)[1],
             model=effect.model,
             messages=(Message(role="system", text=SUMMARY_SYSTEM_PROMPT), Message(role="user", text=text)),
@@ -193,7 +194,7 @@ class ModelInterpreter:
         turn = 0
         if effect.cutoff is not None:
             messages, turn = self.context.request(effect.conversation_id, effect.cutoff, head)
-        return ModelRequest(
+        return new_ModelRequest(  # no keyword dict (record_inits.py; issue 11 item 2)
             turn=turn,
             model=effect.model,
             messages=messages,

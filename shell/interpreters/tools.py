@@ -38,7 +38,7 @@ the error as its note (a raising one logged on ``pidurable`` at WARNING).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +66,7 @@ from ..documents import DocumentPort, Staging
 from ..edge import clean_text, control_json, tool_result
 from ..env import describe_process
 from ..limits import DEFAULT_SPILL_CAP_BYTES, OutputLimits, RunningOutput, Spill, bound
+from ..record_inits import new_ToolCallContext
 from ..registry import Reconciled, Registry, ToolCallContext, ToolDefinition
 from .hooks import Blocked, HookRunner
 from .ports import EntryReads, Requester
@@ -282,17 +283,16 @@ class ToolInterpreter:
             self.loop.send(ToolFailed(now=now(), task_id=effect.task_id, message=f"Tool {effect.name} is not installed"))
             return
 
-        async def record(pid: int) -> None:
-            await self.record_process(effect.task_id, pid)
-
+        record = partial(self.record_process, effect.task_id)
         staging = Staging(self.documents, task_id=effect.task_id, conversation_id=effect.conversation_id)
 
         progress = _Progress(self.loop, effect.task_id, max(interval_ms, 1) / 1000)
-        ctx = self._context(effect, record=record, report=progress.report, update_document=staging.update)
+        ctx = self._context(effect, record, progress.report, staging.update)
         failure: str | None = None
         try:
             result = tool_result(effect.name, await tool.execute(ctx, dict(effect.arguments)))
-            result = await self.hooks.after_tool(effect, result)
+            if self.registry.named_hooks("after_tool", effect.extensions):  # (no coroutine when none: issue 11 item 2)
+                result = await self.hooks.after_tool(effect, result)
         except Exception as e:  # a raising tool (or a result that is not one) is an error result
             failure = str(e) or type(e).__name__
         finally:
@@ -321,10 +321,17 @@ class ToolInterpreter:
             )
         )
 
-    def _context(self, effect: RunTool | RunReconcile, **hooks: Any) -> ToolCallContext:
-        """The context a tool body or its ``reconcile`` gets; ``hooks``: the
-        body's ``record`` / ``report`` / ``update_document``."""
-        return ToolCallContext(
+    def _context(
+        self,
+        effect: RunTool | RunReconcile,
+        record: Callable[[int], Awaitable[None]] | None = None,
+        report: Callable[[str], None] | None = None,
+        update_document: Callable[[Any, Any], Awaitable[Any]] | None = None,
+    ) -> ToolCallContext:
+        """The context a tool body or its ``reconcile`` gets (a reconcile: none
+        of the body's ``record`` / ``report`` / ``update_document``)."""
+        # new_ToolCallContext, no **hooks: no keyword dicts (record_inits.py; issue 11 item 2)
+        return new_ToolCallContext(
             env=self.env,
             task_id=effect.task_id,
             conversation_id=effect.conversation_id,
@@ -332,7 +339,9 @@ class ToolInterpreter:
             harness=self.harness,
             idempotency_key=f"{self.store_id}:tool:{effect.task_id}",
             cwd=effect.cwd,
-            **hooks,
+            record=record,
+            update_document=update_document,
+            report=report,
         )
 
     async def reconcile(self, effect: RunReconcile) -> None:
@@ -416,6 +425,8 @@ class _Progress:
     """A body's running output: the bounded tail, sent as ``ToolProgressed``
     at most once per ``interval`` seconds (leading edge after a quiet
     interval, then trailing edge)."""
+
+    __slots__ = ("loop", "task_id", "interval", "output", "sent_version", "last_sent", "pending", "closed")
 
     def __init__(self, loop: Requester, task_id: TaskId, interval: float) -> None:
         self.loop, self.task_id, self.interval = loop, task_id, interval
