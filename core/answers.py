@@ -36,10 +36,11 @@ from .model import (
     ToolCall,
     Usage,
 )
-from .records import evolve
+from .records import spelt_out
+from .record_makers import new_UsageDoc, new_UsageTotals  # (X(...) without the type call's dict: issue 11 item 2)
 from .runs import end_run
 from .settlement import finish_task
-from .state import UsageTotals
+from .state import UsageDoc, UsageTotals
 
 
 def convert_partial(tx: Tx, task: Task) -> None:
@@ -73,9 +74,20 @@ def count_usage(tx: Tx, cid: ConversationId, model: ModelRef, usage: Usage | Non
     """One model call (and its tokens, if reported) in ``pi.usage``."""
     key = str(model)
     doc = tx.conversations[cid].usage
-    prior = doc.models.get(key)  # (no default record built for a model already counted: issue 11 item 2)
-    total = (UsageTotals() if prior is None else prior) + UsageTotals.one_call(usage)
-    tx.set_usage(cid, evolve(doc, models={**doc.models, key: total}))
+    # ``prior + UsageTotals.one_call(usage)`` and ``evolve(doc, models=...)``
+    # spelt out (_USAGE_FIELDS), one record each (issue 11 item 2); a call
+    # counted always changes the doc: set without comparing it
+    n_in, n_out = (0, 0) if usage is None else (usage.input_tokens, usage.output_tokens)
+    prior = doc.models.get(key)
+    calls = 1
+    if prior is not None:
+        n_in, n_out, calls = prior.input_tokens + n_in, prior.output_tokens + n_out, prior.calls + 1
+    total = new_UsageTotals(input_tokens=n_in, output_tokens=n_out, calls=calls)
+    tx.set_usage(cid, new_UsageDoc(models={**doc.models, key: total}, tools=doc.tools), changed=True)
+
+
+#: The fields count_usage spells out (checked here).
+_USAGE_FIELDS = spelt_out(UsageTotals, ("input_tokens", "output_tokens", "calls")), spelt_out(UsageDoc, ("models", "tools"))
 
 
 def unique_call_ids(entry_id: EntryId, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:

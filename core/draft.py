@@ -347,8 +347,12 @@ class Tx:
     def set_inbox(self, cid: ConversationId, items: tuple[InboxItem, ...]) -> None:
         self._set_builtin(cid, INBOX_DOC, items)
 
-    def set_usage(self, cid: ConversationId, usage: UsageDoc) -> None:
-        self._set_builtin(cid, USAGE_DOC, usage)
+    def set_usage(self, cid: ConversationId, usage: UsageDoc, *, changed: bool = False) -> None:
+        """``changed``: known to differ from the conversation's (a call counted): not compared."""
+        if changed:
+            self._revise(cid, self.conversations[cid], USAGE_DOC, usage, ())
+        else:
+            self._set_builtin(cid, USAGE_DOC, usage)
 
     def set_context(self, cid: ConversationId, context: ContextDoc) -> None:
         self._set_builtin(cid, CONTEXT_DOC, context)

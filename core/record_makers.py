@@ -23,7 +23,7 @@ from attrs import NOTHING as _N
 
 from .effects import DocumentRevision, PutDocument, PutTask
 from .model import Entry, Task
-from .state import ConvState, Live, State, ToolSlot
+from .state import ConvState, Live, State, ToolSlot, UsageDoc, UsageTotals
 from .records import field_factories, install_maker, slot_setters
 
 _new = object.__new__
@@ -246,5 +246,41 @@ else:
     new_Entry = install_maker(Entry, _new_Entry)
 
 
+# UsageTotals
+_UsageTotals_input_tokens, _UsageTotals_output_tokens, _UsageTotals_calls = slot_setters(UsageTotals, ('input_tokens', 'output_tokens', 'calls'))
+
+
+def _new_UsageTotals(*, input_tokens: Any = _N, output_tokens: Any = _N, calls: Any = _N) -> UsageTotals:
+    self = _new(UsageTotals)
+    _UsageTotals_input_tokens(self, input_tokens)
+    _UsageTotals_output_tokens(self, output_tokens)
+    _UsageTotals_calls(self, calls)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_UsageTotals = UsageTotals
+else:
+    new_UsageTotals = install_maker(UsageTotals, _new_UsageTotals)
+
+
+# UsageDoc
+_UsageDoc_models, _UsageDoc_tools = slot_setters(UsageDoc, ('models', 'tools'))
+_UsageDoc_models_f, _UsageDoc_tools_f = field_factories(UsageDoc, ('models', 'tools'))
+
+
+def _new_UsageDoc(*, models: Any = _N, tools: Any = _N) -> UsageDoc:
+    self = _new(UsageDoc)
+    _UsageDoc_models(self, models if models is not _N else _UsageDoc_models_f())
+    _UsageDoc_tools(self, tools if tools is not _N else _UsageDoc_tools_f())
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_UsageDoc = UsageDoc
+else:
+    new_UsageDoc = install_maker(UsageDoc, _new_UsageDoc)
+
+
 #: The classes given a maker here (regenerate from these).
-COVERED = (Task, State, ConvState, DocumentRevision, Live, ToolSlot, PutTask, PutDocument, Entry,)
+COVERED = (Task, State, ConvState, DocumentRevision, Live, ToolSlot, PutTask, PutDocument, Entry, UsageTotals, UsageDoc,)
