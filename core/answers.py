@@ -74,19 +74,22 @@ def count_usage(tx: Tx, cid: ConversationId, model: ModelRef, usage: Usage | Non
     """One model call (and its tokens, if reported) in ``pi.usage``."""
     key = str(model)
     doc = tx.conversations[cid].usage
-    # ``prior + UsageTotals.one_call(usage)`` and ``evolve(doc, models=...)``
-    # spelt out (_USAGE_FIELDS), one record each (issue 11 item 2); a call
-    # counted always changes the doc: set without comparing it
-    n_in, n_out = (0, 0) if usage is None else (usage.input_tokens, usage.output_tokens)
-    prior = doc.models.get(key)
-    calls = 1
-    if prior is not None:
-        n_in, n_out, calls = prior.input_tokens + n_in, prior.output_tokens + n_out, prior.calls + 1
-    total = new_UsageTotals(input_tokens=n_in, output_tokens=n_out, calls=calls)
+    # ``evolve(doc, models=...)`` spelt out (_USAGE_FIELDS): a call counted
+    # always changes the doc, so it is set without comparing it
+    total = plus_one_call(doc.models.get(key), usage)
     tx.set_usage(cid, new_UsageDoc(models={**doc.models, key: total}, tools=doc.tools), changed=True)
 
 
-#: The fields count_usage spells out (checked here).
+def plus_one_call(prior: UsageTotals | None, usage: Usage | None) -> UsageTotals:
+    """``(prior or UsageTotals()) + UsageTotals.one_call(usage)``, spelt out
+    (_USAGE_FIELDS): one record, where that builds three (issue 11 item 2)."""
+    n_in, n_out = (0, 0) if usage is None else (usage.input_tokens, usage.output_tokens)
+    if prior is None:
+        return new_UsageTotals(input_tokens=n_in, output_tokens=n_out, calls=1)
+    return new_UsageTotals(input_tokens=prior.input_tokens + n_in, output_tokens=prior.output_tokens + n_out, calls=prior.calls + 1)
+
+
+#: The fields count_usage and plus_one_call spell out (checked here).
 _USAGE_FIELDS = spelt_out(UsageTotals, ("input_tokens", "output_tokens", "calls")), spelt_out(UsageDoc, ("models", "tools"))
 
 
