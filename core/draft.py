@@ -27,13 +27,12 @@ from typing import Any, cast
 
 import attrs
 
-from .record_makers import new_PutTask, new_State  # (X(...) without the type call's dict: issue 11 item 2)
+from .record_makers import new_Commit, new_PutEntry, new_PutTask, new_State, new_Step  # (X(...) without the type call's dict: issue 11 item 2)
 from .builtins import BUILTINS, created, revise, staged_write
 from .records import spelt_out
 from .documents import retire_task_documents
 from .effects import (
     Accepted,
-    Commit,
     Effect,
     PutDocument,
     PutConversation,
@@ -285,7 +284,7 @@ class Tx:
         self.write(PutSubmission(submission=sub))
 
     def put_entry(self, entry: Entry) -> None:
-        self._writes[(_ENTRY_WRITE, entry.id)] = PutEntry(entry=entry)  # write(), without its lookups
+        self._writes[(_ENTRY_WRITE, entry.id)] = new_PutEntry(entry=entry)  # write(), without its lookups
 
     def put_conversation(self, conv: ConvState) -> None:
         convs = self._owned("conversations")
@@ -396,8 +395,8 @@ class Tx:
             writes[(_DOC_WRITE, did)] = staged_write(did, staged)
         if writes:  # the State is built once, with the sequence number the Commit takes
             done = cast("tuple[Write, ...]", tuple(writes.values()))  # (every staged list replaced above)
-            effects: tuple[Effect, ...] = (Commit(seq=seq, writes=done), *self._acts, *self._replies)
+            effects: tuple[Effect, ...] = (new_Commit(seq=seq, writes=done), *self._acts, *self._replies)
             seq += 1
         else:
             effects = (*self._acts, *self._replies)
-        return Step(state=self._freeze(seq), effects=effects, rules=tuple(self.rules))
+        return new_Step(state=self._freeze(seq), effects=effects, rules=tuple(self.rules))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import NOTHING as _N
 
-from .effects import DocumentRevision, PutDocument, PutTask
+from .effects import Commit, DocumentRevision, PutDocument, PutEntry, PutTask, Step
 from .model import Entry, Task
 from .state import ConvState, Live, State, ToolSlot, UsageDoc, UsageTotals
 from .records import field_factories, install_maker, slot_setters
@@ -282,5 +282,56 @@ else:
     new_UsageDoc = install_maker(UsageDoc, _new_UsageDoc)
 
 
+# Commit
+_Commit_seq, _Commit_writes = slot_setters(Commit, ('seq', 'writes'))
+
+
+def _new_Commit(*, seq: Any, writes: Any) -> Commit:
+    self = _new(Commit)
+    _Commit_seq(self, seq)
+    _Commit_writes(self, writes)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_Commit = Commit
+else:
+    new_Commit = install_maker(Commit, _new_Commit)
+
+
+# Step
+_Step_state, _Step_effects, _Step_rules = slot_setters(Step, ('state', 'effects', 'rules'))
+
+
+def _new_Step(*, state: Any, effects: Any = _N, rules: Any = _N) -> Step:
+    self = _new(Step)
+    _Step_state(self, state)
+    _Step_effects(self, effects)
+    _Step_rules(self, rules)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_Step = Step
+else:
+    new_Step = install_maker(Step, _new_Step)
+
+
+# PutEntry
+_PutEntry_entry, = slot_setters(PutEntry, ('entry',))
+
+
+def _new_PutEntry(*, entry: Any) -> PutEntry:
+    self = _new(PutEntry)
+    _PutEntry_entry(self, entry)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_PutEntry = PutEntry
+else:
+    new_PutEntry = install_maker(PutEntry, _new_PutEntry)
+
+
 #: The classes given a maker here (regenerate from these).
-COVERED = (Task, State, ConvState, DocumentRevision, Live, ToolSlot, PutTask, PutDocument, Entry, UsageTotals, UsageDoc,)
+COVERED = (Task, State, ConvState, DocumentRevision, Live, ToolSlot, PutTask, PutDocument, Entry, UsageTotals, UsageDoc, Commit, Step, PutEntry,)
