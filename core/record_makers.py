@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import NOTHING as _N
 
-from .effects import Commit, DocumentRevision, PutDocument, PutEntry, PutTask, Step
-from .model import Entry, Task
-from .state import ConvState, Live, State, ToolSlot, UsageDoc, UsageTotals
+from .checkpoints import ExecuteCheckpoint, RequestCheckpoint, ToolsCheckpoint
+from .effects import Commit, DocumentRevision, PutDocument, PutEntry, PutTask, RunTool, Step
+from .model import Entry, Outcome, Task
+from .state import ConvState, Live, RunInfo, State, ToolSlot, UsageDoc, UsageTotals
 from .records import field_factories, install_maker, slot_setters
 
 _new = object.__new__
@@ -333,5 +334,119 @@ else:
     new_PutEntry = install_maker(PutEntry, _new_PutEntry)
 
 
+# ExecuteCheckpoint
+_ExecuteCheckpoint_arguments, _ExecuteCheckpoint_replay, _ExecuteCheckpoint_process, _ExecuteCheckpoint_reconciled = slot_setters(ExecuteCheckpoint, ('arguments', 'replay', 'process', 'reconciled'))
+
+
+def _new_ExecuteCheckpoint(*, arguments: Any, replay: Any, process: Any = _N, reconciled: Any = _N) -> ExecuteCheckpoint:
+    self = _new(ExecuteCheckpoint)
+    _ExecuteCheckpoint_arguments(self, arguments)
+    _ExecuteCheckpoint_replay(self, replay)
+    _ExecuteCheckpoint_process(self, process)
+    _ExecuteCheckpoint_reconciled(self, reconciled)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_ExecuteCheckpoint = ExecuteCheckpoint
+else:
+    new_ExecuteCheckpoint = install_maker(ExecuteCheckpoint, _new_ExecuteCheckpoint)
+
+
+# ToolsCheckpoint
+_ToolsCheckpoint_assistant, _ToolsCheckpoint_tools, _ToolsCheckpoint_pending = slot_setters(ToolsCheckpoint, ('assistant', 'tools', 'pending'))
+
+
+def _new_ToolsCheckpoint(*, assistant: Any, tools: Any, pending: Any) -> ToolsCheckpoint:
+    self = _new(ToolsCheckpoint)
+    _ToolsCheckpoint_assistant(self, assistant)
+    _ToolsCheckpoint_tools(self, tools)
+    _ToolsCheckpoint_pending(self, pending)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_ToolsCheckpoint = ToolsCheckpoint
+else:
+    new_ToolsCheckpoint = install_maker(ToolsCheckpoint, _new_ToolsCheckpoint)
+
+
+# RequestCheckpoint
+_RequestCheckpoint_attempt, _RequestCheckpoint_model, _RequestCheckpoint_cutoff, _RequestCheckpoint_compacted, _RequestCheckpoint_threshold = slot_setters(RequestCheckpoint, ('attempt', 'model', 'cutoff', 'compacted', 'threshold'))
+
+
+def _new_RequestCheckpoint(*, attempt: Any, model: Any, cutoff: Any, compacted: Any = _N, threshold: Any = _N) -> RequestCheckpoint:
+    self = _new(RequestCheckpoint)
+    _RequestCheckpoint_attempt(self, attempt)
+    _RequestCheckpoint_model(self, model)
+    _RequestCheckpoint_cutoff(self, cutoff)
+    _RequestCheckpoint_compacted(self, compacted)
+    _RequestCheckpoint_threshold(self, threshold)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_RequestCheckpoint = RequestCheckpoint
+else:
+    new_RequestCheckpoint = install_maker(RequestCheckpoint, _new_RequestCheckpoint)
+
+
+# Outcome
+_Outcome_status, _Outcome_result, _Outcome_error = slot_setters(Outcome, ('status', 'result', 'error'))
+
+
+def _new_Outcome(*, status: Any, result: Any = _N, error: Any = _N) -> Outcome:
+    self = _new(Outcome)
+    _Outcome_status(self, status)
+    _Outcome_result(self, result)
+    _Outcome_error(self, error)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_Outcome = Outcome
+else:
+    new_Outcome = install_maker(Outcome, _new_Outcome)
+
+
+# RunTool
+_RunTool_task_id, _RunTool_conversation_id, _RunTool_call_id, _RunTool_name, _RunTool_arguments, _RunTool_cwd, _RunTool_extensions = slot_setters(RunTool, ('task_id', 'conversation_id', 'call_id', 'name', 'arguments', 'cwd', 'extensions'))
+
+
+def _new_RunTool(*, task_id: Any, conversation_id: Any, call_id: Any, name: Any, arguments: Any, cwd: Any = _N, extensions: Any = _N) -> RunTool:
+    self = _new(RunTool)
+    _RunTool_task_id(self, task_id)
+    _RunTool_conversation_id(self, conversation_id)
+    _RunTool_call_id(self, call_id)
+    _RunTool_name(self, name)
+    _RunTool_arguments(self, arguments)
+    _RunTool_cwd(self, cwd)
+    _RunTool_extensions(self, extensions)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_RunTool = RunTool
+else:
+    new_RunTool = install_maker(RunTool, _new_RunTool)
+
+
+# RunInfo
+_RunInfo_task_id, _RunInfo_inputs = slot_setters(RunInfo, ('task_id', 'inputs'))
+
+
+def _new_RunInfo(*, task_id: Any, inputs: Any) -> RunInfo:
+    self = _new(RunInfo)
+    _RunInfo_task_id(self, task_id)
+    _RunInfo_inputs(self, inputs)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_RunInfo = RunInfo
+else:
+    new_RunInfo = install_maker(RunInfo, _new_RunInfo)
+
+
 #: The classes given a maker here (regenerate from these).
-COVERED = (Task, State, ConvState, DocumentRevision, Live, ToolSlot, PutTask, PutDocument, Entry, UsageTotals, UsageDoc, Commit, Step, PutEntry,)
+COVERED = (Task, State, ConvState, DocumentRevision, Live, ToolSlot, PutTask, PutDocument, Entry, UsageTotals, UsageDoc, Commit, Step, PutEntry, ExecuteCheckpoint, ToolsCheckpoint, RequestCheckpoint, Outcome, RunTool, RunInfo,)

@@ -25,7 +25,7 @@ import attrs
 
 from .live import LiveMove, live_to
 from .checkpoints import FIRST_PREPARE, to_dict
-from .record_makers import new_Task
+from .record_makers import new_RunInfo, new_Task  # (X(...) without the type call's dict: issue 11 item 2)
 from .draft import Tx
 from .lifecycle import SubmissionMove, submission_to
 from .model import (
@@ -88,7 +88,7 @@ def hand_over(tx: Tx, gen: Task, steered: tuple[SubmissionId, ...]) -> Task:
         live_to(
             live,
             _HAND_OVER,
-            run=RunInfo(task_id=successor.id, inputs=run.inputs + steered),
+            run=new_RunInfo(task_id=successor.id, inputs=run.inputs + steered),
             tools=None,
             attempt=None,
         ),

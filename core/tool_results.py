@@ -28,7 +28,7 @@ from .live import LiveMove, live_to
 from .model import Diagnostic, Entry, EntryId, EntryKind, Json, Outcome, OutcomeStatus, ResultCode, Task, Usage
 from .reconcile_events import Verdict
 from .answers import plus_one_call  # (and its UsageDoc fields guard, answers._USAGE_FIELDS)
-from .record_makers import new_UsageDoc  # (X(...) without the type call's dict: issue 11 item 2)
+from .record_makers import new_Entry, new_Outcome, new_RunTool, new_UsageDoc  # (X(...) without the type call's dict: issue 11 item 2)
 from .settlement import finish_task
 from .state import ToolSlot
 
@@ -42,7 +42,7 @@ def run_tool(tx: Tx, task: Task, cp: ExecuteCheckpoint) -> None:
     """``RunTool`` for a task whose ``execute`` intent is (being) stored."""
     agent = tx.conversations[task.conversation_id].agent
     tx.act(
-        RunTool(
+        new_RunTool(
             task_id=task.id,
             conversation_id=task.conversation_id,
             call_id=str(task.input["call_id"]),
@@ -79,7 +79,7 @@ def settle(
     data = diagnostics.result_data(problems, code, truncated)
     if reconciled is not None:
         data = {**(data or {}), "reconciled": str(reconciled.value)}
-    entry = Entry(
+    entry = new_Entry(
         id=EntryId(tx.alloc_id()),
         conversation_id=task.conversation_id,
         kind=_TOOL_RESULT,
@@ -95,7 +95,7 @@ def settle(
     finish_task(
         tx,
         task,
-        Outcome(
+        new_Outcome(
             status=status,
             result={"entry_id": entry.id, "control": dict(control)} if control else {"entry_id": entry.id},
             error={"message": error} if error is not None else None,
