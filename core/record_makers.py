@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from attrs import NOTHING as _N
 
 from .checkpoints import ExecuteCheckpoint, RequestCheckpoint, ToolsCheckpoint
-from .effects import Commit, DocumentRevision, PutDocument, PutEntry, PutTask, RunTool, Step
+from .effects import CallModel, Commit, DocumentRevision, PutDocument, PutEntry, PutTask, RunTool, Step
 from .model import Entry, Outcome, Task
 from .state import ConvState, Live, RunInfo, State, ToolSlot, UsageDoc, UsageTotals
 from .records import field_factories, install_maker, slot_setters
@@ -448,5 +448,28 @@ else:
     new_RunInfo = install_maker(RunInfo, _new_RunInfo)
 
 
+# CallModel
+_CallModel_task_id, _CallModel_conversation_id, _CallModel_attempt, _CallModel_model, _CallModel_cutoff, _CallModel_tools, _CallModel_system, _CallModel_extensions = slot_setters(CallModel, ('task_id', 'conversation_id', 'attempt', 'model', 'cutoff', 'tools', 'system', 'extensions'))
+
+
+def _new_CallModel(*, task_id: Any, conversation_id: Any, attempt: Any, model: Any, cutoff: Any, tools: Any = _N, system: Any = _N, extensions: Any = _N) -> CallModel:
+    self = _new(CallModel)
+    _CallModel_task_id(self, task_id)
+    _CallModel_conversation_id(self, conversation_id)
+    _CallModel_attempt(self, attempt)
+    _CallModel_model(self, model)
+    _CallModel_cutoff(self, cutoff)
+    _CallModel_tools(self, tools)
+    _CallModel_system(self, system)
+    _CallModel_extensions(self, extensions)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_CallModel = CallModel
+else:
+    new_CallModel = install_maker(CallModel, _new_CallModel)
+
+
 #: The classes given a maker here (regenerate from these).
-COVERED = (Task, State, ConvState, DocumentRevision, Live, ToolSlot, PutTask, PutDocument, Entry, UsageTotals, UsageDoc, Commit, Step, PutEntry, ExecuteCheckpoint, ToolsCheckpoint, RequestCheckpoint, Outcome, RunTool, RunInfo,)
+COVERED = (Task, State, ConvState, DocumentRevision, Live, ToolSlot, PutTask, PutDocument, Entry, UsageTotals, UsageDoc, Commit, Step, PutEntry, ExecuteCheckpoint, ToolsCheckpoint, RequestCheckpoint, Outcome, RunTool, RunInfo, CallModel,)
