@@ -36,10 +36,11 @@ from .model import (
     ToolCall,
     Usage,
 )
-from .records import evolve
+from .records import spelt_out
+from .record_makers import new_UsageDoc, new_UsageTotals  # (X(...) without the type call's dict: issue 11 item 2)
 from .runs import end_run
 from .settlement import finish_task
-from .state import UsageTotals
+from .state import UsageDoc, UsageTotals
 
 
 def convert_partial(tx: Tx, task: Task) -> None:
@@ -73,9 +74,23 @@ def count_usage(tx: Tx, cid: ConversationId, model: ModelRef, usage: Usage | Non
     """One model call (and its tokens, if reported) in ``pi.usage``."""
     key = str(model)
     doc = tx.conversations[cid].usage
-    prior = doc.models.get(key)  # (no default record built for a model already counted: issue 11 item 2)
-    total = (UsageTotals() if prior is None else prior) + UsageTotals.one_call(usage)
-    tx.set_usage(cid, evolve(doc, models={**doc.models, key: total}))
+    # ``evolve(doc, models=...)`` spelt out (_USAGE_FIELDS): a call counted
+    # always changes the doc, so it is set without comparing it
+    total = plus_one_call(doc.models.get(key), usage)
+    tx.set_usage(cid, new_UsageDoc(models={**doc.models, key: total}, tools=doc.tools), changed=True)
+
+
+def plus_one_call(prior: UsageTotals | None, usage: Usage | None) -> UsageTotals:
+    """``(prior or UsageTotals()) + UsageTotals.one_call(usage)``, spelt out
+    (_USAGE_FIELDS): one record, where that builds three (issue 11 item 2)."""
+    n_in, n_out = (0, 0) if usage is None else (usage.input_tokens, usage.output_tokens)
+    if prior is None:
+        return new_UsageTotals(input_tokens=n_in, output_tokens=n_out, calls=1)
+    return new_UsageTotals(input_tokens=prior.input_tokens + n_in, output_tokens=prior.output_tokens + n_out, calls=prior.calls + 1)
+
+
+#: The fields count_usage and plus_one_call spell out (checked here).
+_USAGE_FIELDS = spelt_out(UsageTotals, ("input_tokens", "output_tokens", "calls")), spelt_out(UsageDoc, ("models", "tools"))
 
 
 def unique_call_ids(entry_id: EntryId, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:

@@ -315,8 +315,7 @@ def typed_ops(old: Any, new: Any, path: list[Json] | None = None) -> list[Json]:
     on the typed values: an attrs value's fields, a dict's members and a
     same-length tuple's items are compared by identity first (a change keeps
     what it did not touch), so only what changed is converted and diffed
-    (chord.diff): the
-    same ops as ``chord.diff(to_json(old), to_json(new))``, in its order."""
+    (chord.diff): the same ops as ``chord.diff(to_json(old), to_json(new))``, in its order."""
     out: list[Json] = []
     _typed(old, new, list(path) if path else [], out)
     return out
@@ -406,12 +405,11 @@ assert all(ROWS[key].action not in (None, _RETIRE) for key in ((_ABSENT, _CHANGE
 CHECK_WITHIN = False
 
 
-def revise(
-    tx: Tx, conv: ConvState, kind: str, new: Any, within: tuple[str | int, ...] = ()
-) -> tuple[ConvState, PutDocument]:
+def revise(tx: Tx, conv: ConvState, kind: str, new: Any, within: tuple[str | int, ...] = ()) -> ConvState:
     """``conv`` with its built-in ``kind`` set to ``new`` (a changed value),
-    and the revision that stores it in this commit - one revision per
-    document per commit: a second change in the same step joins the first.
+    its revision staged in ``tx`` - one revision per document per commit: a
+    second change in the same step joins the first (``staged_write`` builds
+    it once, at the step's end).
 
     ``within``: the path of the one part of the value that changed, when the
     caller knows it (a slot of ``pi.live.tools``, tool_results.move_slot):
@@ -422,7 +420,7 @@ def revise(
     cid = conv.conversation.id
     did = -(8 * cid + spec.number)  # builtin_id(cid, kind), inline: revise runs on most steps
     deltas = conv.stored.get(kind)
-    staged = tx.document_write(did)
+    staged = tx.staged.get(did)
     if deltas is None:
         action = ROWS[(_ABSENT, _CHANGE)].action
     elif spec.quiet and not (type(new) is Live and type(new.run) is RunInfo) and new == spec.initial:
@@ -432,9 +430,8 @@ def revise(
     else:
         action = ROWS[(_LIVE, _CHECKPOINT if deltas + 1 >= BASE_EVERY else _CHANGE)].action
     assert action is not None  # (checked above for these keys)
-    if staged is not None and staged.revision.action is _BASE:
+    if staged is not None and staged[_ACTION] is _BASE:
         action = _BASE  # joins this commit's base
-    ops: tuple[Json, ...] = ()
     if action is _DELTA:
         assert deltas is not None
         old = getattr(conv, spec.field)
@@ -447,29 +444,40 @@ def revise(
                 else:
                     a, b = getattr(a, step), getattr(b, step)
             _typed(a, b, list(within), out)
-            ops = tuple(out)
             if CHECK_WITHIN:
-                assert ops == tuple(typed_ops(old, new)), f"{kind}: a change said to be within {within} is not"
+                assert out == typed_ops(old, new), f"{kind}: a change said to be within {within} is not"
         else:
             _typed(old, new, [], out)  # typed_ops, without its call
-            ops = tuple(out)
-        deltas += 1
         if staged is not None:  # a delta already: one revision, the ops of both
-            ops, deltas = staged.revision.ops + ops, deltas - 1
+            staged[_OPS] += out
+        else:
+            deltas += 1
+            tx.stage(did, [kind, cid, _DELTA, out, None])
     else:
         deltas = 0
+        if staged is not None:
+            staged[_ACTION], staged[_OPS], staged[_VALUE] = action, [], new
+        else:
+            tx.stage(did, [kind, cid, action, [], new])
+    return _with(conv, spec.field, new, {**conv.stored, kind: deltas})
+
+
+#: A staged revision (``Tx.staged``; a list, filled in place as changes join
+#: it - a record rebuilt per join cost the last ToolFinished of a round three
+#: revisions for one write, issue 11 item 2): [kind, conversation, action,
+#: ops (a list), value (the newest typed value: a base's)].
+_KIND, _OWNER, _ACTION, _OPS, _VALUE = range(5)
+
+
+def staged_write(document_id: int, staged: list[Any]) -> PutDocument:
+    """The write of a staged revision (what ``Tx.finish`` commits)."""
+    kind, owner, action, ops, value = staged
+    spec = BUILTINS[kind]
     revision = new_DocumentRevision(
-        scope=_CONVERSATION,
-        owner=cid,
-        kind=kind,
-        version=VERSION,
-        history=spec.history,
-        fork=spec.fork,
-        action=action,
-        value=to_json(new) if action is _BASE else None,
-        ops=ops,
+        scope=_CONVERSATION, owner=owner, kind=kind, version=VERSION, history=spec.history, fork=spec.fork,
+        action=action, value=to_json(value) if action is _BASE else None, ops=tuple(ops),
     )
-    return _with(conv, spec.field, new, {**conv.stored, kind: deltas}), new_PutDocument(document_id=did, revision=revision)
+    return new_PutDocument(document_id=document_id, revision=revision)
 
 
 #: ConvState's fields, as ``_with`` spells them out (checked here: a field
@@ -517,16 +525,14 @@ def base_revision(cid: ConversationId | int, kind: str, value: Any) -> tuple[int
     return builtin_id(cid, kind), revision
 
 
-def created(tx: Tx, conv: ConvState) -> tuple[ConvState, list[PutDocument]]:
+def created(tx: Tx, conv: ConvState) -> ConvState:
     """A new conversation's built-ins: a base of each one created with it
-    (``pi.agent``) or not at its initial value."""
-    writes = []
+    (``pi.agent``) or not at its initial value, staged in ``tx``."""
     for kind, spec in BUILTINS.items():
         value = getattr(conv, spec.field)
         if spec.with_conversation or value != spec.initial:
-            conv, write = revise(tx, conv, kind, value)
-            writes.append(write)
-    return conv, writes
+            conv = revise(tx, conv, kind, value)
+    return conv
 
 
 # --- the whole-value writes of journal formats 1-3 ------------------------------------------

@@ -80,7 +80,13 @@ def decide(results: list[Control | None], hook: Control | None) -> Decision:
                 added.append(name)
     if hook and hook.get("terminate") is True:
         terminate = True
+    if not terminate and handoff is None and not added:
+        return _NO_CONTROL  # most rounds (frozen: one instance serves them all, issue 11 item 2)
     return Decision(terminate=terminate, handoff=handoff, added=tuple(added))
+
+
+#: The decision of a round whose results and hook asked for nothing.
+_NO_CONTROL = Decision()
 
 
 def apply_added(tx: Tx, cid: ConversationId, added: tuple[str, ...]) -> None:

@@ -23,17 +23,16 @@ Must not touch: decisions. This module knows records and writes, not rules.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
-from .record_makers import new_PutTask, new_State  # (X(...) without the type call's dict: issue 11 item 2)
-from .builtins import BUILTINS, created, revise
+from .record_makers import new_Commit, new_PutEntry, new_PutTask, new_State, new_Step  # (X(...) without the type call's dict: issue 11 item 2)
+from .builtins import BUILTINS, created, revise, staged_write
 from .records import spelt_out
 from .documents import retire_task_documents
 from .effects import (
     Accepted,
-    Commit,
     Effect,
     PutDocument,
     PutConversation,
@@ -119,7 +118,11 @@ class Tx:
 
     def __init__(self, state: State, now: int) -> None:
         self.now = now
-        self._writes: dict[tuple[str, int], Write] = {}
+        # (a built-in's revision holds its place here as its staged list,
+        # built into its write by finish: see stage)
+        self._writes: dict[tuple[str, int], Write | list[Any]] = {}
+        #: The built-ins' revisions this step stages, by document id (builtins.revise).
+        self.staged: dict[int, list[Any]] = {}
         self._acts: list[Effect] = []
         self._replies: list[Effect] = []
         #: The rules that fired (see ``Step.rules``): set by ``step`` and
@@ -281,7 +284,7 @@ class Tx:
         self.write(PutSubmission(submission=sub))
 
     def put_entry(self, entry: Entry) -> None:
-        self._writes[(_ENTRY_WRITE, entry.id)] = PutEntry(entry=entry)  # write(), without its lookups
+        self._writes[(_ENTRY_WRITE, entry.id)] = new_PutEntry(entry=entry)  # write(), without its lookups
 
     def put_conversation(self, conv: ConvState) -> None:
         convs = self._owned("conversations")
@@ -292,10 +295,7 @@ class Tx:
         convs[conv.id] = conv
         self.changed.add(conv.id)
         self.write(PutConversation(conversation=conv.conversation))
-        conv, revisions = created(self, conv)  # its built-in documents (builtins.py)
-        convs[conv.id] = conv
-        for revision in revisions:
-            self.write(revision)
+        convs[conv.id] = created(self, conv)  # its built-in documents (builtins.py)
 
     # built-in documents: a revision only when they change (builtins.py) ----
     def _set_builtin(self, cid: ConversationId, kind: str, value: Any, within: tuple[str | int, ...] = ()) -> None:
@@ -306,7 +306,7 @@ class Tx:
 
     def _revise(self, cid: ConversationId, conv: ConvState, kind: str, value: Any, within: tuple[str | int, ...]) -> None:
         """Store the built-in ``kind`` of ``conv``, changed to ``value``."""
-        conv, write = revise(self, conv, kind, value, within)
+        conv = revise(self, conv, kind, value, within)
         convs: dict[ConversationId, ConvState]
         if "conversations" in self._own:  # (_owned, inline: most steps revise a document or two)
             convs = self.conversations  # type: ignore[assignment]
@@ -315,7 +315,13 @@ class Tx:
             self._own.add("conversations")
         convs[cid] = conv
         self.changed.add(cid)
-        self._writes[(_DOC_WRITE, write.document_id)] = write  # write(), inline: most steps revise a document or two
+
+    def stage(self, document_id: int, staged: list[Any]) -> None:
+        """Stage a built-in's revision (builtins.revise fills ``staged`` in
+        place as later changes of the step join it): it takes its place in
+        the commit now, and is built once, in ``finish``."""
+        self.staged[document_id] = staged
+        self._writes[(_DOC_WRITE, document_id)] = staged
 
     def set_live(self, cid: ConversationId, live: Live, within: tuple[str | int, ...] = ()) -> None:
         """``within``: the path of the one part that changed, if known (builtins.revise)."""
@@ -340,8 +346,12 @@ class Tx:
     def set_inbox(self, cid: ConversationId, items: tuple[InboxItem, ...]) -> None:
         self._set_builtin(cid, INBOX_DOC, items)
 
-    def set_usage(self, cid: ConversationId, usage: UsageDoc) -> None:
-        self._set_builtin(cid, USAGE_DOC, usage)
+    def set_usage(self, cid: ConversationId, usage: UsageDoc, *, changed: bool = False) -> None:
+        """``changed``: known to differ from the conversation's (a call counted): not compared."""
+        if changed:
+            self._revise(cid, self.conversations[cid], USAGE_DOC, usage, ())
+        else:
+            self._set_builtin(cid, USAGE_DOC, usage)
 
     def set_context(self, cid: ConversationId, context: ContextDoc) -> None:
         self._set_builtin(cid, CONTEXT_DOC, context)
@@ -380,9 +390,13 @@ class Tx:
     def finish(self) -> Step:
         """The frozen result: ``[Commit(writes)?, acts..., replies...]``."""
         seq = self._base.next_seq
-        if self._writes:  # the State is built once, with the sequence number the Commit takes
-            effects: tuple[Effect, ...] = (Commit(seq=seq, writes=tuple(self._writes.values())), *self._acts, *self._replies)
+        writes = self._writes
+        for did, staged in self.staged.items():  # each staged revision built once, in its place
+            writes[(_DOC_WRITE, did)] = staged_write(did, staged)
+        if writes:  # the State is built once, with the sequence number the Commit takes
+            done = cast("tuple[Write, ...]", tuple(writes.values()))  # (every staged list replaced above)
+            effects: tuple[Effect, ...] = (new_Commit(seq=seq, writes=done), *self._acts, *self._replies)
             seq += 1
         else:
             effects = (*self._acts, *self._replies)
-        return Step(state=self._freeze(seq), effects=effects, rules=tuple(self.rules))
+        return new_Step(state=self._freeze(seq), effects=effects, rules=tuple(self.rules))

@@ -76,6 +76,7 @@ from .effects import RenderSystem, CallModel, CancelDeferred, PollModel, Sleep
 from .events import AfterToolsRan, ContextMeasured, ModelDeferred, ModelFailed, ModelResponded, ModelStreamed, SystemRendered
 from .events import TimerFired
 from .lifecycle import TaskMove
+from .record_makers import new_CallModel, new_RequestCheckpoint  # (X(...) without the type call's dict: issue 11 item 2)
 from .model import (
     GENERATION,
     Entry,
@@ -196,7 +197,7 @@ def _prepare(turn: Turn, ev: SystemRendered | None) -> None:
     system.prepare(tx, conv, task.id, () if ev is None else ev.sections, () if ev is None else ev.failed)
     # Ids are global and increasing: every entry the conversation has now has
     # an id below next_id, every later one above it.
-    request = RequestCheckpoint(
+    request = new_RequestCheckpoint(
         attempt=cp.attempt, model=model, cutoff=EntryId(tx.next_id - 1), compacted=cp.compacted, threshold=cp.threshold
     )
     move = _CHECKPOINT if task.status is _RUNNING else _RESERVE  # rendered: running
@@ -570,7 +571,7 @@ def on_timer_fired(tx: Tx, ev: TimerFired) -> None:
 def _call_model(tx: Tx, task: Task, cp: RequestCheckpoint) -> None:
     tools, system_text = system.request_view(tx, tx.conversations[task.conversation_id])
     tx.act(
-        CallModel(
+        new_CallModel(
             task_id=task.id,
             conversation_id=task.conversation_id,
             attempt=cp.attempt,

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import NOTHING as _N
 
-from .effects import DocumentRevision, PutDocument, PutTask
-from .model import Entry, Task
-from .state import ConvState, Live, State, ToolSlot
+from .checkpoints import ExecuteCheckpoint, RequestCheckpoint, ToolsCheckpoint
+from .effects import CallModel, Commit, DocumentRevision, PutDocument, PutEntry, PutTask, RunTool, Step
+from .model import Entry, Outcome, Task
+from .state import ConvState, Live, RunInfo, State, ToolSlot, UsageDoc, UsageTotals
 from .records import field_factories, install_maker, slot_setters
 
 _new = object.__new__
@@ -246,5 +247,229 @@ else:
     new_Entry = install_maker(Entry, _new_Entry)
 
 
+# UsageTotals
+_UsageTotals_input_tokens, _UsageTotals_output_tokens, _UsageTotals_calls = slot_setters(UsageTotals, ('input_tokens', 'output_tokens', 'calls'))
+
+
+def _new_UsageTotals(*, input_tokens: Any = _N, output_tokens: Any = _N, calls: Any = _N) -> UsageTotals:
+    self = _new(UsageTotals)
+    _UsageTotals_input_tokens(self, input_tokens)
+    _UsageTotals_output_tokens(self, output_tokens)
+    _UsageTotals_calls(self, calls)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_UsageTotals = UsageTotals
+else:
+    new_UsageTotals = install_maker(UsageTotals, _new_UsageTotals)
+
+
+# UsageDoc
+_UsageDoc_models, _UsageDoc_tools = slot_setters(UsageDoc, ('models', 'tools'))
+_UsageDoc_models_f, _UsageDoc_tools_f = field_factories(UsageDoc, ('models', 'tools'))
+
+
+def _new_UsageDoc(*, models: Any = _N, tools: Any = _N) -> UsageDoc:
+    self = _new(UsageDoc)
+    _UsageDoc_models(self, models if models is not _N else _UsageDoc_models_f())
+    _UsageDoc_tools(self, tools if tools is not _N else _UsageDoc_tools_f())
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_UsageDoc = UsageDoc
+else:
+    new_UsageDoc = install_maker(UsageDoc, _new_UsageDoc)
+
+
+# Commit
+_Commit_seq, _Commit_writes = slot_setters(Commit, ('seq', 'writes'))
+
+
+def _new_Commit(*, seq: Any, writes: Any) -> Commit:
+    self = _new(Commit)
+    _Commit_seq(self, seq)
+    _Commit_writes(self, writes)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_Commit = Commit
+else:
+    new_Commit = install_maker(Commit, _new_Commit)
+
+
+# Step
+_Step_state, _Step_effects, _Step_rules = slot_setters(Step, ('state', 'effects', 'rules'))
+
+
+def _new_Step(*, state: Any, effects: Any = _N, rules: Any = _N) -> Step:
+    self = _new(Step)
+    _Step_state(self, state)
+    _Step_effects(self, effects)
+    _Step_rules(self, rules)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_Step = Step
+else:
+    new_Step = install_maker(Step, _new_Step)
+
+
+# PutEntry
+_PutEntry_entry, = slot_setters(PutEntry, ('entry',))
+
+
+def _new_PutEntry(*, entry: Any) -> PutEntry:
+    self = _new(PutEntry)
+    _PutEntry_entry(self, entry)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_PutEntry = PutEntry
+else:
+    new_PutEntry = install_maker(PutEntry, _new_PutEntry)
+
+
+# ExecuteCheckpoint
+_ExecuteCheckpoint_arguments, _ExecuteCheckpoint_replay, _ExecuteCheckpoint_process, _ExecuteCheckpoint_reconciled = slot_setters(ExecuteCheckpoint, ('arguments', 'replay', 'process', 'reconciled'))
+
+
+def _new_ExecuteCheckpoint(*, arguments: Any, replay: Any, process: Any = _N, reconciled: Any = _N) -> ExecuteCheckpoint:
+    self = _new(ExecuteCheckpoint)
+    _ExecuteCheckpoint_arguments(self, arguments)
+    _ExecuteCheckpoint_replay(self, replay)
+    _ExecuteCheckpoint_process(self, process)
+    _ExecuteCheckpoint_reconciled(self, reconciled)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_ExecuteCheckpoint = ExecuteCheckpoint
+else:
+    new_ExecuteCheckpoint = install_maker(ExecuteCheckpoint, _new_ExecuteCheckpoint)
+
+
+# ToolsCheckpoint
+_ToolsCheckpoint_assistant, _ToolsCheckpoint_tools, _ToolsCheckpoint_pending = slot_setters(ToolsCheckpoint, ('assistant', 'tools', 'pending'))
+
+
+def _new_ToolsCheckpoint(*, assistant: Any, tools: Any, pending: Any) -> ToolsCheckpoint:
+    self = _new(ToolsCheckpoint)
+    _ToolsCheckpoint_assistant(self, assistant)
+    _ToolsCheckpoint_tools(self, tools)
+    _ToolsCheckpoint_pending(self, pending)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_ToolsCheckpoint = ToolsCheckpoint
+else:
+    new_ToolsCheckpoint = install_maker(ToolsCheckpoint, _new_ToolsCheckpoint)
+
+
+# RequestCheckpoint
+_RequestCheckpoint_attempt, _RequestCheckpoint_model, _RequestCheckpoint_cutoff, _RequestCheckpoint_compacted, _RequestCheckpoint_threshold = slot_setters(RequestCheckpoint, ('attempt', 'model', 'cutoff', 'compacted', 'threshold'))
+
+
+def _new_RequestCheckpoint(*, attempt: Any, model: Any, cutoff: Any, compacted: Any = _N, threshold: Any = _N) -> RequestCheckpoint:
+    self = _new(RequestCheckpoint)
+    _RequestCheckpoint_attempt(self, attempt)
+    _RequestCheckpoint_model(self, model)
+    _RequestCheckpoint_cutoff(self, cutoff)
+    _RequestCheckpoint_compacted(self, compacted)
+    _RequestCheckpoint_threshold(self, threshold)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_RequestCheckpoint = RequestCheckpoint
+else:
+    new_RequestCheckpoint = install_maker(RequestCheckpoint, _new_RequestCheckpoint)
+
+
+# Outcome
+_Outcome_status, _Outcome_result, _Outcome_error = slot_setters(Outcome, ('status', 'result', 'error'))
+
+
+def _new_Outcome(*, status: Any, result: Any = _N, error: Any = _N) -> Outcome:
+    self = _new(Outcome)
+    _Outcome_status(self, status)
+    _Outcome_result(self, result)
+    _Outcome_error(self, error)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_Outcome = Outcome
+else:
+    new_Outcome = install_maker(Outcome, _new_Outcome)
+
+
+# RunTool
+_RunTool_task_id, _RunTool_conversation_id, _RunTool_call_id, _RunTool_name, _RunTool_arguments, _RunTool_cwd, _RunTool_extensions = slot_setters(RunTool, ('task_id', 'conversation_id', 'call_id', 'name', 'arguments', 'cwd', 'extensions'))
+
+
+def _new_RunTool(*, task_id: Any, conversation_id: Any, call_id: Any, name: Any, arguments: Any, cwd: Any = _N, extensions: Any = _N) -> RunTool:
+    self = _new(RunTool)
+    _RunTool_task_id(self, task_id)
+    _RunTool_conversation_id(self, conversation_id)
+    _RunTool_call_id(self, call_id)
+    _RunTool_name(self, name)
+    _RunTool_arguments(self, arguments)
+    _RunTool_cwd(self, cwd)
+    _RunTool_extensions(self, extensions)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_RunTool = RunTool
+else:
+    new_RunTool = install_maker(RunTool, _new_RunTool)
+
+
+# RunInfo
+_RunInfo_task_id, _RunInfo_inputs = slot_setters(RunInfo, ('task_id', 'inputs'))
+
+
+def _new_RunInfo(*, task_id: Any, inputs: Any) -> RunInfo:
+    self = _new(RunInfo)
+    _RunInfo_task_id(self, task_id)
+    _RunInfo_inputs(self, inputs)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_RunInfo = RunInfo
+else:
+    new_RunInfo = install_maker(RunInfo, _new_RunInfo)
+
+
+# CallModel
+_CallModel_task_id, _CallModel_conversation_id, _CallModel_attempt, _CallModel_model, _CallModel_cutoff, _CallModel_tools, _CallModel_system, _CallModel_extensions = slot_setters(CallModel, ('task_id', 'conversation_id', 'attempt', 'model', 'cutoff', 'tools', 'system', 'extensions'))
+
+
+def _new_CallModel(*, task_id: Any, conversation_id: Any, attempt: Any, model: Any, cutoff: Any, tools: Any = _N, system: Any = _N, extensions: Any = _N) -> CallModel:
+    self = _new(CallModel)
+    _CallModel_task_id(self, task_id)
+    _CallModel_conversation_id(self, conversation_id)
+    _CallModel_attempt(self, attempt)
+    _CallModel_model(self, model)
+    _CallModel_cutoff(self, cutoff)
+    _CallModel_tools(self, tools)
+    _CallModel_system(self, system)
+    _CallModel_extensions(self, extensions)
+    return self
+
+
+if TYPE_CHECKING:  # (mypy checks a call as the class's own)
+    new_CallModel = CallModel
+else:
+    new_CallModel = install_maker(CallModel, _new_CallModel)
+
+
 #: The classes given a maker here (regenerate from these).
-COVERED = (Task, State, ConvState, DocumentRevision, Live, ToolSlot, PutTask, PutDocument, Entry,)
+COVERED = (Task, State, ConvState, DocumentRevision, Live, ToolSlot, PutTask, PutDocument, Entry, UsageTotals, UsageDoc, Commit, Step, PutEntry, ExecuteCheckpoint, ToolsCheckpoint, RequestCheckpoint, Outcome, RunTool, RunInfo, CallModel,)

@@ -59,6 +59,7 @@ from .phases import Turn
 from .runs import end_run, hand_over, start_run
 from .settlement import finish_task
 from .state import ToolSlot
+from .record_makers import new_Outcome, new_ToolSlot, new_ToolsCheckpoint  # (X(...) without the type call's dict: issue 11 item 2)
 
 # Members read once: each round reads them per call (a member read through
 # its enum class goes through EnumType's __getattr__ hook: ~1,000 machine
@@ -113,15 +114,15 @@ def start_round(turn: Turn, entry: Entry, prepared: tuple[PreparedCall | None, .
     pending: list[str] = []
     for i, call in enumerate(entry.tool_calls):
         if sequential and created:
-            slots.append(ToolSlot(call_id=call.id, name=call.name, status=next_slot_status(None, _OPEN)))
+            slots.append(new_ToolSlot(call_id=call.id, name=call.name, status=next_slot_status(None, _OPEN)))
             pending.append(call.id)
             continue
         tool = create_tool_task(tx, task, entry.id, call, prepared[i] if i < len(prepared) else None)
         created.append(tool.id)
         # A call born at execute has its intent stored already.
         move = _START if tool.checkpoint.get("phase") == _EXECUTE else _OPEN  # (Task.phase, without its call)
-        slots.append(ToolSlot(call_id=call.id, name=call.name, task_id=tool.id, status=next_slot_status(None, move)))
-    round_ = ToolsCheckpoint(assistant=entry.id, tools=tuple(created), pending=tuple(pending))
+        slots.append(new_ToolSlot(call_id=call.id, name=call.name, task_id=tool.id, status=next_slot_status(None, move)))
+    round_ = new_ToolsCheckpoint(assistant=entry.id, tools=tuple(created), pending=tuple(pending))
     turn.store(_WAIT, round_, on=tuple(created))
     live = tx.conversations[task.conversation_id].live
     tx.set_live(task.conversation_id, live_to(live, _ROUND, tools=tuple(slots), attempt=None))
@@ -184,7 +185,7 @@ def round_done(turn: Turn, ev: AfterToolsRan | None) -> None:
     slots = tx.conversations[cid].live.tools or ()
     decision = controls.decide(controls.round_controls(slots), ev.control if ev else None)
     controls.apply_added(tx, cid, decision.added)
-    done = Outcome(status=_COMPLETED, result={"entry_id": cp.assistant})
+    done = new_Outcome(status=_COMPLETED, result={"entry_id": cp.assistant})
     if decision.ends_run:
         if decision.handoff is not None:
             append_write(tx, cid, EntryKind.RESET, decision.handoff, {"head": HEAD_SELF})

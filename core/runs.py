@@ -25,6 +25,7 @@ import attrs
 
 from .live import LiveMove, live_to
 from .checkpoints import FIRST_PREPARE, to_dict
+from .record_makers import new_RunInfo, new_Task  # (X(...) without the type call's dict: issue 11 item 2)
 from .draft import Tx
 from .lifecycle import SubmissionMove, submission_to
 from .model import (
@@ -44,16 +45,18 @@ from .state import Live, RunInfo
 # hook: ~1,000 machine instructions, where a global is ~20).
 _PENDING, _START, _HAND_OVER, _END = TaskStatus.PENDING, LiveMove.START, LiveMove.HAND_OVER, LiveMove.END
 _DONE, _ANSWER, _FAIL = SubmissionStatus.DONE, SubmissionMove.ANSWER, SubmissionMove.FAIL
+#: The stored checkpoint every generation starts at (each task gets its own copy).
+_FIRST_PREPARE = to_dict(FIRST_PREPARE)
 
 
 def create_generation(tx: Tx, cid: ConversationId) -> Task:
     """A new conversation-owned generation task at ``prepare`` (attempt 1)."""
-    task = Task(
+    task = new_Task(  # (Task(...) without the type call's dict, and FIRST_PREPARE's dict copied, not rebuilt: issue 11 item 2)
         id=TaskId(tx.alloc_id()),
         conversation_id=cid,
         kind=GENERATION,
         status=_PENDING,
-        checkpoint=to_dict(FIRST_PREPARE),
+        checkpoint=dict(_FIRST_PREPARE),
     )
     tx.put_task(task)
     return task
@@ -85,7 +88,7 @@ def hand_over(tx: Tx, gen: Task, steered: tuple[SubmissionId, ...]) -> Task:
         live_to(
             live,
             _HAND_OVER,
-            run=RunInfo(task_id=successor.id, inputs=run.inputs + steered),
+            run=new_RunInfo(task_id=successor.id, inputs=run.inputs + steered),
             tools=None,
             attempt=None,
         ),

@@ -27,9 +27,10 @@ from .lifecycle import SlotMove, slot_to
 from .live import LiveMove, live_to
 from .model import Diagnostic, Entry, EntryId, EntryKind, Json, Outcome, OutcomeStatus, ResultCode, Task, Usage
 from .reconcile_events import Verdict
-from .records import evolve
+from .answers import plus_one_call  # (and its UsageDoc fields guard, answers._USAGE_FIELDS)
+from .record_makers import new_Entry, new_Outcome, new_RunTool, new_UsageDoc  # (X(...) without the type call's dict: issue 11 item 2)
 from .settlement import finish_task
-from .state import ToolSlot, UsageTotals
+from .state import ToolSlot
 
 # Members read once: each tool call reads them (a member read through its
 # enum class goes through EnumType's __getattr__ hook: ~1,000 machine
@@ -41,7 +42,7 @@ def run_tool(tx: Tx, task: Task, cp: ExecuteCheckpoint) -> None:
     """``RunTool`` for a task whose ``execute`` intent is (being) stored."""
     agent = tx.conversations[task.conversation_id].agent
     tx.act(
-        RunTool(
+        new_RunTool(
             task_id=task.id,
             conversation_id=task.conversation_id,
             call_id=str(task.input["call_id"]),
@@ -78,7 +79,7 @@ def settle(
     data = diagnostics.result_data(problems, code, truncated)
     if reconciled is not None:
         data = {**(data or {}), "reconciled": str(reconciled.value)}
-    entry = Entry(
+    entry = new_Entry(
         id=EntryId(tx.alloc_id()),
         conversation_id=task.conversation_id,
         kind=_TOOL_RESULT,
@@ -94,7 +95,7 @@ def settle(
     finish_task(
         tx,
         task,
-        Outcome(
+        new_Outcome(
             status=status,
             result={"entry_id": entry.id, "control": dict(control)} if control else {"entry_id": entry.id},
             error={"message": error} if error is not None else None,
@@ -104,9 +105,8 @@ def settle(
     if usage is not None:
         name = str(task.input["name"])
         doc = tx.conversations[task.conversation_id].usage
-        prior = doc.tools.get(name)  # (no default record built for a tool already counted: issue 11 item 2)
-        total = (UsageTotals() if prior is None else prior) + UsageTotals.one_call(usage)
-        tx.set_usage(task.conversation_id, evolve(doc, tools={**doc.tools, name: total}))
+        total = plus_one_call(doc.tools.get(name), usage)  # (a call counted always changes the doc: not compared)
+        tx.set_usage(task.conversation_id, new_UsageDoc(models=doc.models, tools={**doc.tools, name: total}), changed=True)
 
 
 def move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = None, **changes: Json) -> None:

@@ -91,6 +91,7 @@ from .reconcile_events import ToolReconciled, Verdict
 from .settlement import fault
 from .state import SlotStatus
 from .tool_results import aborted, move_slot, partial, run_tool, settle, slot
+from .record_makers import new_ExecuteCheckpoint, new_Task  # (X(...) without the type call's dict: issue 11 item 2)
 
 
 # Members read once: each tool call reads them (a member read through its
@@ -390,8 +391,8 @@ def start_prepared(tx: Tx, task_id: TaskId, owner: Task, task_input: dict[str, J
     takes the ``(call, prepared)`` row at birth. It is built once, as the
     row's store would leave a task born pending at ``call``: reserved (the
     lifecycle table's move), at ``execute`` with the intent, started now."""
-    intent = ExecuteCheckpoint(arguments=dict(prepared.arguments), replay=REPLAYS[prepared.replay])
-    tool = Task(
+    intent = new_ExecuteCheckpoint(arguments=dict(prepared.arguments), replay=REPLAYS[prepared.replay])
+    tool = new_Task(
         id=task_id,
         conversation_id=owner.conversation_id,
         kind=TOOL,

@@ -31,6 +31,7 @@ from .model import Entry, EntryId, EntryKind, Outcome, OutcomeStatus, StopReason
 from .phases import Turn
 from .runs import end_run, hand_over, start_run
 from .settlement import finish_task
+from .record_makers import new_Entry  # (X(...) without the type call's dict: issue 11 item 2)
 
 # Members read once: each answer reads them (a member read through its enum
 # class goes through EnumType's __getattr__ hook: ~1,000 machine instructions,
@@ -49,7 +50,7 @@ def responded(turn: Turn, ev: ModelResponded) -> Entry:
     """The assistant entry of a complete answer (both answer rows)."""
     tx, task = turn.tx, turn.task
     entry_id = EntryId(tx.alloc_id())
-    entry = Entry(
+    entry = new_Entry(
         id=entry_id,
         conversation_id=task.conversation_id,
         kind=_ASSISTANT,

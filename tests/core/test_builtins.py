@@ -21,6 +21,7 @@ from pidurable.core.builtins import (
 from pidurable.core.documents import BASE_EVERY, ROWS, DocInput, DocStatus
 from pidurable.core.draft import Tx
 from pidurable.core.effects import (
+    Step,
     Commit,
     PutAgent,
     PutConversation,
@@ -332,3 +333,67 @@ def test_a_slot_spelt_out_is_the_generic_records_json(slot: ToolSlot) -> None:
     }
     got = builtins._slot_json(slot)
     assert got == want and list(got) == list(want)
+
+
+def test_changes_joined_in_one_step_are_one_write_in_the_first_ones_place() -> None:
+    """A staged revision is built once, at the step's end (Tx.finish): later
+    changes of the same document join it - deltas add their ops, a base takes
+    the newest value - and its write keeps the place of the first change."""
+    state, _ = _commit(opened_state(), lambda tx: tx.set_live(C, Live(attempt=1)))
+    usage = UsageDoc(models={"p/m": UsageTotals(calls=1)})
+
+    def three(tx: Tx) -> None:
+        tx.set_live(C, Live(attempt=2))
+        tx.set_usage(C, usage)
+        tx.set_live(C, Live(attempt=2, partial="he"))
+        tx.set_live(C, Live(attempt=2, partial="hey"))
+
+    result = step_tx(state, three)
+    (commit,) = [e for e in result.effects if isinstance(e, Commit)]
+    assert [w.document_id for w in commit.writes if isinstance(w, PutDocument)] == [
+        builtin_id(C, LIVE_DOC), builtin_id(C, USAGE_DOC)]
+    live = commit.writes[0]
+    assert isinstance(live, PutDocument) and live.revision.action is RevisionAction.DELTA
+    assert live.revision.ops == (["s", ["attempt"], 2], ["s", ["partial"], "he"], ["a", ["partial"], "y"])
+    assert result.state.conversations[C].stored[LIVE_DOC] == 1
+
+    def back(tx: Tx) -> None:  # a delta, then back at the initial value: one base of it
+        tx.set_live(C, Live(attempt=3))
+        tx.set_live(C, Live())
+
+    state, w = _commit(result.state, back)
+    assert w.revision.action is RevisionAction.BASE and w.revision.value == {} and w.revision.ops == ()
+    assert state.conversations[C].stored[LIVE_DOC] == 0
+
+    def base_then_change(tx: Tx) -> None:  # a base first: the newest value is the base
+        tx.set_live(C, Live(attempt=4))
+        tx.set_live(C, Live(attempt=5))
+
+    state, w = _commit(opened_state(), base_then_change)
+    assert w.revision.action is RevisionAction.BASE and w.revision.value == {"attempt": 5}
+    assert state.conversations[C].stored[LIVE_DOC] == 0
+
+
+def step_tx(state: State, change: object) -> Step:
+    tx = Tx(state, now=0)
+    change(tx)  # type: ignore[operator]
+    return tx.finish()
+
+
+@pytest.mark.parametrize("reported", [None, (7, 3)])
+@pytest.mark.parametrize("prior", [None, UsageTotals(input_tokens=100, output_tokens=10, calls=4)])
+def test_count_usage_adds_one_call_to_its_models_totals(reported: tuple[int, int] | None, prior: UsageTotals | None) -> None:
+    """answers.count_usage (spelt out, set without comparing: a call counted
+    always changes pi.usage) makes ``prior + UsageTotals.one_call(usage)``."""
+    from pidurable.core.answers import count_usage
+    from pidurable.core.model import Usage
+
+    usage = None if reported is None else Usage(input_tokens=reported[0], output_tokens=reported[1])
+    models = {"q:n": UsageTotals(calls=1)} if prior is None else {"q:n": UsageTotals(calls=1), "p:m": prior}
+    doc = UsageDoc(models=models, tools={"t": UsageTotals(calls=2)})
+    state, _ = _commit(opened_state(), lambda tx: tx.set_usage(C, doc))
+    state, w = _commit(state, lambda tx: count_usage(tx, C, ModelRef("p", "m"), usage))
+    want = (UsageTotals() if prior is None else prior) + UsageTotals.one_call(usage)
+    assert state.conversations[C].usage == attrs.evolve(doc, models={**models, "p:m": want})
+    assert list(state.conversations[C].usage.models) == [*models] + ([] if prior is not None else ["p:m"])
+    assert w.revision.action is RevisionAction.DELTA
