@@ -303,8 +303,8 @@ class ToolInterpreter:
             self.loop.send(ToolFailed(now=now(), task_id=effect.task_id, message=b.text, truncated=cut))
             return
         text, limits = result.text, tool.output_limits
-        if len(text) <= limits.max_lines and 4 * len(text) <= limits.max_bytes:
-            truncated = None  # fits (_bound's first test, without its coroutine: issue 11 item 2)
+        if _surely_fits(text, limits):
+            truncated = None  # (without _bound's coroutine: issue 11 item 2)
         else:
             text, truncated = await self._bound(effect.task_id, text, limits)
         staging.hand_over(("task", effect.task_id))  # committed with the result, or not at all
@@ -407,8 +407,8 @@ class ToolInterpreter:
     async def _bound(self, task_id: TaskId, text: str, limits: OutputLimits) -> tuple[str, dict[str, Json] | None]:
         """``text`` within ``limits`` and the record of the cut, the full
         text spilled; an untruncated text unchanged and None."""
-        if len(text) <= limits.max_lines and 4 * len(text) <= limits.max_bytes:
-            return text, None  # fits whatever it holds: a line has a character, a character <= 4 UTF-8 bytes
+        if _surely_fits(text, limits):
+            return text, None
         b = bound(text, limits)
         if not b.truncated:
             return text, None
@@ -419,6 +419,12 @@ class ToolInterpreter:
             spill = Spill(directory, cap, prefix=f"{self.store_id}-")
             path = await trio.to_thread.run_sync(spill.write, f"{self.store_id}-{task_id}.txt", text)
         return b.text, b.record(path)
+
+
+def _surely_fits(text: str, limits: OutputLimits) -> bool:
+    """``text`` is within ``limits`` whatever it holds (a line has a
+    character, a character is at most 4 UTF-8 bytes): no need to count."""
+    return len(text) <= limits.max_lines and 4 * len(text) <= limits.max_bytes
 
 
 class _Progress:
