@@ -27,7 +27,7 @@ from typing import Any, cast
 
 import attrs
 
-from .record_makers import new_Commit, new_PutEntry, new_PutTask, new_State, new_Step  # (X(...) without the type call's dict: issue 11 item 2)
+from .record_makers import made_State, new_Commit, new_PutEntry, new_PutTask, new_Step  # (X(...) without the type call's dict: issue 11 item 2)
 from .builtins import BUILTINS, created, revise, staged_write
 from .records import spelt_out
 from .documents import retire_task_documents
@@ -93,6 +93,13 @@ if not all(f.eq and getattr(f, "eq_key", None) is None for f in attrs.fields(Liv
 _NOT_DRAFTED = frozenset({"next_seq", "opened"})
 #: The state fields the draft carries, derived from State itself.
 DRAFT_FIELDS: tuple[str, ...] = tuple(f.name for f in attrs.fields(State) if f.name not in _NOT_DRAFTED)
+#: State's fields, in the order ``_freeze`` gives them (checked here: a field
+#: added to State must be added there too).
+spelt_out(State, (
+    "next_id", "next_seq", "conversations", "tasks", "submissions", "catalog", "task_catalog", "extensions",
+    "invocations", "failed_migrations", "scheduling", "settings", "opened", "documents", "keep_settled",
+    "settled", "task_index",
+))
 
 
 class Tx:
@@ -182,28 +189,29 @@ class Tx:
     def _freeze(self, next_seq: int) -> State:
         """The draft as a State whose ``next_seq`` is ``next_seq``."""
         self.task_index = self.index.freeze()  # (its own base when nothing changed)
-        # Every field by name, as the setter unpacks them (a dict of the
-        # drafted fields and its unpacking into State's arguments cost a step
-        # as much again as the keywords; tests/core/test_draft.py checks every
-        # field lands where it belongs).
-        return new_State(
-            next_id=self.next_id,
-            next_seq=next_seq,
-            conversations=self.conversations,
-            tasks=self.tasks,
-            submissions=self.submissions,
-            catalog=self.catalog,
-            task_catalog=self.task_catalog,
-            extensions=self.extensions,
-            invocations=self.invocations,
-            failed_migrations=self.failed_migrations,
-            scheduling=self.scheduling,
-            settings=self.settings,
-            opened=self._base.opened,
-            documents=self.documents,
-            keep_settled=self.keep_settled,
-            settled=self.settled,
-            task_index=self.task_index,
+        # Every field by position, in State's order (DRAFT_FIELDS and the two
+        # the draft does not carry; a dict of the drafted fields and its
+        # unpacking cost a step as much again; 17 named would be a dict too:
+        # records.py; tests/core/test_draft.py checks every field lands where
+        # it belongs).
+        return made_State(
+            self.next_id,
+            next_seq,
+            self.conversations,
+            self.tasks,
+            self.submissions,
+            self.catalog,
+            self.task_catalog,
+            self.extensions,
+            self.invocations,
+            self.failed_migrations,
+            self.scheduling,
+            self.settings,
+            self._base.opened,
+            self.documents,
+            self.keep_settled,
+            self.settled,
+            self.task_index,
         )
 
     def touch(self, task_id: TaskId) -> None:

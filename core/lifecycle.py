@@ -22,7 +22,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from .record_makers import new_Task, new_ToolSlot  # (X(...) without the type call's dict: issue 11 item 2)
+from .record_makers import made_Task, new_ToolSlot  # (X(...) without the type call's dict: issue 11 item 2)
 from .model import (
     CoreInvariantError,
     Outcome,
@@ -231,29 +231,30 @@ def move_task(task: Task, move: TaskMove, changes: Mapping[str, Any]) -> Task:
             refuse_changes(_CHANGEABLE, c, "a task move")
         return evolve(task, **{"on": task.on if status is W else (), **c, "status": status})
     # each field a move may change: the change if one is named (an ``in``
-    # test, where .get would be a call); the rest as they are
-    return new_Task(
-        id=task.id,
-        conversation_id=task.conversation_id,
-        kind=task.kind,
-        version=task.version,
-        input=task.input,
-        owner=task.owner,
-        background=task.background,
-        abort_requested=c["abort_requested"] if "abort_requested" in c else task.abort_requested,
-        status=status,
-        checkpoint=c["checkpoint"] if "checkpoint" in c else task.checkpoint,
-        on=c["on"] if "on" in c else task.on if status is W else (),  # only a waiting task waits on anything
-        policy=c["policy"] if "policy" in c else task.policy,
-        outcome=c["outcome"] if "outcome" in c else task.outcome,
-        memos=c["memos"] if "memos" in c else task.memos,
-        started_at=c["started_at"] if "started_at" in c else task.started_at,
-        ended_at=c["ended_at"] if "ended_at" in c else task.ended_at,
+    # test, where .get would be a call); the rest as they are. Every field by
+    # position, in _TASK_FIELDS' order (16 named would be a dict: records.py)
+    return made_Task(
+        task.id,
+        task.conversation_id,
+        task.kind,
+        task.version,
+        task.input,
+        task.owner,
+        task.background,
+        c["abort_requested"] if "abort_requested" in c else task.abort_requested,
+        status,
+        c["checkpoint"] if "checkpoint" in c else task.checkpoint,
+        c["on"] if "on" in c else task.on if status is W else (),  # only a waiting task waits on anything
+        c["policy"] if "policy" in c else task.policy,
+        c["outcome"] if "outcome" in c else task.outcome,
+        c["memos"] if "memos" in c else task.memos,
+        c["started_at"] if "started_at" in c else task.started_at,
+        c["ended_at"] if "ended_at" in c else task.ended_at,
     )
 
 
-#: Task's fields, as ``task_to`` spells them out (checked here: a field added
-#: to Task must be added there too, or a move would drop it).
+#: Task's fields, in the order ``move_task`` gives them (checked here: a field
+#: added to Task must be added there too, or a move would drop it).
 _TASK_FIELDS = (
     "id", "conversation_id", "kind", "version", "input", "owner", "background", "abort_requested",
     "status", "checkpoint", "on", "policy", "outcome", "memos", "started_at", "ended_at",

@@ -4,6 +4,7 @@ build, and fall back to attrs' own for any class that is not plain (records.py).
 from __future__ import annotations
 
 import copy
+import dis
 import inspect
 import pickle
 from pathlib import Path
@@ -15,10 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pidurable.core import record_inits, record_makers, records
-from pidurable.core.records import ATTRS_INIT, MAKERS, REFUSED, init_source, install_init, install_maker
+from pidurable.core.records import ATTRS_INIT, BY_POSITION, MAKERS, REFUSED, init_source, install_init, install_maker, install_positional
 
 COVERED: tuple[type, ...] = record_inits.COVERED
 MADE: tuple[type, ...] = record_makers.COVERED
+WIDE: tuple[type, ...] = record_makers.BY_POSITION
 RECORD_INITS = Path(record_inits.__file__)
 RECORD_MAKERS = Path(record_makers.__file__)
 
@@ -74,7 +76,35 @@ def test_record_inits_py_is_current() -> None:
 
 def test_record_makers_py_is_current() -> None:
     """record_makers.py is what init_source writes for its classes (regenerate it after a record changes)."""
-    assert RECORD_MAKERS.read_text(encoding="utf-8") == init_source(MADE, maker=True)
+    assert RECORD_MAKERS.read_text(encoding="utf-8") == init_source(MADE, maker=True, by_position=WIDE)
+
+
+def test_every_wide_record_gets_a_by_position_maker() -> None:
+    """The made records of 16 fields or more (a call naming them all is
+    compiled to a dict) are the ones given a by-position maker; a call naming
+    16 is indeed compiled through a dict, 15 not (what the makers avoid)."""
+    assert WIDE == tuple(cls for cls in MADE if len(attrs.fields(cls)) >= 16)
+    names = [f"a{i}" for i in range(16)]
+    wide = compile(f"f({', '.join(f'{n}=1' for n in names)})", "<call>", "eval")
+    narrow = compile(f"f({', '.join(f'{n}=1' for n in names[:15])})", "<call>", "eval")
+    assert "CALL_FUNCTION_EX" in {i.opname for i in dis.get_instructions(wide)}
+    assert "CALL_FUNCTION_EX" not in {i.opname for i in dis.get_instructions(narrow)}
+
+
+@pytest.mark.parametrize("cls", WIDE, ids=lambda c: c.__name__)
+def test_each_by_position_maker_builds_what_attrs_builds(cls: type) -> None:
+    """made_X: installed, every field positional-only in field order, no defaults; the record attrs builds from the same values; a TypeError for one too few or too many."""
+    made = getattr(record_makers, f"made_{cls.__name__}")
+    assert BY_POSITION[cls] is made and cls not in REFUSED
+    params = list(inspect.signature(made).parameters.values())
+    assert [(p.name, p.kind, p.default) for p in params] == [
+        (f.alias, inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.empty) for f in attrs.fields(cls)
+    ]
+    values = [object() for _ in params]
+    _same(cls, made(*values), _by_attrs(cls, **{f.alias: v for f, v in zip(attrs.fields(cls), values)}))
+    for wrong in (values[:-1], [*values, None]):
+        with pytest.raises(TypeError):
+            made(*wrong)
 
 
 @pytest.mark.parametrize("cls", MADE, ids=lambda c: c.__name__)
@@ -278,3 +308,39 @@ def test_a_maker_for_a_class_not_plain_or_changed_is_the_class_itself() -> None:
     for cls in (checked, grown):
         assert install_maker(cls, _maker_of(plain)) is cls
         assert REFUSED.pop(cls)
+
+
+def _made_of(cls: type) -> Any:
+    """record_makers.py's by-position maker for ``cls`` (a test class) run here."""
+    text = init_source([cls], maker=True, by_position=[cls])
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("from ."))
+    namespace: dict[str, Any] = {
+        cls.__name__: cls,
+        "install_maker": lambda c, m: m,
+        "install_positional": lambda c, m: m,
+        "slot_setters": records.slot_setters,
+        "field_factories": records.field_factories,
+    }
+    exec(compile(body, "<test maker>", "exec"), namespace)
+    return namespace[f"_made_{cls.__name__}"]
+
+
+def test_a_by_position_maker_for_a_class_not_plain_or_changed_builds_through_the_class() -> None:
+    """install_positional takes a plain class's maker; for a class with a
+    validator or a field added since, a function that names the values to
+    the class (its validator runs; a wrong count is a TypeError)."""
+    plain = _plain()
+    made = _made_of(plain)
+    assert install_positional(plain, made) is made and BY_POSITION.pop(plain) is made
+    assert made(1, {}, "x") == plain(a=1, b={}, c="x")
+    seen: list[Any] = []
+    checked = attrs.make_class("Plain", {"a": attrs.field(validator=lambda *a: seen.append(a[2])), "b": attrs.field(factory=dict), "c": attrs.field(default="c")}, frozen=True, slots=True, kw_only=True)
+    grown = attrs.make_class("Plain", {"a": attrs.field(), "b": attrs.field(factory=dict), "c": attrs.field(default="c"), "d": attrs.field(default=0)}, frozen=True, slots=True, kw_only=True)
+    fallback = install_positional(checked, made)
+    assert fallback is not made and "validator" in REFUSED.pop(checked) and checked not in BY_POSITION
+    assert fallback(1, {}, "x") == checked(a=1, b={}, c="x") and seen == [1, 1]
+    with pytest.raises(TypeError):
+        fallback(1, {})
+    fallback = install_positional(grown, made)
+    assert fallback is not made and "other parameters" in REFUSED.pop(grown)
+    assert fallback(1, {}, "x", 4) == grown(a=1, b={}, c="x", d=4)
