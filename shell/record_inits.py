@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import NOTHING as _N
 
-from pidurable.core.records import field_factories, install_init, install_maker, slot_setters
+from pidurable.core.records import field_factories, install_init, install_maker, mutable_twin, slot_setters
 
 from .providers.base import ModelReply, ModelRequest
 from .registry import ToolCallContext, ToolResult
@@ -96,21 +96,23 @@ install_init(ModelReply, _init_ModelReply)
 
 
 # ToolCallContext
+_ToolCallContext_twin = mutable_twin(ToolCallContext)
 
 
 def _new_ToolCallContext(*, env: Any, task_id: Any, conversation_id: Any, call_id: Any, harness: Any, idempotency_key: Any, cwd: Any = _N, record: Any = _N, update_document: Any = _N, report: Any = _N) -> ToolCallContext:
-    self = _new(ToolCallContext)
-    _ToolCallContext_env(self, env)
-    _ToolCallContext_task_id(self, task_id)
-    _ToolCallContext_conversation_id(self, conversation_id)
-    _ToolCallContext_call_id(self, call_id)
-    _ToolCallContext_harness(self, harness)
-    _ToolCallContext_idempotency_key(self, idempotency_key)
-    _ToolCallContext_cwd(self, cwd)
-    _ToolCallContext__record(self, record)
-    _ToolCallContext__update_document(self, update_document)
-    _ToolCallContext__report(self, report)
-    return self
+    self: Any = _new(_ToolCallContext_twin)
+    self.env = env
+    self.task_id = task_id
+    self.conversation_id = conversation_id
+    self.call_id = call_id
+    self.harness = harness
+    self.idempotency_key = idempotency_key
+    self.cwd = cwd
+    self._record = record
+    self._update_document = update_document
+    self._report = report
+    self.__class__ = ToolCallContext
+    return self  # type: ignore[no-any-return]
 
 
 if TYPE_CHECKING:  # (mypy checks a call as the class's own)
@@ -120,16 +122,18 @@ else:
 
 
 # ToolResult
+_ToolResult_twin = mutable_twin(ToolResult)
 
 
 def _new_ToolResult(*, text: Any, is_error: Any = _N, usage: Any = _N, control: Any = _N, diagnostics: Any = _N) -> ToolResult:
-    self = _new(ToolResult)
-    _ToolResult_text(self, text)
-    _ToolResult_is_error(self, is_error)
-    _ToolResult_usage(self, usage)
-    _ToolResult_control(self, control)
-    _ToolResult_diagnostics(self, diagnostics)
-    return self
+    self: Any = _new(_ToolResult_twin)
+    self.text = text
+    self.is_error = is_error
+    self.usage = usage
+    self.control = control
+    self.diagnostics = diagnostics
+    self.__class__ = ToolResult
+    return self  # type: ignore[no-any-return]
 
 
 if TYPE_CHECKING:  # (mypy checks a call as the class's own)
@@ -139,19 +143,21 @@ else:
 
 
 # ModelRequest
+_ModelRequest_twin = mutable_twin(ModelRequest)
 
 
 def _new_ModelRequest(*, model: Any, messages: Any, tools: Any = _N, conversation_id: Any = _N, task_id: Any = _N, attempt: Any = _N, turn: Any = _N, max_tokens: Any = _N) -> ModelRequest:
-    self = _new(ModelRequest)
-    _ModelRequest_model(self, model)
-    _ModelRequest_messages(self, messages)
-    _ModelRequest_tools(self, tools)
-    _ModelRequest_conversation_id(self, conversation_id)
-    _ModelRequest_task_id(self, task_id)
-    _ModelRequest_attempt(self, attempt)
-    _ModelRequest_turn(self, turn)
-    _ModelRequest_max_tokens(self, max_tokens)
-    return self
+    self: Any = _new(_ModelRequest_twin)
+    self.model = model
+    self.messages = messages
+    self.tools = tools
+    self.conversation_id = conversation_id
+    self.task_id = task_id
+    self.attempt = attempt
+    self.turn = turn
+    self.max_tokens = max_tokens
+    self.__class__ = ModelRequest
+    return self  # type: ignore[no-any-return]
 
 
 if TYPE_CHECKING:  # (mypy checks a call as the class's own)
@@ -161,15 +167,17 @@ else:
 
 
 # ModelReply
+_ModelReply_twin = mutable_twin(ModelReply)
 
 
 def _new_ModelReply(*, text: Any = _N, tool_calls: Any = _N, stop_reason: Any = _N, usage: Any = _N) -> ModelReply:
-    self = _new(ModelReply)
-    _ModelReply_text(self, text)
-    _ModelReply_tool_calls(self, tool_calls)
-    _ModelReply_stop_reason(self, stop_reason)
-    _ModelReply_usage(self, usage)
-    return self
+    self: Any = _new(_ModelReply_twin)
+    self.text = text
+    self.tool_calls = tool_calls
+    self.stop_reason = stop_reason
+    self.usage = usage
+    self.__class__ = ModelReply
+    return self  # type: ignore[no-any-return]
 
 
 if TYPE_CHECKING:  # (mypy checks a call as the class's own)

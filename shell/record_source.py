@@ -54,7 +54,7 @@ def shell_init_source(classes: Iterable[type]) -> str:
         "",
         "from attrs import NOTHING as _N",
         "",
-        "from pidurable.core.records import field_factories, install_init, install_maker, slot_setters",
+        "from pidurable.core.records import field_factories, install_init, install_maker, mutable_twin, slot_setters",
         "",
         *(f"from .{m} import {', '.join(sorted(names))}" for m, names in sorted(imports.items())),
         "",

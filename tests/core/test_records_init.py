@@ -126,6 +126,36 @@ def test_each_maker_builds_what_attrs_builds(cls: type) -> None:
     assert _call_error(maker, *args, **kwargs, unknown=1).endswith("got an unexpected keyword argument 'unknown'")
 
 
+@pytest.mark.parametrize("cls", MADE, ids=lambda c: c.__name__)
+def test_a_made_record_is_its_class_frozen_and_its_twin_is_never_seen(cls: type) -> None:
+    """new_X builds an X (not its mutable twin): setattr/delattr raise
+    FrozenInstanceError; copy, pickle and evolve give equal X's; the twin is a
+    subclass adding no slot, with object's __setattr__, and X keeps attrs' own."""
+    maker = getattr(record_makers, f"new_{cls.__name__}")
+    args, kwargs = _arguments(cls, frozenset())
+    inst = maker(*args, **kwargs)
+    assert type(inst) is cls and inst.__class__ is cls
+    name = attrs.fields(cls)[0].name
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        setattr(inst, name, 1)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        delattr(inst, name)
+    assert attrs.evolve(inst) == inst == records.evolve(inst) == copy.copy(inst) and type(copy.copy(inst)) is cls
+    plain = maker(*[1] * len(args), **dict.fromkeys(kwargs, 1))
+    assert type(pickle.loads(pickle.dumps(plain))) is cls and pickle.loads(pickle.dumps(plain)) == plain
+    twin = records.TWINS[cls]
+    assert twin is records.mutable_twin(cls) and twin.__bases__ == (cls,) and twin.__dict__["__slots__"] == ()
+    assert twin.__setattr__ is object.__setattr__ and cls.__setattr__ is not object.__setattr__  # type: ignore[comparison-overlap]
+    assert twin.__basicsize__ == cls.__basicsize__  # (the same layout: what lets the class change)
+
+
+def test_a_maker_building_another_class_twin_is_refused() -> None:
+    """A maker whose twin is not its class's (a stale or mixed-up file): the class itself."""
+    one, two = _plain(), _plain()
+    maker = _maker_of(one)
+    assert install_maker(two, maker) is two and "twin" in REFUSED.pop(two)
+
+
 @pytest.mark.parametrize("cls", COVERED, ids=lambda c: c.__name__)
 def test_every_covered_record_gets_its_spelt_out_init(cls: type) -> None:
     """Each covered class is plain, and its __init__ is record_inits.py's, with attrs' signature, names and annotations."""
@@ -213,7 +243,7 @@ def _maker_of(cls: type) -> Any:
     """record_makers.py's text for ``cls`` (a test class) run here: its maker."""
     text = init_source([cls], maker=True)
     body = "\n".join(line for line in text.splitlines() if not line.startswith("from ."))
-    namespace: dict[str, Any] = {cls.__name__: cls, "install_maker": lambda c, m: m, "slot_setters": records.slot_setters, "field_factories": records.field_factories}
+    namespace: dict[str, Any] = {cls.__name__: cls, "install_maker": lambda c, m: m, "mutable_twin": records.mutable_twin, "field_factories": records.field_factories}
     exec(compile(body, "<test maker>", "exec"), namespace)
     return namespace[f"_new_{cls.__name__}"]
 
@@ -318,7 +348,7 @@ def _made_of(cls: type) -> Any:
         cls.__name__: cls,
         "install_maker": lambda c, m: m,
         "install_positional": lambda c, m: m,
-        "slot_setters": records.slot_setters,
+        "mutable_twin": records.mutable_twin,
         "field_factories": records.field_factories,
     }
     exec(compile(body, "<test maker>", "exec"), namespace)
