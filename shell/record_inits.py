@@ -1,6 +1,7 @@
 """The spelt-out ``__init__`` and the ``new_X`` maker of the shell's records
-built on every step (issue 11 item 2; core/records.py says why: each sets
-its slots through their member descriptors, not attrs' ``object.__setattr__``,
+built on every step (issue 11 item 2; core/records.py says why: each fills
+the class's mutable twin with plain attribute stores, not attrs'
+``object.__setattr__``,
 and ``new_X(**fields)`` builds what ``X(**fields)`` builds without the type
 call's keyword dict).
 
@@ -20,83 +21,95 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import NOTHING as _N
 
-from pidurable.core.records import field_factories, install_init, install_maker, mutable_twin, slot_setters
+from pidurable.core.records import field_factories, install_init, install_maker, mutable_twin
 
 from .providers.base import ModelReply, ModelRequest
 from .registry import ToolCallContext, ToolResult
 
 _new = object.__new__
+_set_class = object.__dict__["__class__"].__set__
 
 
 # ToolCallContext
-_ToolCallContext_env, _ToolCallContext_task_id, _ToolCallContext_conversation_id, _ToolCallContext_call_id, _ToolCallContext_harness, _ToolCallContext_idempotency_key, _ToolCallContext_cwd, _ToolCallContext__record, _ToolCallContext__update_document, _ToolCallContext__report = slot_setters(ToolCallContext, ('env', 'task_id', 'conversation_id', 'call_id', 'harness', 'idempotency_key', 'cwd', '_record', '_update_document', '_report'))
+_ToolCallContext_twin = mutable_twin(ToolCallContext)
 
 
 def _init_ToolCallContext(self: Any, *, env: Any, task_id: Any, conversation_id: Any, call_id: Any, harness: Any, idempotency_key: Any, cwd: Any = _N, record: Any = _N, update_document: Any = _N, report: Any = _N) -> None:
-    _ToolCallContext_env(self, env)
-    _ToolCallContext_task_id(self, task_id)
-    _ToolCallContext_conversation_id(self, conversation_id)
-    _ToolCallContext_call_id(self, call_id)
-    _ToolCallContext_harness(self, harness)
-    _ToolCallContext_idempotency_key(self, idempotency_key)
-    _ToolCallContext_cwd(self, cwd)
-    _ToolCallContext__record(self, record)
-    _ToolCallContext__update_document(self, update_document)
-    _ToolCallContext__report(self, report)
+    was = self.__class__  # (its own class again at the end: a subclass's instance stays one)
+    _set_class(self, _ToolCallContext_twin)
+    self.env = env
+    self.task_id = task_id
+    self.conversation_id = conversation_id
+    self.call_id = call_id
+    self.harness = harness
+    self.idempotency_key = idempotency_key
+    self.cwd = cwd
+    self._record = record
+    self._update_document = update_document
+    self._report = report
+    self.__class__ = was
 
 
 install_init(ToolCallContext, _init_ToolCallContext)
 
 
 # ToolResult
-_ToolResult_text, _ToolResult_is_error, _ToolResult_usage, _ToolResult_control, _ToolResult_diagnostics = slot_setters(ToolResult, ('text', 'is_error', 'usage', 'control', 'diagnostics'))
+_ToolResult_twin = mutable_twin(ToolResult)
 
 
 def _init_ToolResult(self: Any, *, text: Any, is_error: Any = _N, usage: Any = _N, control: Any = _N, diagnostics: Any = _N) -> None:
-    _ToolResult_text(self, text)
-    _ToolResult_is_error(self, is_error)
-    _ToolResult_usage(self, usage)
-    _ToolResult_control(self, control)
-    _ToolResult_diagnostics(self, diagnostics)
+    was = self.__class__  # (its own class again at the end: a subclass's instance stays one)
+    _set_class(self, _ToolResult_twin)
+    self.text = text
+    self.is_error = is_error
+    self.usage = usage
+    self.control = control
+    self.diagnostics = diagnostics
+    self.__class__ = was
 
 
 install_init(ToolResult, _init_ToolResult)
 
 
 # ModelRequest
-_ModelRequest_model, _ModelRequest_messages, _ModelRequest_tools, _ModelRequest_conversation_id, _ModelRequest_task_id, _ModelRequest_attempt, _ModelRequest_turn, _ModelRequest_max_tokens = slot_setters(ModelRequest, ('model', 'messages', 'tools', 'conversation_id', 'task_id', 'attempt', 'turn', 'max_tokens'))
+_ModelRequest_twin = mutable_twin(ModelRequest)
 
 
 def _init_ModelRequest(self: Any, *, model: Any, messages: Any, tools: Any = _N, conversation_id: Any = _N, task_id: Any = _N, attempt: Any = _N, turn: Any = _N, max_tokens: Any = _N) -> None:
-    _ModelRequest_model(self, model)
-    _ModelRequest_messages(self, messages)
-    _ModelRequest_tools(self, tools)
-    _ModelRequest_conversation_id(self, conversation_id)
-    _ModelRequest_task_id(self, task_id)
-    _ModelRequest_attempt(self, attempt)
-    _ModelRequest_turn(self, turn)
-    _ModelRequest_max_tokens(self, max_tokens)
+    was = self.__class__  # (its own class again at the end: a subclass's instance stays one)
+    _set_class(self, _ModelRequest_twin)
+    self.model = model
+    self.messages = messages
+    self.tools = tools
+    self.conversation_id = conversation_id
+    self.task_id = task_id
+    self.attempt = attempt
+    self.turn = turn
+    self.max_tokens = max_tokens
+    self.__class__ = was
 
 
 install_init(ModelRequest, _init_ModelRequest)
 
 
 # ModelReply
-_ModelReply_text, _ModelReply_tool_calls, _ModelReply_stop_reason, _ModelReply_usage = slot_setters(ModelReply, ('text', 'tool_calls', 'stop_reason', 'usage'))
+_ModelReply_twin = mutable_twin(ModelReply)
 
 
 def _init_ModelReply(self: Any, *, text: Any = _N, tool_calls: Any = _N, stop_reason: Any = _N, usage: Any = _N) -> None:
-    _ModelReply_text(self, text)
-    _ModelReply_tool_calls(self, tool_calls)
-    _ModelReply_stop_reason(self, stop_reason)
-    _ModelReply_usage(self, usage)
+    was = self.__class__  # (its own class again at the end: a subclass's instance stays one)
+    _set_class(self, _ModelReply_twin)
+    self.text = text
+    self.tool_calls = tool_calls
+    self.stop_reason = stop_reason
+    self.usage = usage
+    self.__class__ = was
 
 
 install_init(ModelReply, _init_ModelReply)
 
 
 # ToolCallContext
-_ToolCallContext_twin = mutable_twin(ToolCallContext)
 
 
 def _new_ToolCallContext(*, env: Any, task_id: Any, conversation_id: Any, call_id: Any, harness: Any, idempotency_key: Any, cwd: Any = _N, record: Any = _N, update_document: Any = _N, report: Any = _N) -> ToolCallContext:
@@ -122,7 +135,6 @@ else:
 
 
 # ToolResult
-_ToolResult_twin = mutable_twin(ToolResult)
 
 
 def _new_ToolResult(*, text: Any, is_error: Any = _N, usage: Any = _N, control: Any = _N, diagnostics: Any = _N) -> ToolResult:
@@ -143,7 +155,6 @@ else:
 
 
 # ModelRequest
-_ModelRequest_twin = mutable_twin(ModelRequest)
 
 
 def _new_ModelRequest(*, model: Any, messages: Any, tools: Any = _N, conversation_id: Any = _N, task_id: Any = _N, attempt: Any = _N, turn: Any = _N, max_tokens: Any = _N) -> ModelRequest:
@@ -167,7 +178,6 @@ else:
 
 
 # ModelReply
-_ModelReply_twin = mutable_twin(ModelReply)
 
 
 def _new_ModelReply(*, text: Any = _N, tool_calls: Any = _N, stop_reason: Any = _N, usage: Any = _N) -> ModelReply:

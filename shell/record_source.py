@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from pidurable.core.records import init_source
 
 HEADER = '''"""The spelt-out ``__init__`` and the ``new_X`` maker of the shell's records
-built on every step (issue 11 item 2; core/records.py says why: each sets
-its slots through their member descriptors, not attrs' ``object.__setattr__``,
+built on every step (issue 11 item 2; core/records.py says why: each fills
+the class's mutable twin with plain attribute stores, not attrs'
+``object.__setattr__``,
 and ``new_X(**fields)`` builds what ``X(**fields)`` builds without the type
 call's keyword dict).
 
@@ -38,11 +39,11 @@ def shell_init_source(classes: Iterable[type]) -> str:
     """record_inits.py for ``classes``: each one's ``__init__``, then each one's maker."""
     classes = tuple(classes)
     inits = _parts(init_source(classes))
-    # the makers use the setters and factories the inits bound
+    # the makers use the twins and factories the inits bound
     makers = "\n".join(
         line
         for line in _parts(init_source(classes, maker=True)).splitlines()
-        if not (line.startswith("_") and (" = slot_setters(" in line or " = field_factories(" in line))
+        if not (line.startswith("_") and (" = mutable_twin(" in line or " = field_factories(" in line))
     )
     imports: dict[str, list[str]] = {}
     for cls in classes:
@@ -54,11 +55,12 @@ def shell_init_source(classes: Iterable[type]) -> str:
         "",
         "from attrs import NOTHING as _N",
         "",
-        "from pidurable.core.records import field_factories, install_init, install_maker, mutable_twin, slot_setters",
+        "from pidurable.core.records import field_factories, install_init, install_maker, mutable_twin",
         "",
         *(f"from .{m} import {', '.join(sorted(names))}" for m, names in sorted(imports.items())),
         "",
         "_new = object.__new__",
+        '_set_class = object.__dict__["__class__"].__set__',
     ]
     covered = ", ".join(cls.__name__ for cls in classes)
     tail = f"#: The classes given a spelt-out __init__ and a maker here (regenerate from these).\nCOVERED = ({covered},)\n"

@@ -232,7 +232,7 @@ def _init_of(cls: type) -> Any:
     namespace: dict[str, Any] = {
         cls.__name__: cls,
         "install_init": lambda c, init: None,
-        "slot_setters": records.slot_setters,
+        "mutable_twin": records.mutable_twin,
         "field_factories": records.field_factories,
     }
     exec(compile(body, "<test init>", "exec"), namespace)
@@ -321,11 +321,19 @@ def test_a_covered_class_given_a_validator_keeps_attrs_init() -> None:
 
 
 def test_a_stale_init_is_refused() -> None:
-    """An __init__ generated before a field was added, or bound to another class's slots: attrs' __init__ stays."""
+    """An __init__ generated before a field was added, or filling another class's twin: attrs' __init__ stays."""
     init = _init_of(_plain())
     grown = attrs.make_class("Plain", {"a": attrs.field(), "b": attrs.field(factory=dict), "c": attrs.field(default="c"), "d": attrs.field(default=0)}, frozen=True, slots=True, kw_only=True)
     assert "other parameters" in _refused(grown, init)
-    assert "not its own" in _refused(_plain(), init)
+    assert "another class than cls's twin" in _refused(_plain(), init)
+
+
+@pytest.mark.parametrize("cls", sorted({*COVERED, *MADE}, key=lambda c: c.__name__), ids=lambda c: c.__name__)
+def test_no_covered_record_is_subclassed_but_by_its_twin(cls: type) -> None:
+    """A spelt-out __init__ makes its instance the class's twin while it
+    fills it (a subclass's instance of another layout could not be one): the
+    records are final, their one subclass is their twin."""
+    assert [sub for sub in cls.__subclasses__() if sub is not records.TWINS.get(cls)] == []
 
 
 def test_a_maker_for_a_class_not_plain_or_changed_is_the_class_itself() -> None:
