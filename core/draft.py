@@ -23,7 +23,7 @@ Must not touch: decisions. This module knows records and writes, not rules.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 import attrs
 
@@ -402,7 +402,7 @@ class Tx:
         for did, staged in self.staged.items():  # each staged revision built once, in its place
             writes[(_DOC_WRITE, did)] = staged_write(did, staged)
         if writes:  # the State is built once, with the sequence number the Commit takes
-            done = cast("tuple[Write, ...]", tuple(writes.values()))  # (every staged list replaced above)
+            done: tuple[Write, ...] = tuple(writes.values())  # type: ignore[arg-type]  # (every staged list replaced above; no cast(): a Python call)
             effects: tuple[Effect, ...] = (new_Commit(seq=seq, writes=done), *self._acts, *self._replies)
             seq += 1
         else:

@@ -257,9 +257,12 @@ class IndexDraft:
             and self.owned_conversations is base.owned_conversations
         ):
             return base
-        # by position, in _FIELDS' order (checked below): keywords would cost a dict
-        return TaskIndex(self.children, self.top, self.owned_conversations, self.waiters, self.intent, self.in_conversation)
+        # by position, in _FIELDS' order (checked below), through tuple.__new__:
+        # TaskIndex(...) would run the named tuple's Python __new__ on the way
+        return _tuple_new(TaskIndex, (self.children, self.top, self.owned_conversations, self.waiters, self.intent, self.in_conversation))
 
+
+_tuple_new = tuple.__new__
 
 #: TaskIndex's fields in the order IndexDraft unpacks and rebuilds them.
 _FIELDS = ("children", "top", "owned_conversations", "waiters", "intent", "in_conversation")

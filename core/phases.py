@@ -46,6 +46,8 @@ from .settlement import fault
 #: The ``next`` of a row that ends the task (it settles, or is held).
 END = None
 
+_new = object.__new__
+
 # Members read once: every row run checks them (a member read through its
 # enum class goes through EnumType's __getattr__ hook: ~1,000 machine
 # instructions, where a global is ~20).
@@ -92,6 +94,11 @@ class Turn:
         self.tx.put_task(self.task)
         return self.task
 
+
+#: Turn's slots, as Machine.run sets them one by one (checked here).
+_TURN_SLOTS = ("tx", "task", "checkpoint", "next")
+if Turn.__slots__ != _TURN_SLOTS:
+    raise AssertionError(f"Turn has slots {Turn.__slots__}: Machine.run sets {_TURN_SLOTS}")
 
 Handler = Callable[[Turn, Any], None]
 
@@ -155,7 +162,12 @@ class Machine:
             name = self._names[key] = f"{self.kind}:{key[0]},{move} #"
         tid, next_phase = task.id, row.next
         tx.rules.append(f"{name}{tid}")
-        row.handler(Turn(tx, task, checkpoint, next_phase), event)
+        turn = _new(Turn)  # Turn(...) without its __init__'s Python call (issue 11 item 2): each of its __slots__
+        turn.tx = tx
+        turn.task = task
+        turn.checkpoint = checkpoint
+        turn.next = next_phase
+        row.handler(turn, event)
         after = tx.tasks.get(tid)
         if next_phase is END:
             if after is not None and after.status is not _COMPLETING:
