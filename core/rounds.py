@@ -192,7 +192,7 @@ def round_done(turn: Turn, ev: AfterToolsRan | None, successor: HandOver = hand_
     assert isinstance(cp, ToolsCheckpoint)
     cid = task.conversation_id
     slots = tx.conversations[cid].live.tools or ()
-    decision = controls.decide(controls.round_controls(slots), ev.control if ev else None)
+    decision = controls.of_round(slots, ev.control if ev else None)
     controls.apply_added(tx, cid, decision.added)
     done = new_Outcome(status=_COMPLETED, result={"entry_id": cp.assistant})
     if decision.ends_run:

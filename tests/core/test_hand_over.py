@@ -138,3 +138,20 @@ def test_a_round_done_with_other_ready_work_in_the_pass_is_prepared_by_the_pass(
     state, ev = _two_conversations(other)
     st, born = _both(monkeypatch, state, ev)
     assert not born and len(effects_of(st, CallModel)) == 2
+
+
+def test_unchanged_is_told_again_only_for_the_same_context_agent_extensions_and_catalog() -> None:
+    """system.unchanged keeps the newest four it found recording nothing: an
+    equal but new agent is asked again, and a changed one records."""
+    from pidurable.core import system
+    from pidurable.core.draft import Tx
+
+    agent = AgentConfig(model=MODEL, instructions="Be brief.")
+    state, _ = _last_results(opened_state(), "read", agent=agent)
+    tx = Tx(state, 0)
+    conv = state.conversations[ROOT]
+    assert system.unchanged(tx, conv) and system.unchanged(tx, conv)
+    other = attrs.evolve(conv, agent=AgentConfig(model=MODEL, instructions="Be long."))
+    assert not system.unchanged(tx, other)
+    assert system.unchanged(tx, attrs.evolve(conv, agent=AgentConfig(model=MODEL, instructions="Be brief.")))
+    assert not system.unchanged(tx, other)
