@@ -334,7 +334,30 @@ assert set(_TO_DICT) == {
 
 def to_dict(cp: Checkpoint) -> dict[str, Json]:
     """The stored JSON object of ``cp`` (key order as the store has it)."""
-    return _TO_DICT[type(cp)](cp, _WIRE_PHASE[cp.PHASE])
+    t = type(cp)
+    out = _TO_DICT[t](cp, _WIRE_PHASE[cp.PHASE])
+    # kept (_STORED) if its stored form parses back to an equal record: a
+    # request's threshold is stored only with ``compacted``; a replay
+    # promise other than safe is read back as unsafe
+    if (
+        t is ToolsCheckpoint
+        or (t is ExecuteCheckpoint and (cp.replay is _SAFE or cp.replay is _UNSAFE))  # type: ignore[union-attr]
+        or (t is RequestCheckpoint and (cp.compacted is not None or not cp.threshold))  # type: ignore[union-attr]
+    ):
+        if len(_STORED) >= _STORED_MAX:
+            _STORED.clear()
+        _STORED[id(out)] = (out, cp)
+    return out
+
+
+#: The record each dict ``to_dict`` kept came from, by the dict's id (held:
+#: an id is not reused while here; cleared when full): parsing that very
+#: dict gives the record back, where a parser builds an equal one - a
+#: call's intent, a round and a request are each parsed a step after they
+#: are stored (issue 11 item 2). A stored dict is never changed in place
+#: (payloads are immutable, see _execute_dict).
+_STORED: dict[int, tuple[dict[str, Json], Checkpoint]] = {}
+_STORED_MAX = 4096
 
 
 def _model(m: Mapping[str, Any]) -> ModelRef:
@@ -446,6 +469,9 @@ assert set(_TOOL_PARSERS) == {p.value for p in ToolPhase}, "every tool phase nee
 def parse_generation(cp: Mapping[str, Any]) -> GenerationCheckpoint | None:
     """The typed checkpoint of a generation task; None for an unknown phase
     (the task faults). A known phase with damaged fields is a loud error."""
+    stored = _STORED.get(id(cp))
+    if stored is not None and stored[0] is cp:  # the dict to_dict made (_STORED)
+        return stored[1]  # type: ignore[return-value]
     phase = cp.get("phase")
     parse = _GENERATION_PARSERS.get(phase) if isinstance(phase, str) else None  # (one lookup)
     if parse is None:
@@ -458,6 +484,9 @@ def parse_generation(cp: Mapping[str, Any]) -> GenerationCheckpoint | None:
 
 def parse_tool(cp: Mapping[str, Any]) -> ToolCheckpoint | None:
     """The typed checkpoint of a tool task; None for an unknown phase."""
+    stored = _STORED.get(id(cp))
+    if stored is not None and stored[0] is cp:  # the dict to_dict made (_STORED)
+        return stored[1]  # type: ignore[return-value]
     phase = cp.get("phase")
     parse = _TOOL_PARSERS.get(phase) if isinstance(phase, str) else None  # (one lookup)
     if parse is None:

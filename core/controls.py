@@ -89,6 +89,19 @@ def decide(results: list[Control | None], hook: Control | None) -> Decision:
 _NO_CONTROL = Decision()
 
 
+def of_round(slots: Iterable[ToolSlot], hook: Control | None) -> Decision:
+    """``decide(round_controls(slots), hook)``; a round in which no result
+    and no hook asked for anything (most rounds) is told without building
+    the list (issue 11 item 2)."""
+    if hook is None:
+        for slot in slots:
+            if slot.control is not None:
+                break
+        else:
+            return _NO_CONTROL
+    return decide(round_controls(slots), hook)
+
+
 def apply_added(tx: Tx, cid: ConversationId, added: tuple[str, ...]) -> None:
     """Append the added tool names the agent's ``tools`` list lacks."""
     agent = tx.conversations[cid].agent

@@ -122,6 +122,10 @@ class Tx:
     keep_settled: int | None
     settled: tuple[ConversationId, ...]
     task_index: TaskIndex
+    #: The task the scheduling pass is running as the last of its ready
+    #: tasks (scheduling.run_pass sets it around that one dispatch; None
+    #: otherwise): generation.py's hand-over reads it.
+    alone: TaskId | None = None
 
     def __init__(self, state: State, now: int) -> None:
         self.now = now

@@ -25,7 +25,9 @@ tools      ``assistant, tools, pending`` held inside ``waiting`` on the round's
 The rows' effects:
 
 - ``(prepare, reserve)`` -> commit ``running request{model, cutoff}`` +
-  ``CallModel``; ``(prepare, no_model)`` -> the run fails ``no_model``.
+  ``CallModel``; ``(prepare, no_model)`` -> the run fails ``no_model``. A
+  round's successor the pass would prepare next and at once takes this row
+  at birth, born at ``request`` (``_hand_over``).
 - ``(prepare, measure)`` (a known window, thresholds.py) -> ``MeasureContext``;
   its answer is ``over_threshold`` (a blocking compaction it owns, waiting at
   prepare, same attempt), or ``measured`` / ``measured_render`` (a background
@@ -59,9 +61,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
+import attrs
+
 from .live import LiveMove, live_to
-from . import compaction_task, diagnostics, rounds, system, thresholds, yields
+from . import diagnostics, retries, rounds, system, thresholds, yields
 from .checkpoints import (
+    FIRST_PREPARE,
     GenerationPhase,
     PollCheckpoint,
     PrepareCheckpoint,
@@ -69,24 +74,27 @@ from .checkpoints import (
     RetryCheckpoint,
     ToolsCheckpoint,
     parse_generation,
+    to_dict,
 )
-from .answers import assistant_entry, convert_partial, fail
+from .answers import convert_partial, fail
 from .draft import Tx
-from .effects import RenderSystem, CallModel, CancelDeferred, PollModel, Sleep
+from .effects import RenderSystem, CallModel, CancelDeferred
 from .events import AfterToolsRan, ContextMeasured, ModelDeferred, ModelFailed, ModelResponded, ModelStreamed, SystemRendered
 from .events import TimerFired
-from .lifecycle import TaskMove
-from .record_makers import new_CallModel, new_RequestCheckpoint  # (X(...) without the type call's dict: issue 11 item 2)
+from .lifecycle import TaskMove, next_task_status
+from .record_makers import new_CallModel, new_RequestCheckpoint, new_Task  # (X(...) without the type call's dict: issue 11 item 2)
 from .model import (
     GENERATION,
+    ConversationId,
     Entry,
     EntryId,
     EntryKind,
+    ModelRef,
     Outcome,
     OutcomeStatus,
     Reason,
     ResultCode,
-    StopReason,
+    SubmissionId,
     SubmissionStatus,
     Task,
     TaskId,
@@ -94,13 +102,12 @@ from .model import (
     Usage,
 )
 from .phases import END, Machine, Row, Turn
-from .runs import end_run
+from .runs import end_run, hand_over, handed
+from .state import Live
 from .settlement import finish_task
 
 
-# isinstance() targets for rows shared by two phases (tuples: cheaper than unions).
-_ASKED = (RequestCheckpoint, PollCheckpoint)
-_TIMED = (RetryCheckpoint, PollCheckpoint)
+from .retries import ASKED as _ASKED, TIMED as _TIMED
 
 
 class GenerationInput(enum.StrEnum):
@@ -159,6 +166,17 @@ _RUNNING, _RESERVE, _CHECKPOINT, _ASK = TaskStatus.RUNNING, TaskMove.RESERVE, Ta
 _I_RESERVE, _NEXT_CALL, _ROUND_DONE = GenerationInput.RESERVE, GenerationInput.NEXT_CALL, GenerationInput.ROUND_DONE
 _TOOL_CALLS, _ANSWER, _STREAMED = GenerationInput.TOOL_CALLS, GenerationInput.ANSWER, GenerationInput.STREAMED
 _STREAM = LiveMove.STREAM  # (every streamed partial)
+#: The status of a successor born reserved (_hand_over): the table's reserve move.
+_BORN = next_task_status(TaskStatus.PENDING, _RESERVE)
+
+
+@attrs.frozen(kw_only=True)
+class Born:
+    """Row ``(prepare, reserve)`` taken at birth (``_hand_over``): the
+    request the task was born with, and the run's pi.live as handed to it."""
+
+    request: RequestCheckpoint
+    handed: Live
 
 
 # --- the rows' handlers ------------------------------------------------------
@@ -185,25 +203,37 @@ def _measured(turn: Turn, ev: ContextMeasured) -> None:
         _prepare(turn, None)
 
 
-def _prepare(turn: Turn, ev: SystemRendered | None) -> None:
+def _prepare(turn: Turn, ev: SystemRendered | Born | None) -> None:
     """Record what the model will be shown (system.py), pin model and cutoff
-    (the intent), then call the model."""
+    (the intent), then call the model. A successor born at ``request``
+    (``Born``, from ``_hand_over``) comes with its intent, nothing to show."""
     tx, task = turn.tx, turn.task
+    if isinstance(ev, Born):
+        running = turn.keep(ev.request)
+        # the hand-over's pi.live and this ask, one revision (_hand_over)
+        tx.set_live(task.conversation_id, live_to(ev.handed, _ASK, attempt=ev.request.attempt))
+        _call_model(tx, running, ev.request)
+        return
     cp = turn.checkpoint
     assert isinstance(cp, PrepareCheckpoint)
     conv = tx.conversations[task.conversation_id]
     model = conv.agent.model
     assert model is not None  # classified NO_MODEL otherwise
     system.prepare(tx, conv, task.id, () if ev is None else ev.sections, () if ev is None else ev.failed)
-    # Ids are global and increasing: every entry the conversation has now has
-    # an id below next_id, every later one above it.
-    request = new_RequestCheckpoint(
-        attempt=cp.attempt, model=model, cutoff=EntryId(tx.next_id - 1), compacted=cp.compacted, threshold=cp.threshold
-    )
+    request = _pinned(tx, cp, model)
     move = _CHECKPOINT if task.status is _RUNNING else _RESERVE  # rendered: running
     running = turn.store(move, request, started_at=task.started_at or tx.now)
     tx.set_live(task.conversation_id, live_to(conv.live, _ASK, attempt=cp.attempt))
     _call_model(tx, running, request)
+
+
+def _pinned(tx: Tx, cp: PrepareCheckpoint, model: ModelRef) -> RequestCheckpoint:
+    """The intent of a prepared generation: its model and cutoff pinned. Ids
+    are global and increasing: every entry the conversation has now has an
+    id below next_id, every later one above it."""
+    return new_RequestCheckpoint(
+        attempt=cp.attempt, model=model, cutoff=EntryId(tx.next_id - 1), compacted=cp.compacted, threshold=cp.threshold
+    )
 
 
 def _no_model(turn: Turn, _: None) -> None:
@@ -220,49 +250,6 @@ def _resend(turn: Turn, _: None) -> None:
     _call_model(turn.tx, running, cp)
 
 
-def _wait_timer(turn: Turn, _: None) -> None:
-    """Recovery at ``retry``/``poll``: sleep until the stored deadline (only
-    the remaining time is waited)."""
-    turn.store(TaskMove.RESERVE, durable=False)
-    turn.tx.act(Sleep(task_id=turn.task.id, until=_deadline(turn)))
-
-
-def _deadline(turn: Turn) -> int:
-    cp = turn.checkpoint
-    assert isinstance(cp, _TIMED)
-    return cp.until if isinstance(cp, RetryCheckpoint) else cp.poll_at
-
-
-def _retry(turn: Turn, _: TimerFired) -> None:
-    """The backoff ended: back to prepare with the next attempt (agent and
-    settings changes made during the backoff apply; the pass prepares it at
-    once)."""
-    tx, task, cp = turn.tx, turn.task, turn.checkpoint
-    assert isinstance(cp, RetryCheckpoint)
-    live = tx.conversations[task.conversation_id].live
-    tx.set_live(task.conversation_id, live_to(live, LiveMove.RETRY, retry_at=None, retry_error=None))
-    turn.store(TaskMove.RETRY, PrepareCheckpoint(attempt=cp.attempt + 1, compacted=cp.compacted, threshold=cp.threshold))
-
-
-def _poll(turn: Turn, _: TimerFired) -> None:
-    tx, task, cp = turn.tx, turn.task, turn.checkpoint
-    assert isinstance(cp, PollCheckpoint)
-    tools, system_text = system.request_view(tx, tx.conversations[task.conversation_id])
-    tx.act(
-        PollModel(
-            task_id=task.id,
-            conversation_id=task.conversation_id,
-            attempt=cp.attempt,
-            model=cp.model,
-            handle=cp.handle,
-            cutoff=cp.cutoff,
-            tools=tools,
-            system=system_text,
-            extensions=tx.conversations[task.conversation_id].agent.extensions,
-        )
-    )
-
-
 def _streamed(turn: Turn, ev: ModelStreamed) -> None:
     """The partial grows by ``ev.text`` at ``ev.offset`` (an offset past the
     partial the core holds is not this stream's: ignored)."""
@@ -273,94 +260,46 @@ def _streamed(turn: Turn, ev: ModelStreamed) -> None:
         turn.tx.set_live(turn.task.conversation_id, live_to(live, _STREAM, partial=partial))
 
 
-def _deferred(turn: Turn, ev: ModelDeferred) -> None:
-    """Save the handle and the next poll time; after a restart the SAME
-    handle is polled - a second request is never sent."""
-    tx, task, cp = turn.tx, turn.task, turn.checkpoint
-    assert isinstance(cp, _ASKED)
-    poll_at = ev.now + max(int(ev.poll_after_ms), 0)
-    if isinstance(cp, PollCheckpoint):
-        poll_at = max(poll_at, cp.poll_at + 1)
-    polling = PollCheckpoint(
-        attempt=cp.attempt,
-        model=cp.model,
-        cutoff=cp.cutoff,
-        handle=ev.handle,
-        poll_at=poll_at,
-        compacted=cp.compacted,
-        threshold=cp.threshold,
-    )
-    turn.store(TaskMove.CHECKPOINT, polling)
-    live = tx.conversations[task.conversation_id].live
-    tx.set_live(task.conversation_id, live_to(live, LiveMove.DEFER, partial=None, poll_at=poll_at))
-    tx.act(Sleep(task_id=task.id, until=poll_at))
-
-
 def _tool_calls(turn: Turn, ev: ModelResponded) -> None:
     entry = yields.responded(turn, ev)
     rounds.start_round(turn, entry, ev.prepared)
 
 
-def _backoff(turn: Turn, ev: ModelFailed) -> None:
-    """A retryable failure with retries left: a durable backoff."""
-    tx, task, cp = turn.tx, turn.task, turn.checkpoint
-    assert isinstance(cp, _ASKED)
-    _failure_entry(turn, ev)
-    until = ev.now + tx.settings.retry.delay_ms(cp.attempt, ev.retry_after_ms)
-    retrying = RetryCheckpoint(attempt=cp.attempt, until=until, compacted=cp.compacted, threshold=cp.threshold)
-    turn.store(TaskMove.CHECKPOINT, retrying)
-    live = tx.conversations[task.conversation_id].live
-    tx.set_live(task.conversation_id, live_to(live, LiveMove.BACK_OFF, retry_at=until, retry_error=ev.message))
-    tx.act(Sleep(task_id=task.id, until=until))
+def _round_done(turn: Turn, ev: None) -> None:
+    rounds.round_done(turn, ev, _hand_over)
 
 
-def _failed(turn: Turn, ev: ModelFailed) -> None:
-    """``no_model`` / ``context_overflow`` / anything else, or no retries
-    left: the run ends with its inputs ``unanswered`` and the provider's
-    message as detail."""
-    cp = turn.checkpoint
-    assert isinstance(cp, _ASKED)
-    _failure_entry(turn, ev)
-    message, reason = ev.message, ev.reason
-    if ev.retryable and ev.reason == Reason.MODEL_ERROR and turn.tx.settings.retry.enabled:
-        message = f"{ev.message} (gave up after {cp.attempt} attempts)"
-    if reason == Reason.CONTEXT_OVERFLOW and cp.compacted is not None:
-        reason = Reason.MODEL_ERROR  # a second overflow: compacting did not help
-    fail(turn.tx, turn.task, reason=reason, message=message)
-
-
-def _overflow(turn: Turn, ev: ModelFailed) -> None:
-    """Keep the error entry; wait on a blocking compaction of our own. The
-    resend is the next attempt (an attempt names one request) but no retry."""
-    tx, task, cp = turn.tx, turn.task, turn.checkpoint
-    assert isinstance(cp, _ASKED)
-    _failure_entry(turn, ev)
-    cid = task.conversation_id
-    tx.set_live(cid, live_to(tx.conversations[cid].live, LiveMove.COMPACT, attempt=None))
-    child = compaction_task.create(tx, cid, reason=compaction_task.OVERFLOW, owner=task.id)
-    head = tx.conversations[cid].context.head
-    waiting = PrepareCheckpoint(attempt=cp.attempt + 1, compacted=child.id, overflow=ev.message or "Context overflow", head=head)
-    turn.store(TaskMove.WAIT, waiting, on=(child.id,))
-
-
-def _uncompacted(turn: Turn, _: None) -> None:
-    """The overflow compaction placed nothing: the run fails with its text."""
-    cp = turn.checkpoint
-    assert isinstance(cp, PrepareCheckpoint) and cp.overflow is not None
-    fail(turn.tx, turn.task, reason=Reason.MODEL_ERROR, message=cp.overflow)
-
-
-def _failure_entry(turn: Turn, ev: ModelFailed) -> None:
-    """What was streamed before the failure is kept; the failure itself is an
-    error assistant entry (counted as a call) unless no model was reached."""
-    tx, task = turn.tx, turn.task
-    convert_partial(tx, task)
-    live = tx.conversations[task.conversation_id].live
-    if live.poll_at is not None:
-        tx.set_live(task.conversation_id, live_to(live, LiveMove.STOP_POLLING, poll_at=None))
-    if ev.reason != Reason.NO_MODEL:
-        yields.count_call(turn, None)
-        assistant_entry(tx, task, ev.message, stop_reason=StopReason.ERROR, is_error=True)
+def _hand_over(tx: Tx, gen: Task, steered: tuple[SubmissionId, ...]) -> None:
+    """The round's hand-over (runs.hand_over). When the scheduling pass
+    would prepare the successor next and alone (``gen`` ran as the last of
+    its ready tasks, nothing else the step touched is live, no abort intent
+    is to be reconciled first) and at once (row ``(prepare, reserve)``:
+    nothing to measure, render or newly show), the successor is born
+    reserved at ``request`` and takes that row at birth: the same rules,
+    effects and commit, with one Task record and one pi.live revision where
+    the pass made two of each (issue 11 item 2). pi.live showing no attempt
+    makes the two revisions' ops one diff's (runs.handed clears it)."""
+    cid = gen.conversation_id
+    conv = tx.conversations[cid]
+    model = conv.agent.model
+    if (
+        tx.alone != gen.id
+        or tx.index.intent
+        or conv.live.attempt is not None
+        or not tx.tasks.keys().isdisjoint(tx.touched)  # (C: walks the smaller)
+        or _prepare_input(tx, cid, FIRST_PREPARE) is not _I_RESERVE
+        or not system.unchanged(tx, conv)
+        or model is None
+    ):
+        hand_over(tx, gen, steered)
+        return
+    cp = FIRST_PREPARE
+    tid = TaskId(tx.alloc_id())
+    request = _pinned(tx, cp, model)  # (what _prepare pins: the prepare would record nothing)
+    born = new_Task(  # (create_generation's task after store's reserve move, built once)
+        id=tid, conversation_id=cid, kind=GENERATION, status=_BORN, checkpoint=to_dict(request), started_at=tx.now
+    )
+    MACHINE.run(tx, born, cp, _I_RESERVE, Born(request=request, handed=handed(conv.live, gen, tid, steered)))
 
 
 def _abort(turn: Turn, _: None) -> None:
@@ -410,15 +349,15 @@ def _rows() -> Mapping[tuple[enum.StrEnum, enum.StrEnum], Row]:
         (_P.PREPARE, _I.OVER_THRESHOLD): Row(handler=thresholds.block, next=_P.PREPARE),
         (_P.PREPARE, _I.MEASURED): Row(handler=_measured, next=_P.REQUEST),
         (_P.PREPARE, _I.MEASURED_RENDER): Row(handler=_measured, next=_P.PREPARE),
-        (_P.PREPARE, _I.UNCOMPACTED): Row(handler=_uncompacted, next=END),
+        (_P.PREPARE, _I.UNCOMPACTED): Row(handler=retries.uncompacted, next=END),
         (_P.REQUEST, _I.RESERVE): Row(handler=_resend, next=_P.REQUEST),
         (_P.REQUEST, _I.STREAMED): Row(handler=_streamed, next=_P.REQUEST),
-        (_P.RETRY, _I.RESERVE): Row(handler=_wait_timer, next=_P.RETRY),
-        (_P.RETRY, _I.TIMER_FIRED): Row(handler=_retry, next=_P.PREPARE),
-        (_P.POLL, _I.RESERVE): Row(handler=_wait_timer, next=_P.POLL),
-        (_P.POLL, _I.TIMER_FIRED): Row(handler=_poll, next=_P.POLL),
+        (_P.RETRY, _I.RESERVE): Row(handler=retries.wait_timer, next=_P.RETRY),
+        (_P.RETRY, _I.TIMER_FIRED): Row(handler=retries.retry, next=_P.PREPARE),
+        (_P.POLL, _I.RESERVE): Row(handler=retries.wait_timer, next=_P.POLL),
+        (_P.POLL, _I.TIMER_FIRED): Row(handler=retries.poll, next=_P.POLL),
         (_P.TOOLS, _I.NEXT_CALL): Row(handler=rounds.next_call, next=_P.TOOLS),
-        (_P.TOOLS, _I.ROUND_DONE): Row(handler=rounds.round_done, next=END),
+        (_P.TOOLS, _I.ROUND_DONE): Row(handler=_round_done, next=END),
         (_P.TOOLS, _I.AFTER_TOOLS): Row(handler=rounds.after_tools, next=_P.TOOLS),
         (_P.TOOLS, _I.AFTER_TOOLS_RAN): Row(handler=rounds.round_done, next=END),
     }
@@ -426,10 +365,10 @@ def _rows() -> Mapping[tuple[enum.StrEnum, enum.StrEnum], Row]:
     for phase in (_P.REQUEST, _P.POLL):
         rows[(phase, _I.ANSWER)] = Row(handler=yields.answer, next=END)
         rows[(phase, _I.TOOL_CALLS)] = Row(handler=_tool_calls, next=_P.TOOLS)
-        rows[(phase, _I.DEFERRED)] = Row(handler=_deferred, next=_P.POLL)
-        rows[(phase, _I.FAILED_RETRYABLE)] = Row(handler=_backoff, next=_P.RETRY)
-        rows[(phase, _I.FAILED)] = Row(handler=_failed, next=END)
-        rows[(phase, _I.OVERFLOW)] = Row(handler=_overflow, next=_P.PREPARE)
+        rows[(phase, _I.DEFERRED)] = Row(handler=retries.deferred, next=_P.POLL)
+        rows[(phase, _I.FAILED_RETRYABLE)] = Row(handler=retries.backoff, next=_P.RETRY)
+        rows[(phase, _I.FAILED)] = Row(handler=retries.failed, next=END)
+        rows[(phase, _I.OVERFLOW)] = Row(handler=retries.overflow, next=_P.PREPARE)
     # The abort handler runs at any phase.
     for phase in GenerationPhase:
         rows[(phase, _I.ABORT)] = Row(handler=_abort, next=END)
@@ -457,20 +396,26 @@ def on_reserve(tx: Tx, task: Task) -> None:
         return
     move = _I_RESERVE
     if isinstance(cp, PrepareCheckpoint):
-        conv = tx.conversations[task.conversation_id]
-        if conv.agent.model is None:
-            move = _I.NO_MODEL
-        elif cp.overflow is not None and conv.context.head == cp.head:
-            move = _I.UNCOMPACTED  # the overflow compaction placed nothing
-        elif thresholds.measures(tx, task.conversation_id, cp):
-            move = _I.MEASURE
-        elif system.sectioned(tx.extensions, conv.agent):
-            move = _I.RENDER
+        move = _prepare_input(tx, task.conversation_id, cp)
     elif isinstance(cp, ToolsCheckpoint):
         move = _NEXT_CALL if cp.pending else _ROUND_DONE
         if move is _ROUND_DONE and system.hooked(tx.extensions, tx.conversations[task.conversation_id].agent, "after_tools"):
             move = _I.AFTER_TOOLS
     MACHINE.run(tx, task, cp, move)
+
+
+def _prepare_input(tx: Tx, cid: ConversationId, cp: PrepareCheckpoint) -> GenerationInput:
+    """The input of a generation picked at ``prepare``."""
+    conv = tx.conversations[cid]
+    if conv.agent.model is None:
+        return _I.NO_MODEL
+    if cp.overflow is not None and conv.context.head == cp.head:
+        return _I.UNCOMPACTED  # the overflow compaction placed nothing
+    if thresholds.measures(tx, cid, cp):
+        return _I.MEASURE
+    if system.sectioned(tx.extensions, conv.agent):
+        return _I.RENDER
+    return _I_RESERVE
 
 
 def on_abort(tx: Tx, task: Task) -> None:

@@ -22,12 +22,15 @@ These are the handlers of generation.py's rows that lead into and out of the
   round's controls apply (controls.py: added tools; terminate/handoff end the
   run answered by the tool-calling entry); otherwise the post-tools boundary
   places steering input, the generation ends ``completed`` and a successor
-  takes the run (runs.py) - one commit.
+  takes the run (runs.py; generation.py's ``_hand_over`` may have it born
+  at ``request``) - one commit.
 
 Must not touch: tool tasks' own phases (tools.py's table).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import attrs
 
@@ -50,6 +53,7 @@ from .model import (
     OutcomeStatus,
     Reason,
     Replay,
+    SubmissionId,
     SubmissionStatus,
     Task,
     TaskId,
@@ -169,7 +173,12 @@ def after_tools(turn: Turn, _: None) -> None:
     )
 
 
-def round_done(turn: Turn, ev: AfterToolsRan | None) -> None:
+#: What hands a finished round's run to the successor (runs.hand_over, or
+#: generation.py's, which may prepare the successor at birth).
+HandOver = Callable[[Tx, Task, tuple[SubmissionId, ...]], object]
+
+
+def round_done(turn: Turn, ev: AfterToolsRan | None, successor: HandOver = hand_over) -> None:
     """Row ``(tools, round_done)`` (or ``after_tools_ran``): the round's
     controls (controls.py) first - tools added to the agent; a terminate or
     handoff ends the run answered by the tool-calling entry (a handoff
@@ -183,7 +192,7 @@ def round_done(turn: Turn, ev: AfterToolsRan | None) -> None:
     assert isinstance(cp, ToolsCheckpoint)
     cid = task.conversation_id
     slots = tx.conversations[cid].live.tools or ()
-    decision = controls.decide(controls.round_controls(slots), ev.control if ev else None)
+    decision = controls.of_round(slots, ev.control if ev else None)
     controls.apply_added(tx, cid, decision.added)
     done = new_Outcome(status=_COMPLETED, result={"entry_id": cp.assistant})
     if decision.ends_run:
@@ -199,7 +208,7 @@ def round_done(turn: Turn, ev: AfterToolsRan | None) -> None:
     steered = boundary(tx, cid, final=reset)
     finish_task(tx, task, done)
     if not reset:
-        hand_over(tx, task, steered)
+        successor(tx, task, steered)
         return
     end_run(tx, task, status=SubmissionStatus.UNANSWERED, reason=Reason.RESET)
     if steered:

@@ -80,20 +80,16 @@ def hand_over(tx: Tx, gen: Task, steered: tuple[SubmissionId, ...]) -> Task:
     ``live.run.task_id`` switched, the round's slots cleared, steered inputs
     joined to the run. Part of the commit that finished ``gen``."""
     successor = create_generation(tx, gen.conversation_id)
-    live = tx.conversations[gen.conversation_id].live
+    tx.set_live(gen.conversation_id, handed(tx.conversations[gen.conversation_id].live, gen, successor.id, steered))
+    return successor
+
+
+def handed(live: Live, gen: Task, successor: TaskId, steered: tuple[SubmissionId, ...]) -> Live:
+    """``live`` (the run of ``gen``) handed over to ``successor``: its task
+    id switched, the round's slots cleared, ``steered`` joined to its inputs."""
     run = live.run
     assert run is not None and run.task_id == gen.id
-    tx.set_live(
-        gen.conversation_id,
-        live_to(
-            live,
-            _HAND_OVER,
-            run=new_RunInfo(task_id=successor.id, inputs=run.inputs + steered),
-            tools=None,
-            attempt=None,
-        ),
-    )
-    return successor
+    return live_to(live, _HAND_OVER, run=new_RunInfo(task_id=successor, inputs=run.inputs + steered), tools=None, attempt=None)
 
 
 def end_run(

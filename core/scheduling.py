@@ -11,6 +11,9 @@ creates the next generation, which prepares in the same step):
   are not in the live map at all, so they can never run again;
 - a task whose kind has no handler here stays pending (custom tasks arrive in
   in custom.py) - it is *blocked* while no definition can run it, never dropped.
+- the last ready task of a round of the pass runs with ``tx.alone`` naming it:
+  nothing of that round runs after it (a generation's hand-over may then
+  prepare its successor at birth, as the next round would: generation.py).
 
 All decisions of one step land in ONE commit (``Tx.finish``), placed before the
 acts it enables: intent before effect, and fewer transactions per round.
@@ -134,13 +137,19 @@ def run_pass(tx: Tx) -> None:
                 _check_index(tx)
             return
         ran = False  # nothing ran since ``ready`` was found: its first task is still runnable
+        last = ready[-1]
         for task in ready:
             if ran:
                 current = tx.tasks.get(task.id)
                 if current is None or (current is not task and current != task) or not is_runnable(tx, current):
                     continue  # an earlier phase in this pass changed it (else it is ``task`` or equal to it)
             ran = True
-            _dispatch(tx, task)
+            if task is last:  # nothing of this round runs after it (generation.py's hand-over asks)
+                tx.alone = task.id
+                _dispatch(tx, task)
+                tx.alone = None
+            else:
+                _dispatch(tx, task)
             after = tx.tasks.get(task.id)
             # (equal tasks have the same status: most phases move it, no __eq__ call then)
             if after is not None and (after is task or (after.status is task.status and after == task)):

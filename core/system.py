@@ -150,13 +150,12 @@ def system_text(sections: Sequence[SystemSection]) -> str | None:
     return "\n\n".join(s.text for s in sections) or None
 
 
-def record(tx: Tx, conv: ConvState, task_id: TaskId, sections: tuple[SystemSection, ...], tools: tuple[str, ...]) -> ContextDoc:
-    """Append the system entry the change needs (if any) and store the new
-    shown state in ``pi.context``; returns the shown state."""
+def record(
+    tx: Tx, conv: ConvState, task_id: TaskId, sections: tuple[SystemSection, ...], tools: tuple[str, ...], data: dict[str, object]
+) -> ContextDoc:
+    """Append the system entry of the change (``data``: its ``patch``) and
+    store the new shown state in ``pi.context``; returns the shown state."""
     shown = conv.context
-    data = patch(shown, sections, tools)
-    if data is None:
-        return shown
     entry = Entry(
         id=EntryId(tx.alloc_id()),
         conversation_id=conv.id,
@@ -184,10 +183,43 @@ def prepare(
 ) -> None:
     """At a generation's prepare: record the change of what the model will
     be shown (nothing when the conversation's system prompt is not tracked)."""
+    change = _change(tx, conv, rendered, failed)
+    if change is not None:
+        record(tx, conv, task_id, *change)
+
+
+def unchanged(tx: Tx, conv: ConvState) -> bool:
+    """Whether a prepare without rendered sections records nothing."""
+    context, agent, extensions, catalog = conv.context, conv.agent, tx.extensions, tx.catalog
+    q = _UNCHANGED
+    if q[0] is context and q[1] is agent and q[2] is extensions and q[3] is catalog:
+        return True
+    if _change(tx, conv, (), ()) is not None:
+        return False
+    q[:] = context, agent, extensions, catalog
+    return True
+
+
+#: The newest ``(context, agent, extensions, catalog)`` that ``unchanged``
+#: found to record nothing, held (their ids are not reused while here). All
+#: four are immutable (frozen records, tuples, a catalog mapping a step
+#: replaces, never changes), and ``_change`` reads nothing else: the same
+#: four record nothing again - a round's hand-over asks on every round, and
+#: they seldom change (issue 11 item 2).
+_UNCHANGED: list[object] = [None, None, None, None]
+
+
+def _change(
+    tx: Tx, conv: ConvState, rendered: Sequence[SystemSection], failed: Sequence[str]
+) -> tuple[tuple[SystemSection, ...], tuple[str, ...], dict[str, object]] | None:
+    """What a prepare records: the sections and tools to show and the patch
+    that shows them; None when there is nothing to record."""
     if not tracks(tx, conv):
-        return
+        return None
     sections = desired(rendered, failed, conv.context, conv.agent)
-    record(tx, conv, task_id, sections, offered_tools(tx.extensions, tx.catalog, conv.agent))
+    tools = offered_tools(tx.extensions, tx.catalog, conv.agent)
+    data = patch(conv.context, sections, tools)
+    return None if data is None else (sections, tools, data)
 
 
 def request_view(tx: Tx, conv: ConvState) -> tuple[tuple[str, ...] | None, str | None]:

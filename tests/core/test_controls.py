@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import pytest
 
 from pidurable.core import controls
 from pidurable.core.effects import RunAbortHooks, RunAfterTools
@@ -253,3 +254,18 @@ def test_without_on_abort_hooks_the_handler_settles_at_once() -> None:
     assert effects_of(st, RunAbortHooks) == []
     assert put_tasks(st)[a].outcome.status is OutcomeStatus.ABORTED
     assert put_entries(d(ToolAbortHooked(now=50, task_id=TaskId(a), text="x"))) == []
+
+
+@pytest.mark.parametrize("hook", [None, {}, {"terminate": True}, {"add_tools": ["x"]}])
+@pytest.mark.parametrize(
+    "controls_",
+    [(), (None,), (None, None), ({"terminate": True},), (None, {"handoff": "h"}), ({}, {"add_tools": ["y"]})],
+)
+def test_of_round_is_decide_of_the_round_controls(controls_: tuple[Any, ...], hook: Any) -> None:
+    """``of_round`` (the common case told without a list) decides as ``decide(round_controls(...))``."""
+    from pidurable.core.state import ToolSlot
+
+    slots = [ToolSlot(call_id=f"c{i}", name="t", task_id=TaskId(10 + i), entry_id=20 + i, control=c) for i, c in enumerate(controls_)]  # type: ignore[arg-type]
+    slots.append(ToolSlot(call_id="open", name="t"))  # a call that never completed: no terminate
+    for every in (slots, slots[:-1]):
+        assert controls.of_round(every, hook) == controls.decide(controls.round_controls(every), hook)

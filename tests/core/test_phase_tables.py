@@ -190,3 +190,32 @@ def test_a_first_prepare_parses_to_the_shared_record_only_when_it_is_one() -> No
     compacted = parse_generation({"phase": "prepare", "attempt": 1, "compacted": 4})
     assert compacted == PrepareCheckpoint(attempt=1, compacted=TaskId(4))
     assert parse_generation({"phase": "prepare", "attempt": 2}) == PrepareCheckpoint(attempt=2)
+
+
+_MODEL = ModelRef("p", "m")
+STORED = [  # (record, kept by to_dict)
+    (RequestCheckpoint(attempt=1, model=_MODEL, cutoff=EntryId(3)), True),
+    (RequestCheckpoint(attempt=2, model=_MODEL, cutoff=EntryId(3), compacted=TaskId(4), threshold=True), True),
+    (RequestCheckpoint(attempt=1, model=_MODEL, cutoff=EntryId(3), threshold=True), False),  # threshold not stored
+    (ToolsCheckpoint(assistant=EntryId(1), tools=(TaskId(2), TaskId(3)), pending=("c4",)), True),
+    (ExecuteCheckpoint(arguments={"path": "/a"}, replay=Replay.SAFE), True),
+    (ExecuteCheckpoint(arguments={}, replay=Replay.UNSAFE, process={"pid": 1}, reconciled=True), True),
+    (ExecuteCheckpoint(arguments={}, replay="unsafe"), False),  # type: ignore[arg-type]  # a str, not the member
+    (PrepareCheckpoint(attempt=2), False),
+    (PollCheckpoint(attempt=1, model=_MODEL, cutoff=EntryId(3), handle=None, poll_at=4), False),
+]
+
+
+@pytest.mark.parametrize(("cp", "kept"), STORED, ids=[f"{type(c).__name__}{i}" for i, (c, _) in enumerate(STORED)])
+def test_a_stored_dict_parses_back_to_its_record_only_when_a_parse_would_equal_it(cp: Any, kept: bool) -> None:
+    """to_dict keeps the record it stored (checkpoints._STORED): parsing that
+    very dict gives it back - the records of every round, each only when a
+    fresh parse of the same content equals it; a copy is parsed afresh."""
+    stored = to_dict(cp)
+    parse = parse_generation if isinstance(cp.PHASE, GenerationPhase) else parse_tool
+    fresh = parse(dict(stored))
+    assert fresh is not cp
+    again = parse(stored)
+    assert again == fresh and (again is cp) == kept
+    if kept:
+        assert fresh == cp
