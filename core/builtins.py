@@ -154,16 +154,22 @@ _BASE, _DELTA, _RETIRE = RevisionAction.BASE, RevisionAction.DELTA, RevisionActi
 _CONVERSATION = DocScope.CONVERSATION
 
 
-# revise looks its action up in ROWS under one of these keys: each is a row
-# that stores a revision.
-assert all(ROWS[key].action not in (None, _RETIRE) for key in ((_ABSENT, _CHANGE), (_LIVE, _QUIET), (_LIVE, _CHECKPOINT), (_LIVE, _CHANGE)))
+# revise's actions: the ROWS it consults (each a row that stores a revision),
+# read once (revise runs on most steps).
+_ON_NEW, _ON_QUIET, _ON_CHECKPOINT, _ON_CHANGE = (
+    ROWS[key].action for key in ((_ABSENT, _CHANGE), (_LIVE, _QUIET), (_LIVE, _CHECKPOINT), (_LIVE, _CHANGE))
+)
+assert all(a not in (None, _RETIRE) for a in (_ON_NEW, _ON_QUIET, _ON_CHECKPOINT, _ON_CHANGE))
 
 #: Tests set this: a revision whose change the caller placed (``revise``'s
-#: ``within``) also diffs the whole values and checks the ops are the same.
+#: ``within``) or whose ops it found (``ops``) also diffs the whole values
+#: and checks the ops are the same.
 CHECK_WITHIN = False
 
 
-def revise(tx: Tx, conv: ConvState, kind: str, new: Any, within: tuple[str | int, ...] = ()) -> ConvState:
+def revise(
+    tx: Tx, conv: ConvState, kind: str, new: Any, within: tuple[str | int, ...] = (), ops: list[Json] | None = None
+) -> ConvState:
     """``conv`` with its built-in ``kind`` set to ``new`` (a changed value),
     its revision staged in ``tx`` - one revision per document per commit: a
     second change in the same step joins the first (``staged_write`` builds
@@ -173,28 +179,34 @@ def revise(tx: Tx, conv: ConvState, kind: str, new: Any, within: tuple[str | int
     caller knows it (a slot of ``pi.live.tools``, tool_results.move_slot):
     the ops are that part's diff at that path - what the whole value's diff
     comes to when nothing else changed (typed_ops follows the one changed
-    field, and the one changed item of a tuple), without walking the rest."""
+    field, and the one changed item of a tuple), without walking the rest.
+    ``ops``: the delta's ops, when the caller found them from what it changed
+    (answers.plus_one_ops: a usage counter)."""
     spec = BUILTINS[kind]
     cid = conv.conversation.id
     did = -(8 * cid + spec.number)  # builtin_id(cid, kind), inline: revise runs on most steps
-    deltas = conv.stored.get(kind)
+    stored = conv.stored
+    deltas = stored.get(kind)
     staged = tx.staged.get(did)
     if deltas is None:
-        action = ROWS[(_ABSENT, _CHANGE)].action
+        action = _ON_NEW
     elif spec.quiet and not (type(new) is Live and type(new.run) is RunInfo) and new == spec.initial:
         # (a pi.live with a run is not Live(): known without attrs's ``==``,
         # whose RunInfo == None is a Python call - issue 11 item 2)
-        action = ROWS[(_LIVE, _QUIET)].action
+        action = _ON_QUIET
     else:
-        action = ROWS[(_LIVE, _CHECKPOINT if deltas + 1 >= BASE_EVERY else _CHANGE)].action
-    assert action is not None  # (checked above for these keys)
+        action = _ON_CHECKPOINT if deltas + 1 >= BASE_EVERY else _ON_CHANGE
     if staged is not None and staged[_ACTION] is _BASE:
         action = _BASE  # joins this commit's base
     if action is _DELTA:
         assert deltas is not None
         old = getattr(conv, spec.field)
-        out: list[Json] = []
-        if within:
+        if ops is not None:
+            out = ops
+            if CHECK_WITHIN:
+                assert out == typed_ops(old, new), f"{kind}: the ops found for a change are not its diff"
+        elif within:
+            out = []
             a, b = old, new  # _part of both, in one walk
             for step in within:
                 if isinstance(step, int):
@@ -205,19 +217,19 @@ def revise(tx: Tx, conv: ConvState, kind: str, new: Any, within: tuple[str | int
             if CHECK_WITHIN:
                 assert out == typed_ops(old, new), f"{kind}: a change said to be within {within} is not"
         else:
+            out = []
             _typed(old, new, [], out)  # typed_ops, without its call
-        if staged is not None:  # a delta already: one revision, the ops of both
+        if staged is not None:  # a delta already: one revision, the ops of both (its count kept)
             staged[_OPS] += out
-        else:
-            deltas += 1
-            tx.stage(did, [kind, cid, _DELTA, out, None])
+            return _with(conv, spec.field, new, stored)
+        tx.stage(did, [kind, cid, _DELTA, out, None])
+        return _with(conv, spec.field, new, {**stored, kind: deltas + 1})
+    if staged is not None:
+        staged[_ACTION], staged[_OPS], staged[_VALUE] = action, [], new
     else:
-        deltas = 0
-        if staged is not None:
-            staged[_ACTION], staged[_OPS], staged[_VALUE] = action, [], new
-        else:
-            tx.stage(did, [kind, cid, action, [], new])
-    return _with(conv, spec.field, new, {**conv.stored, kind: deltas})
+        tx.stage(did, [kind, cid, action, [], new])
+    # (a count already 0 kept: the same mapping, not a copy)
+    return _with(conv, spec.field, new, stored if deltas == 0 else {**stored, kind: 0})
 
 
 #: A staged revision (``Tx.staged``; a list, filled in place as changes join

@@ -116,7 +116,9 @@ def to_json(value: Any) -> Json:
         return hit[1]
     out: Json
     if kind == _TUPLE:
-        out = list(map(to_json, value))
+        # a round's new slots (each round's pi.live): spelt out, without
+        # to_json's call and memo for each (a new slot is not in it)
+        out = list(map(_slot_json, value)) if _SLOTS_ONLY.issuperset(map(type, value)) else list(map(to_json, value))
     elif t is ToolSlot:  # a round's new slots, on every round: spelt out (below)
         out = _slot_json(value)
     else:
@@ -150,6 +152,7 @@ def to_json(value: Any) -> Json:
 _SLOT_FIELDS = ("call_id", "name", "task_id", "status", "entry_id", "output", "control")
 spelt_out(ToolSlot, _SLOT_FIELDS)
 _PENDING = SlotStatus.PENDING
+_SLOTS_ONLY = frozenset({ToolSlot})
 assert [d for _, d in _fields(ToolSlot)][2:] == [None, _PENDING, None, None, None]
 
 

@@ -1,16 +1,20 @@
 """The spelt-out field walks of core/typed_json.py (``_SPELT``: ``Live``,
 ``ToolSlot``, ``UsageDoc``, ``UsageTotals``) against the generic record walk
-(``_record``) and against the JSON diff, over random changes."""
+(``_record``) and against the JSON diff, over random changes; and the ops a
+caller finds itself (answers.plus_one_ops) against typed_ops."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import attrs
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from pidurable.core import chord, typed_json
-from pidurable.core.model import SubmissionId, TaskId
+from pidurable.core.answers import plus_one_call, plus_one_ops
+from pidurable.core.model import SubmissionId, TaskId, Usage
+from pidurable.core.typed_json import typed_ops
 from pidurable.core.state import Live, RunInfo, SlotStatus, ToolSlot, UsageDoc, UsageTotals
 
 # Small pools, so that a change often keeps a field (the same object), sets
@@ -163,3 +167,45 @@ def test_the_usage_walk_is_the_generic_records(pair: tuple[Any, Any], path: list
 
 def test_every_spelt_out_walk_is_tested() -> None:
     assert set(typed_json._SPELT) == {Live, ToolSlot, UsageDoc, UsageTotals}
+
+
+@settings(max_examples=300)
+@given(
+    _usage_pairs(),
+    st.sampled_from(["models", "tools"]),
+    st.sampled_from(["p/a", "p/b", "t"]),
+    st.none() | st.tuples(_ints, _ints),
+)
+def test_the_ops_of_a_call_counted_are_the_whole_documents_diff(
+    pair: tuple[UsageDoc, UsageDoc], part: str, key: str, reported: tuple[Any, Any] | None
+) -> None:
+    """answers.plus_one_ops (a counted call's ops, found from its one
+    member) are typed_ops of the whole pi.usage: a member changed, a member
+    new, a part new."""
+    doc = pair[0]
+    old = getattr(doc, part)
+    prior = old.get(key)
+    usage = None if reported is None else Usage(input_tokens=reported[0], output_tokens=reported[1])
+    new = {**old, key: plus_one_call(prior, usage)}
+    ops = plus_one_ops(part, old, new, key, prior)
+    assert ops == typed_ops(doc, attrs.evolve(doc, **{part: new}))
+
+
+def test_ops_a_caller_found_wrong_are_caught_in_tests() -> None:
+    """With CHECK_WITHIN (tests): ops given to revise that are not the diff fail."""
+    from pidurable.core import builtins
+    from pidurable.core.draft import Tx
+    from pidurable.core.model import ConversationId
+    from pidurable.core.state import USAGE_DOC
+
+    from .helpers import ROOT, opened_state
+
+    assert builtins.CHECK_WITHIN
+    cid = ConversationId(ROOT)
+    tx = Tx(opened_state(), now=0)
+    tx.set_usage(cid, UsageDoc(models={"p/a": UsageTotals(calls=1)}))
+    state = tx.finish().state
+    assert state.conversations[cid].stored[USAGE_DOC] == 0
+    tx = Tx(state, now=0)
+    with pytest.raises(AssertionError, match="not its diff"):
+        tx.set_usage(cid, UsageDoc(models={"p/a": UsageTotals(calls=2)}), changed=True, ops=[["s", ["models", "p/a", "calls"], 3]])
