@@ -241,7 +241,7 @@ def _typed(old: Any, new: Any, path: list[Json], out: list[Json]) -> None:
 def _record(old: Any, new: Any, fields: tuple[tuple[str, Any], ...], path: list[Json], out: list[Json]) -> None:
     """``_typed`` of two records of one type (``fields``: its fields). Chord's
     order: the deleted keys, then the new value's keys in order."""
-    later = None  # the ops of the fields set: after every deletion
+    later: list[Json] | None = None  # the ops of the fields set: after every deletion
     # only the fields that are not the same object are looked at (a change
     # keeps the rest); a value is == None only if it is None (so no ``==``
     # with a None default: a record's is a Python call)
@@ -254,17 +254,17 @@ def _record(old: Any, new: Any, fields: tuple[tuple[str, Any], ...], path: list[
             if not (a is default or (default is not None and a == default)):
                 out.append(["d", [*path, name]])
             continue
-        later = _set(a, b, a is default or (default is not None and a == default), [*path, name], later)
+        if later is None:
+            later = []
+        _set(a, b, a is default or (default is not None and a == default), [*path, name], later)
     if later is not None:
         out += later
 
 
-def _set(a: Any, b: Any, a_default: bool, at: list[Json], later: list[Json] | None) -> list[Json]:
+def _set(a: Any, b: Any, a_default: bool, at: list[Json], later: list[Json]) -> None:
     """The ops of a record's field that changed from ``a`` to ``b``, ``b`` not
-    at its default (``a_default``: ``a`` is), added to ``later`` (made if
-    None): the fields set come after every deletion."""
-    if later is None:
-        later = []
+    at its default (``a_default``: ``a`` is), added to ``later`` (the fields
+    set come after every deletion)."""
     kb = _KINDS.get(type(b))
     if a_default:
         later.append(["s", at, b if kb is _AS_IS else b._value_ if kb is _ENUM else to_json(b)])
@@ -285,140 +285,160 @@ def _set(a: Any, b: Any, a_default: bool, at: list[Json], later: list[Json] | No
             chord.diff_scalar(ja, jb, at, later)
     else:
         _typed(a, b, at, later)
-    return later
 
 
 # The walks of the records changed on most steps, every field spelt out: the
 # same ops as _record (each field in declared order; a deletion at once, a
 # set through _set into ``later``), without the loop's getattr calls and
 # default tests for the fields a change kept (issue 11 item 2). A field
-# whose default is None is at it only if it is None.
+# whose default is None is at it only if it is None. The changes made on
+# most steps are spelt out too: a plain value set from None is its own JSON
+# (_set's first case); a slot status moved from one member to another,
+# neither the default, is their edits (_set's enum case); a count from one
+# int to another, neither 0, is set unless equal (_set's scalar case).
 
 
 def _live(old: Live, new: Live, path: list[Json], out: list[Json]) -> None:
     a: Any
     b: Any
-    later = None
+    later: list[Json] = []
     if (a := old.run) is not (b := new.run):
         if b is None:
             out.append(["d", [*path, "run"]])
         else:
-            later = _set(a, b, a is None, [*path, "run"], later)
+            _set(a, b, a is None, [*path, "run"], later)
     if (a := old.tools) is not (b := new.tools):
         if b is None:
             out.append(["d", [*path, "tools"]])
         else:
-            later = _set(a, b, a is None, [*path, "tools"], later)
+            _set(a, b, a is None, [*path, "tools"], later)
     if (a := old.attempt) is not (b := new.attempt):
         if b is None:
             out.append(["d", [*path, "attempt"]])
+        elif a is None and type(b) in _PLAIN:
+            later.append(["s", [*path, "attempt"], b])
         else:
-            later = _set(a, b, a is None, [*path, "attempt"], later)
+            _set(a, b, a is None, [*path, "attempt"], later)
     if (a := old.partial) is not (b := new.partial):
         if b is None:
             out.append(["d", [*path, "partial"]])
         else:
-            later = _set(a, b, a is None, [*path, "partial"], later)
+            _set(a, b, a is None, [*path, "partial"], later)
     if (a := old.retry_at) is not (b := new.retry_at):
         if b is None:
             out.append(["d", [*path, "retry_at"]])
         else:
-            later = _set(a, b, a is None, [*path, "retry_at"], later)
+            _set(a, b, a is None, [*path, "retry_at"], later)
     if (a := old.retry_error) is not (b := new.retry_error):
         if b is None:
             out.append(["d", [*path, "retry_error"]])
         else:
-            later = _set(a, b, a is None, [*path, "retry_error"], later)
+            _set(a, b, a is None, [*path, "retry_error"], later)
     if (a := old.poll_at) is not (b := new.poll_at):
         if b is None:
             out.append(["d", [*path, "poll_at"]])
         else:
-            later = _set(a, b, a is None, [*path, "poll_at"], later)
-    if later is not None:
+            _set(a, b, a is None, [*path, "poll_at"], later)
+    if later:
         out += later
 
 
 def _slot(old: ToolSlot, new: ToolSlot, path: list[Json], out: list[Json]) -> None:
     a: Any
     b: Any
-    later = None
+    later: list[Json] = []
     if (a := old.call_id) is not (b := new.call_id):  # (call_id and name have no default)
-        later = _set(a, b, False, [*path, "call_id"], later)
+        _set(a, b, False, [*path, "call_id"], later)
     if (a := old.name) is not (b := new.name):
-        later = _set(a, b, False, [*path, "name"], later)
+        _set(a, b, False, [*path, "name"], later)
     if (a := old.task_id) is not (b := new.task_id):
         if b is None:
             out.append(["d", [*path, "task_id"]])
         else:
-            later = _set(a, b, a is None, [*path, "task_id"], later)
+            _set(a, b, a is None, [*path, "task_id"], later)
     if (a := old.status) is not (b := new.status):
-        if b is _PENDING or b == _PENDING:
+        if type(a) is SlotStatus and type(b) is SlotStatus and a is not _PENDING and b is not _PENDING:
+            at = [*path, "status"]
+            for verb, arg in _EDITS.get((a._value_, b._value_)) or _edits(a._value_, b._value_):
+                later.append([verb, at, arg])
+        elif b is _PENDING or b == _PENDING:
             if not (a is _PENDING or a == _PENDING):
                 out.append(["d", [*path, "status"]])
         else:
-            later = _set(a, b, a is _PENDING or a == _PENDING, [*path, "status"], later)
+            _set(a, b, a is _PENDING or a == _PENDING, [*path, "status"], later)
     if (a := old.entry_id) is not (b := new.entry_id):
         if b is None:
             out.append(["d", [*path, "entry_id"]])
+        elif a is None and type(b) in _PLAIN:
+            later.append(["s", [*path, "entry_id"], b])
         else:
-            later = _set(a, b, a is None, [*path, "entry_id"], later)
+            _set(a, b, a is None, [*path, "entry_id"], later)
     if (a := old.output) is not (b := new.output):
         if b is None:
             out.append(["d", [*path, "output"]])
         else:
-            later = _set(a, b, a is None, [*path, "output"], later)
+            _set(a, b, a is None, [*path, "output"], later)
     if (a := old.control) is not (b := new.control):
         if b is None:
             out.append(["d", [*path, "control"]])
         else:
-            later = _set(a, b, a is None, [*path, "control"], later)
-    if later is not None:
+            _set(a, b, a is None, [*path, "control"], later)
+    if later:
         out += later
 
 
 def _usage(old: UsageDoc, new: UsageDoc, path: list[Json], out: list[Json]) -> None:
     a: Any
     b: Any
-    later = None
+    later: list[Json] = []
     if (a := old.models) is not (b := new.models):
         if b is _NO_MODELS or b == _NO_MODELS:
             if not (a is _NO_MODELS or a == _NO_MODELS):
                 out.append(["d", [*path, "models"]])
         else:
-            later = _set(a, b, a is _NO_MODELS or a == _NO_MODELS, [*path, "models"], later)
+            _set(a, b, a is _NO_MODELS or a == _NO_MODELS, [*path, "models"], later)
     if (a := old.tools) is not (b := new.tools):
         if b is _NO_TOOLS or b == _NO_TOOLS:
             if not (a is _NO_TOOLS or a == _NO_TOOLS):
                 out.append(["d", [*path, "tools"]])
         else:
-            later = _set(a, b, a is _NO_TOOLS or a == _NO_TOOLS, [*path, "tools"], later)
-    if later is not None:
+            _set(a, b, a is _NO_TOOLS or a == _NO_TOOLS, [*path, "tools"], later)
+    if later:
         out += later
 
 
 def _totals(old: UsageTotals, new: UsageTotals, path: list[Json], out: list[Json]) -> None:
     a: Any
     b: Any
-    later = None
+    later: list[Json] = []
     if (a := old.input_tokens) is not (b := new.input_tokens):
-        if b is _ZERO or b == _ZERO:
+        if type(a) is int and type(b) is int and a and b:
+            if a != b:
+                later.append(["s", [*path, "input_tokens"], b])
+        elif b is _ZERO or b == _ZERO:
             if not (a is _ZERO or a == _ZERO):
                 out.append(["d", [*path, "input_tokens"]])
         else:
-            later = _set(a, b, a is _ZERO or a == _ZERO, [*path, "input_tokens"], later)
+            _set(a, b, a is _ZERO or a == _ZERO, [*path, "input_tokens"], later)
     if (a := old.output_tokens) is not (b := new.output_tokens):
-        if b is _ZERO or b == _ZERO:
+        if type(a) is int and type(b) is int and a and b:
+            if a != b:
+                later.append(["s", [*path, "output_tokens"], b])
+        elif b is _ZERO or b == _ZERO:
             if not (a is _ZERO or a == _ZERO):
                 out.append(["d", [*path, "output_tokens"]])
         else:
-            later = _set(a, b, a is _ZERO or a == _ZERO, [*path, "output_tokens"], later)
+            _set(a, b, a is _ZERO or a == _ZERO, [*path, "output_tokens"], later)
     if (a := old.calls) is not (b := new.calls):
-        if b is _ZERO or b == _ZERO:
+        if type(a) is int and type(b) is int and a and b:
+            if a != b:
+                later.append(["s", [*path, "calls"], b])
+        elif b is _ZERO or b == _ZERO:
             if not (a is _ZERO or a == _ZERO):
                 out.append(["d", [*path, "calls"]])
         else:
-            later = _set(a, b, a is _ZERO or a == _ZERO, [*path, "calls"], later)
-    if later is not None:
+            _set(a, b, a is _ZERO or a == _ZERO, [*path, "calls"], later)
+    if later:
         out += later
 
 
