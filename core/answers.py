@@ -44,7 +44,7 @@ from .record_makers import new_UsageDoc, new_UsageTotals  # (X(...) without the 
 from .runs import end_run
 from .settlement import finish_task
 from .state import UsageDoc, UsageTotals
-from .typed_json import to_json, typed_ops
+from .typed_json import _typed, to_json
 
 
 def convert_partial(tx: Tx, task: Task) -> None:
@@ -105,7 +105,9 @@ def plus_one_ops(part: str, old: Mapping[str, UsageTotals], new: Mapping[str, Us
     that member alone (issue 11 item 2: a model call's usage is counted on
     most rounds)."""
     if prior is not None:
-        return typed_ops(prior, new[key], [part, key])
+        ops: list[Json] = []
+        _typed(prior, new[key], [part, key], ops)  # (typed_ops, without its call and copy of the path)
+        return ops
     if old == {}:  # the part was at its default (left out): set whole
         return [["s", [part], to_json(new)]]
     return [["s", [part, key], to_json(new[key])]]

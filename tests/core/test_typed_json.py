@@ -137,32 +137,14 @@ def _check(old: Any, new: Any, path: list[Any]) -> None:
     assert tuple(spelt) == chord.diff(typed_json.to_json(old), typed_json.to_json(new), list(path))
 
 
-# Each spelt-out walk gives exactly the generic record walk's ops (the same
-# ops, in the same order), and those are the JSON diff's.
-
-
-@settings(max_examples=400)
-@given(_slot_pairs(), _PATHS)
-def test_the_slots_walk_is_the_generic_records(pair: tuple[Any, Any], path: list[Any]) -> None:
-    _check(*pair, path)
-
-
-@settings(max_examples=400)
-@given(_live_pairs(), _PATHS)
-def test_the_live_walk_is_the_generic_records(pair: tuple[Any, Any], path: list[Any]) -> None:
-    _check(*pair, path)
-
-
-@settings(max_examples=200)
-@given(_totals_pairs(), _PATHS)
-def test_the_totals_walk_is_the_generic_records(pair: tuple[Any, Any], path: list[Any]) -> None:
-    _check(*pair, path)
-
-
-@settings(max_examples=200)
-@given(_usage_pairs(), _PATHS)
-def test_the_usage_walk_is_the_generic_records(pair: tuple[Any, Any], path: list[Any]) -> None:
-    _check(*pair, path)
+@pytest.mark.parametrize("pairs", [_slot_pairs(), _live_pairs(), _totals_pairs(), _usage_pairs()], ids=["slot", "live", "totals", "usage"])
+@settings(max_examples=300)
+@given(data=st.data())
+def test_a_spelt_out_walk_is_the_generic_records(pairs: st.SearchStrategy[tuple[Any, Any]], data: st.DataObject) -> None:
+    """Each spelt-out walk gives exactly the generic record walk's ops (the
+    same ops, in the same order), and those are the JSON diff's."""
+    old, new = data.draw(pairs)
+    _check(old, new, data.draw(_PATHS))
 
 
 def test_every_spelt_out_walk_is_tested() -> None:
