@@ -19,6 +19,7 @@ Must not touch: phases and checkpoints (the caller's row stores those).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from operator import attrgetter
 
 import attrs
 
@@ -117,9 +118,15 @@ def plus_one_ops(part: str, old: Mapping[str, UsageTotals], new: Mapping[str, Us
 _USAGE_FIELDS = spelt_out(UsageTotals, ("input_tokens", "output_tokens", "calls")), spelt_out(UsageDoc, ("models", "tools"))
 
 
+_CALL_ID = attrgetter("id")
+
+
 def unique_call_ids(entry_id: EntryId, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
     """Call ids key results and slots: a provider that sends an empty or a
     repeated id gets a deterministic replacement (``call_<entry>_<index>``)."""
+    ids = list(map(_CALL_ID, calls))
+    if all(ids) and len(set(ids)) == len(ids):  # (most answers: none replaced, found in C - issue 11 item 2)
+        return calls if type(calls) is tuple else tuple(calls)
     seen: set[str] = set()
     out = []
     for i, call in enumerate(calls):
