@@ -162,7 +162,13 @@ def _slot_json(s: ToolSlot) -> dict[str, Json]:
     is, another through to_json), without the loop over the fields - a round
     converts each of its new slots (issue 11 item 2: about half the
     instructions)."""
-    v: Any = s.call_id  # (call_id and name have no default: always there)
+    c, n, t, st = s.call_id, s.name, s.task_id, s.status
+    if (
+        type(c) is str and type(n) is str and type(t) is int and type(st) is SlotStatus and st is not _PENDING
+        and s.entry_id is None and s.output is None and s.control is None
+    ):  # a new slot of a round (running, or open): its four fields as one dict
+        return {"call_id": c, "name": n, "task_id": t, "status": st._value_}
+    v: Any = c  # (call_id and name have no default: always there)
     out: dict[str, Json] = {"call_id": v if type(v) in _PLAIN else to_json(v)}
     v = s.name
     out["name"] = v if type(v) in _PLAIN else to_json(v)

@@ -147,6 +147,22 @@ def test_a_spelt_out_walk_is_the_generic_records(pairs: st.SearchStrategy[tuple[
     _check(old, new, data.draw(_PATHS))
 
 
+@settings(max_examples=300)
+@given(_slots)
+def test_a_slots_json_is_the_generic_records(slot: ToolSlot) -> None:
+    """_slot_json (its quick case for a new slot, and the spelt-out fields)
+    makes what the generic record case makes: every field not at its
+    default, in declared order."""
+    want = {}
+    for name, default in typed_json._fields(ToolSlot):
+        v = getattr(slot, name)
+        if not (v is default or (default is not None and v == default)):
+            want[name] = typed_json.to_json(v)
+    got = typed_json._slot_json(slot)
+    assert got == want and list(got) == list(want)
+    assert all(type(got[k]) is type(want[k]) for k in got)
+
+
 def test_every_spelt_out_walk_is_tested() -> None:
     assert set(typed_json._SPELT) == {Live, ToolSlot, UsageDoc, UsageTotals}
 
