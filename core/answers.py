@@ -127,6 +127,11 @@ def unique_call_ids(entry_id: EntryId, calls: tuple[ToolCall, ...]) -> tuple[Too
     ids = list(map(_CALL_ID, calls))
     if all(ids) and len(set(ids)) == len(ids):  # (most answers: none replaced, found in C - issue 11 item 2)
         return calls if type(calls) is tuple else tuple(calls)
+    return _renamed(entry_id, calls)
+
+
+def _renamed(entry_id: EntryId, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+    """unique_call_ids' rule, one call at a time."""
     seen: set[str] = set()
     out = []
     for i, call in enumerate(calls):
