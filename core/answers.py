@@ -18,6 +18,9 @@ Must not touch: phases and checkpoints (the caller's row stores those).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from operator import attrgetter
+
 import attrs
 
 from .draft import Tx
@@ -27,6 +30,7 @@ from .model import (
     Entry,
     EntryId,
     EntryKind,
+    Json,
     ModelRef,
     Outcome,
     OutcomeStatus,
@@ -41,6 +45,7 @@ from .record_makers import new_UsageDoc, new_UsageTotals  # (X(...) without the 
 from .runs import end_run
 from .settlement import finish_task
 from .state import UsageDoc, UsageTotals
+from .typed_json import _typed, to_json
 
 
 def convert_partial(tx: Tx, task: Task) -> None:
@@ -76,8 +81,12 @@ def count_usage(tx: Tx, cid: ConversationId, model: ModelRef, usage: Usage | Non
     doc = tx.conversations[cid].usage
     # ``evolve(doc, models=...)`` spelt out (_USAGE_FIELDS): a call counted
     # always changes the doc, so it is set without comparing it
-    total = plus_one_call(doc.models.get(key), usage)
-    tx.set_usage(cid, new_UsageDoc(models={**doc.models, key: total}, tools=doc.tools), changed=True)
+    prior = doc.models.get(key)
+    total = plus_one_call(prior, usage)
+    models = {**doc.models, key: total}
+    tx.set_usage(
+        cid, new_UsageDoc(models=models, tools=doc.tools), changed=True, ops=plus_one_ops("models", doc.models, models, key, prior)
+    )
 
 
 def plus_one_call(prior: UsageTotals | None, usage: Usage | None) -> UsageTotals:
@@ -89,13 +98,40 @@ def plus_one_call(prior: UsageTotals | None, usage: Usage | None) -> UsageTotals
     return new_UsageTotals(input_tokens=prior.input_tokens + n_in, output_tokens=prior.output_tokens + n_out, calls=prior.calls + 1)
 
 
+def plus_one_ops(part: str, old: Mapping[str, UsageTotals], new: Mapping[str, UsageTotals], key: str, prior: UsageTotals | None) -> list[Json]:
+    """The ops of a ``pi.usage`` whose ``part`` (``models``, ``tools``) went
+    from ``old`` to ``new``, its member ``key`` alone changed (from
+    ``prior``): what typed_ops finds walking the whole document (that part's
+    changed member, or the member or part that is new; tests compare), from
+    that member alone (issue 11 item 2: a model call's usage is counted on
+    most rounds)."""
+    if prior is not None:
+        ops: list[Json] = []
+        _typed(prior, new[key], [part, key], ops)  # (typed_ops, without its call and copy of the path)
+        return ops
+    if old == {}:  # the part was at its default (left out): set whole
+        return [["s", [part], to_json(new)]]
+    return [["s", [part, key], to_json(new[key])]]
+
+
 #: The fields count_usage and plus_one_call spell out (checked here).
 _USAGE_FIELDS = spelt_out(UsageTotals, ("input_tokens", "output_tokens", "calls")), spelt_out(UsageDoc, ("models", "tools"))
+
+
+_CALL_ID = attrgetter("id")
 
 
 def unique_call_ids(entry_id: EntryId, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
     """Call ids key results and slots: a provider that sends an empty or a
     repeated id gets a deterministic replacement (``call_<entry>_<index>``)."""
+    ids = list(map(_CALL_ID, calls))
+    if all(ids) and len(set(ids)) == len(ids):  # (most answers: none replaced, found in C - issue 11 item 2)
+        return calls if type(calls) is tuple else tuple(calls)
+    return _renamed(entry_id, calls)
+
+
+def _renamed(entry_id: EntryId, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+    """unique_call_ids' rule, one call at a time."""
     seen: set[str] = set()
     out = []
     for i, call in enumerate(calls):

@@ -316,9 +316,11 @@ class Tx:
             return
         self._revise(cid, conv, kind, value, within)
 
-    def _revise(self, cid: ConversationId, conv: ConvState, kind: str, value: Any, within: tuple[str | int, ...]) -> None:
-        """Store the built-in ``kind`` of ``conv``, changed to ``value``."""
-        conv = revise(self, conv, kind, value, within)
+    def _revise(
+        self, cid: ConversationId, conv: ConvState, kind: str, value: Any, within: tuple[str | int, ...], ops: list[Any] | None = None
+    ) -> None:
+        """Store the built-in ``kind`` of ``conv``, changed to ``value`` (``within``, ``ops``: builtins.revise)."""
+        conv = revise(self, conv, kind, value, within, ops)
         convs: dict[ConversationId, ConvState]
         if "conversations" in self._own:  # (_owned, inline: most steps revise a document or two)
             convs = self.conversations  # type: ignore[assignment]
@@ -335,15 +337,17 @@ class Tx:
         self.staged[document_id] = staged
         self._writes[(_DOC_WRITE, document_id)] = staged
 
-    def set_live(self, cid: ConversationId, live: Live, within: tuple[str | int, ...] = ()) -> None:
-        """``within``: the path of the one part that changed, if known (builtins.revise)."""
+    def set_live(self, cid: ConversationId, live: Live, within: tuple[str | int, ...] = (), *, changed: bool = False) -> None:
+        """``within``: the path of the one part that changed, if known
+        (builtins.revise); ``changed``: known to differ from the
+        conversation's (a slot's status moved): not compared."""
         conv = self.conversations[cid]
         old = conv.live
         # ``old == live`` spelt out (_LIVE_FIELDS), the run a change kept (the
         # same object) taken as equal without RunInfo.__eq__, a Python call on
         # every set_live where attrs's __eq__ compares it: the same answer
         # (a RunInfo of ids equals itself)
-        if (
+        if not changed and (
             (old.run is live.run or old.run == live.run)
             and old.tools == live.tools
             and old.attempt == live.attempt
@@ -358,10 +362,11 @@ class Tx:
     def set_inbox(self, cid: ConversationId, items: tuple[InboxItem, ...]) -> None:
         self._set_builtin(cid, INBOX_DOC, items)
 
-    def set_usage(self, cid: ConversationId, usage: UsageDoc, *, changed: bool = False) -> None:
-        """``changed``: known to differ from the conversation's (a call counted): not compared."""
+    def set_usage(self, cid: ConversationId, usage: UsageDoc, *, changed: bool = False, ops: list[Any] | None = None) -> None:
+        """``changed``: known to differ from the conversation's (a call
+        counted): not compared; ``ops``: its delta's, if found (builtins.revise)."""
         if changed:
-            self._revise(cid, self.conversations[cid], USAGE_DOC, usage, ())
+            self._revise(cid, self.conversations[cid], USAGE_DOC, usage, (), ops)
         else:
             self._set_builtin(cid, USAGE_DOC, usage)
 

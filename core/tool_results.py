@@ -17,6 +17,7 @@ Must not touch: phases (the rows' handlers store them through their Turn).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 
 from . import diagnostics
 from .checkpoints import ExecuteCheckpoint
@@ -27,7 +28,7 @@ from .lifecycle import SlotMove, slot_to
 from .live import LiveMove, live_to
 from .model import Diagnostic, Entry, EntryId, EntryKind, Json, Outcome, OutcomeStatus, ResultCode, Task, Usage
 from .reconcile_events import Verdict
-from .answers import plus_one_call  # (and its UsageDoc fields guard, answers._USAGE_FIELDS)
+from .answers import plus_one_call, plus_one_ops  # (and its UsageDoc fields guard, answers._USAGE_FIELDS)
 from .record_makers import new_Entry, new_Outcome, new_RunTool, new_UsageDoc  # (X(...) without the type call's dict: issue 11 item 2)
 from .settlement import finish_task
 from .state import ToolSlot
@@ -36,6 +37,7 @@ from .state import ToolSlot
 # enum class goes through EnumType's __getattr__ hook: ~1,000 machine
 # instructions, where a global is ~20).
 _TOOL_RESULT, _SETTLE, _SLOT = EntryKind.TOOL_RESULT, SlotMove.SETTLE, LiveMove.SLOT
+_TASK_ID = attrgetter("task_id")  # (a slot's task: read in C, no list comprehension's call)
 
 
 def run_tool(tx: Tx, task: Task, cp: ExecuteCheckpoint) -> None:
@@ -105,8 +107,10 @@ def settle(
     if usage is not None:
         name = str(task.input["name"])
         doc = tx.conversations[task.conversation_id].usage
-        total = plus_one_call(doc.tools.get(name), usage)  # (a call counted always changes the doc: not compared)
-        tx.set_usage(task.conversation_id, new_UsageDoc(models=doc.models, tools={**doc.tools, name: total}), changed=True)
+        prior = doc.tools.get(name)
+        tools = {**doc.tools, name: plus_one_call(prior, usage)}  # (a call counted always changes the doc: not compared)
+        ops = plus_one_ops("tools", doc.tools, tools, name, prior)
+        tx.set_usage(task.conversation_id, new_UsageDoc(models=doc.models, tools=tools), changed=True, ops=ops)
 
 
 def move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = None, **changes: Json) -> None:
@@ -118,11 +122,18 @@ def move_slot(tx: Tx, task: Task, move: SlotMove, *, entry_id: EntryId | None = 
     slots = live.tools
     if slots is None:
         return
-    ids = [s.task_id for s in slots]
+    ids = list(map(_TASK_ID, slots))
     if ids.count(task.id) == 1:  # the one slot of the task, moved alone (issue 11 item 2)
         i = ids.index(task.id)
-        s = slot_to(slots[i], move, entry_id=entry_id if entry_id is not None else slots[i].entry_id, **changes)
-        tx.set_live(task.conversation_id, live_to(live, _SLOT, tools=slots[:i] + (s,) + slots[i + 1 :]), ("tools", i))
+        old = slots[i]
+        s = slot_to(old, move, entry_id=entry_id if entry_id is not None else old.entry_id, **changes)
+        # a slot whose status moved is a pi.live that changed: not compared
+        tx.set_live(
+            task.conversation_id,
+            live_to(live, _SLOT, tools=slots[:i] + (s,) + slots[i + 1 :]),
+            ("tools", i),
+            changed=s.status != old.status,
+        )
         return
     tools = tuple(
         slot_to(s, move, entry_id=entry_id if entry_id is not None else s.entry_id, **changes)

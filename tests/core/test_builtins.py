@@ -9,7 +9,7 @@ import attrs
 import pytest
 
 from pidurable.core import step
-from pidurable.core import builtins, chord
+from pidurable.core import builtins, chord, typed_json
 from pidurable.core.builtins import (
     BUILTINS,
     builtin_address,
@@ -331,7 +331,7 @@ def test_a_slot_spelt_out_is_the_generic_records_json(slot: ToolSlot) -> None:
         for f in attrs.fields(ToolSlot)
         if f.default is attrs.NOTHING or getattr(slot, f.name) != f.default
     }
-    got = builtins._slot_json(slot)
+    got = typed_json._slot_json(slot)
     assert got == want and list(got) == list(want)
 
 

@@ -77,3 +77,19 @@ def test_a_task_without_a_slot_changes_nothing_and_a_settled_slot_cannot_settle_
     assert not [e for e in tx.finish().effects if isinstance(e, Commit)]
     with pytest.raises(CoreInvariantError, match="not a transition"):
         _move(state, 11)
+
+
+def test_a_move_that_keeps_the_status_is_compared_and_one_that_changes_nothing_is_no_revision() -> None:
+    """A slot move whose status moved is set without comparing pi.live (it
+    changed); one whose status stays (running output) is compared: the same
+    output again writes no revision, a new one writes its diff."""
+    state = _with_slots(_slot(0, 10, output="ab"), _slot(1, 11))
+    task = Task(id=TaskId(10), conversation_id=C, kind="pi.tool")
+    tx = Tx(state, now=0)
+    move_slot(tx, task, SlotMove.OUTPUT, output="".join(["a", "b"]))  # (equal, not the same object)
+    assert not [e for e in tx.finish().effects if isinstance(e, Commit)]
+    tx = Tx(state, now=0)
+    move_slot(tx, task, SlotMove.OUTPUT, output="abc")
+    (commit,) = [e for e in tx.finish().effects if isinstance(e, Commit)]
+    (w,) = [w for w in commit.writes if isinstance(w, PutDocument)]
+    assert w.revision.ops == (["a", ["tools", 0, "output"], "c"],)
