@@ -513,13 +513,16 @@ def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
     # (the fields after ``on``, which a terminal task's row keeps too)
     tail = f'{o_j}{"" if started is None else f"{_STARTED}{started}"}{"" if ended is None else f"{_ENDED}{ended}"}'
     rest = f'{inp_j}{"" if owner is None else f"{_OWNER}{owner}"}{_STATUS_PIECE[status]}{ck_j}{on_j}{tail}'
-    record = f'{{"id":{tid},"conversation_id":{cid},"kind":{_encode_str(kind)}{rest}}}'
+    # (the journal's text joined at once, the record not built alone: one string less)
+    journal = f'{_TASK_JOURNAL}{{"id":{tid},"conversation_id":{cid},"kind":{_encode_str(kind)}{rest}}}}}'
     if status is _TERMINAL:  # without its execution state (TERMINAL_DROPS)
         lean = f"{{{f'{inp_j}{tail}'[1:]}}}"
-    else:  # (nothing but the columns: the row keeps the whole text, as _cut does)
-        lean = f"{{{rest[1:]}}}" if rest else record
+    elif rest:
+        lean = f"{{{rest[1:]}}}"
+    else:  # nothing but the columns: the row keeps the whole record, as _cut does
+        lean = journal[len(_TASK_JOURNAL) : -1]
     columns = {"id": tid, "conversation_id": cid, "kind": kind, "status": status._value_, "owner": owner, "record": lean}
-    return _new(Row, ("tasks", (tid,), columns)), f"{_TASK_JOURNAL}{record}}}"
+    return _new(Row, ("tasks", (tid,), columns)), journal
 
 
 def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
@@ -546,9 +549,10 @@ def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
     except (*_NOT_PLAIN, KeyError):
         pass
     else:
-        record = (
-            f'{{"scope":{scope_text},"owner":{owner},"kind":{ktext},"version":{version},'
-            f'"history":{history_text},"fork":{fork_text},{rest}'
+        # (the journal's text joined at once, the record not built alone: one string less)
+        journal = (
+            f'{_DOCUMENT_JOURNAL}{did}{_REVISION_KEY}{{"scope":{scope_text},"owner":{owner},"kind":{ktext},'
+            f'"version":{version},"history":{history_text},"fork":{fork_text},{rest}}}'
         )
         # _lean_revision_row, inline
         value = action._value_
@@ -558,7 +562,7 @@ def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
             "reclaims": _reclaims(value, history, scope),
             "content": f'{{"version":{version},{rest}',
         }
-        return _new(Row, ("document_revisions", (did, seq), columns)), f"{_DOCUMENT_JOURNAL}{did}{_REVISION_KEY}{record}}}"
+        return _new(Row, ("document_revisions", (did, seq), columns)), journal
     return encode_write_reference(w, seq)
 
 
