@@ -468,7 +468,7 @@ def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
         call_id_j = "" if call_id is None else _CALL_ID + _encode_str(call_id)
         name_j = "" if name is None else _NAME + _encode_str(name)
         stop_j = "" if stop is None else _STOP + _encode_str(stop)
-        lean = f'{{"kind":{_encode_str(e.kind)}{text_j}'
+        kind_j = _encode_str(e.kind)
     except TypeError:  # a string field that is not a string
         return _entry_by_dict(w, seq)
     try:
@@ -477,12 +477,13 @@ def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
         data_j = "" if data is None else _DATA + "".join(_chunks(data, 0))
     except _NOT_PLAIN:
         return encode_write_reference(w, seq)
-    lean = (
-        f'{lean}{calls_j}{call_id_j}{name_j}{_IS_ERROR if is_error else ""}{stop_j}{usage_j}'
+    # the record without its brace, once for the row's text and the journal's (no slice of either)
+    body = (
+        f'"kind":{kind_j}{text_j}{calls_j}{call_id_j}{name_j}{_IS_ERROR if is_error else ""}{stop_j}{usage_j}'
         f'{"" if by is None else f"{_BY}{by}"}{"" if at == 0 else f"{_AT}{at}"}{data_j}}}'
     )
-    columns = {"id": eid, "conversation_id": cid, "seq": seq, "record": lean}
-    return _new(Row, ("entries", (eid,), columns)), f'{_ENTRY_JOURNAL}{{"id":{eid},"conversation_id":{cid},{lean[1:]}}}'
+    columns = {"id": eid, "conversation_id": cid, "seq": seq, "record": "{" + body}
+    return _new(Row, ("entries", (eid,), columns)), f'{_ENTRY_JOURNAL}{{"id":{eid},"conversation_id":{cid},{body}}}'
 
 
 def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
@@ -516,7 +517,7 @@ def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
     # (the journal's text joined at once, the record not built alone: one string less)
     journal = f'{_TASK_JOURNAL}{{"id":{tid},"conversation_id":{cid},"kind":{_encode_str(kind)}{rest}}}}}'
     if status is _TERMINAL:  # without its execution state (TERMINAL_DROPS)
-        lean = f"{{{f'{inp_j}{tail}'[1:]}}}"
+        lean = f"{{{inp_j[1:]}{tail}}}" if inp_j else f"{{{tail[1:]}}}"
     elif rest:
         lean = f"{{{rest[1:]}}}"
     else:  # nothing but the columns: the row keeps the whole record, as _cut does

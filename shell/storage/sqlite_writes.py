@@ -78,7 +78,11 @@ def write_all(cur: sqlite3.Cursor, rows: list[Any], journal: list[Any]) -> None:
     for table, group in groupby(sorted(rows, key=_TABLE), _TABLE):
         if table != _DOCUMENTS:
             statements, values = _UPSERT[table]
-            _insert(execute, statements, list(chain.from_iterable(map(values, map(_COLUMNS, group)))))
+            flat = list(chain.from_iterable(map(values, map(_COLUMNS, group))))
+            if len(flat) <= statements.most:  # (_insert, inline: most batches)
+                execute(statements[len(flat)], flat)
+            else:
+                _insert(execute, statements, flat)
             continue
         deltas: list[Any] = []
         for _, _, c in group:
@@ -91,7 +95,10 @@ def write_all(cur: sqlite3.Cursor, rows: list[Any], journal: list[Any]) -> None:
             sqlite_documents.write(cur, c)
         if deltas:
             _insert(execute, _REVISIONS, deltas)
-    _insert(execute, _JOURNAL, journal)
+    if len(journal) <= _JOURNAL.most:
+        execute(_JOURNAL[len(journal)], journal)
+    else:
+        _insert(execute, _JOURNAL, journal)
 
 
 def _insert(execute: Callable[[str, Any], Any], statements: Statements, values: list[Any]) -> None:
