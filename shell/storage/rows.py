@@ -468,7 +468,7 @@ def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
         call_id_j = "" if call_id is None else _CALL_ID + _encode_str(call_id)
         name_j = "" if name is None else _NAME + _encode_str(name)
         stop_j = "" if stop is None else _STOP + _encode_str(stop)
-        lean = f'{{"kind":{_encode_str(e.kind)}{text_j}'
+        kind_j = _encode_str(e.kind)
     except TypeError:  # a string field that is not a string
         return _entry_by_dict(w, seq)
     try:
@@ -477,12 +477,13 @@ def _fast_entry(w: PutEntry, seq: int) -> tuple[Row, str]:
         data_j = "" if data is None else _DATA + "".join(_chunks(data, 0))
     except _NOT_PLAIN:
         return encode_write_reference(w, seq)
-    lean = (
-        f'{lean}{calls_j}{call_id_j}{name_j}{_IS_ERROR if is_error else ""}{stop_j}{usage_j}'
+    # the record without its brace, once for the row's text and the journal's (no slice of either)
+    body = (
+        f'"kind":{kind_j}{text_j}{calls_j}{call_id_j}{name_j}{_IS_ERROR if is_error else ""}{stop_j}{usage_j}'
         f'{"" if by is None else f"{_BY}{by}"}{"" if at == 0 else f"{_AT}{at}"}{data_j}}}'
     )
-    columns = {"id": eid, "conversation_id": cid, "seq": seq, "record": lean}
-    return _new(Row, ("entries", (eid,), columns)), f'{_ENTRY_JOURNAL}{{"id":{eid},"conversation_id":{cid},{lean[1:]}}}'
+    columns = {"id": eid, "conversation_id": cid, "seq": seq, "record": "{" + body}
+    return _new(Row, ("entries", (eid,), columns)), f'{_ENTRY_JOURNAL}{{"id":{eid},"conversation_id":{cid},{body}}}'
 
 
 def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
@@ -513,13 +514,16 @@ def _fast_task(w: PutTask, seq: int) -> tuple[Row, str]:
     # (the fields after ``on``, which a terminal task's row keeps too)
     tail = f'{o_j}{"" if started is None else f"{_STARTED}{started}"}{"" if ended is None else f"{_ENDED}{ended}"}'
     rest = f'{inp_j}{"" if owner is None else f"{_OWNER}{owner}"}{_STATUS_PIECE[status]}{ck_j}{on_j}{tail}'
-    record = f'{{"id":{tid},"conversation_id":{cid},"kind":{_encode_str(kind)}{rest}}}'
+    # (the journal's text joined at once, the record not built alone: one string less)
+    journal = f'{_TASK_JOURNAL}{{"id":{tid},"conversation_id":{cid},"kind":{_encode_str(kind)}{rest}}}}}'
     if status is _TERMINAL:  # without its execution state (TERMINAL_DROPS)
-        lean = f"{{{f'{inp_j}{tail}'[1:]}}}"
-    else:  # (nothing but the columns: the row keeps the whole text, as _cut does)
-        lean = f"{{{rest[1:]}}}" if rest else record
+        lean = f"{{{inp_j[1:]}{tail}}}" if inp_j else f"{{{tail[1:]}}}"
+    elif rest:
+        lean = f"{{{rest[1:]}}}"
+    else:  # nothing but the columns: the row keeps the whole record, as _cut does
+        lean = journal[len(_TASK_JOURNAL) : -1]
     columns = {"id": tid, "conversation_id": cid, "kind": kind, "status": status._value_, "owner": owner, "record": lean}
-    return _new(Row, ("tasks", (tid,), columns)), f"{_TASK_JOURNAL}{record}}}"
+    return _new(Row, ("tasks", (tid,), columns)), journal
 
 
 def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
@@ -546,9 +550,10 @@ def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
     except (*_NOT_PLAIN, KeyError):
         pass
     else:
-        record = (
-            f'{{"scope":{scope_text},"owner":{owner},"kind":{ktext},"version":{version},'
-            f'"history":{history_text},"fork":{fork_text},{rest}'
+        # (the journal's text joined at once, the record not built alone: one string less)
+        journal = (
+            f'{_DOCUMENT_JOURNAL}{did}{_REVISION_KEY}{{"scope":{scope_text},"owner":{owner},"kind":{ktext},'
+            f'"version":{version},"history":{history_text},"fork":{fork_text},{rest}}}'
         )
         # _lean_revision_row, inline
         value = action._value_
@@ -558,7 +563,7 @@ def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
             "reclaims": _reclaims(value, history, scope),
             "content": f'{{"version":{version},{rest}',
         }
-        return _new(Row, ("document_revisions", (did, seq), columns)), f"{_DOCUMENT_JOURNAL}{did}{_REVISION_KEY}{record}}}"
+        return _new(Row, ("document_revisions", (did, seq), columns)), journal
     return encode_write_reference(w, seq)
 
 

@@ -79,10 +79,12 @@ from .base import (
     StoreFenced,
     StoreLocked,
     StoreMissing,
+    Row,
     encode_commit_text,
 )
 from .sqlite_layout import MIGRATIONS, SQLITE_MAGIC, Found, cheap_checks, inspect_store
 from . import sqlite_retention
+from .sqlite_writes import FORMAT as _FORMAT
 
 log = logging.getLogger("pidurable")
 
@@ -497,10 +499,14 @@ class SqliteStorage(
             raise StoreFenced(f"store {self.path} is fenced")
         if self.read_only:
             raise StorageError(f"Store {self.path} is open read-only")
-        encoded = []
-        for seq, writes, events in batch:  # encode_commit's rows, events and digest (inline: a call per commit)
-            rows, events_text, writes_text = encode_commit_text(seq, writes, events)
-            encoded.append((seq, rows, events_text, writes_digest(writes_text)))
+        # encode_commit's rows, events and digest (inline: a call per commit), the
+        # batch's rows in one list and its journal rows' values in another (sqlite_writes)
+        rows: list[Row] = []
+        journal: list[Any] = []
+        for seq, writes, events in batch:
+            commit_rows, events_text, writes_text = encode_commit_text(seq, writes, events)
+            rows += commit_rows
+            journal += (seq, _FORMAT, events_text, writes_digest(writes_text))
         db = self.db
         conn = db.conn
         # one cursor runs the batch's statements: ``conn.execute`` makes a
@@ -509,13 +515,13 @@ class SqliteStorage(
         try:
             if conn.in_transaction:  # inside a transaction already: a savepoint (db.atomic() makes one)
                 with db.atomic():
-                    sqlite_writes.write_all(cur, encoded)
+                    sqlite_writes.write_all(cur, rows, journal)
             else:
                 # what db.atomic() does outside a transaction, without its two
                 # generator frames per commit (issue 11 item 2)
                 cur.execute("BEGIN")
                 try:
-                    sqlite_writes.write_all(cur, encoded)
+                    sqlite_writes.write_all(cur, rows, journal)
                     cur.execute("COMMIT")
                 except BaseException:
                     # (a no-op if the error already ended the transaction, so
