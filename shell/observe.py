@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 from operator import attrgetter, itemgetter, methodcaller
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -81,6 +82,10 @@ from pidurable.core.state import LIVE_DOC, Live, State
 from .errors import InvalidInput
 
 log = logging.getLogger("pidurable")
+
+#: ``opentelemetry.environment_variables.OTEL_PYTHON_TRACER_PROVIDER`` (not
+#: imported: the package is optional).
+_PROVIDER_ENV = "OTEL_PYTHON_TRACER_PROVIDER"
 
 #: Reasons a run's input settled with that are a problem, not a choice.
 TROUBLE = frozenset({"model_error", "faulted", "no_model", "context_overflow"})
@@ -112,6 +117,15 @@ class _Otel:
         #: no spans until the host sets a provider).
         self.explicit = explicit
         self.error = trace.Status(trace.StatusCode.ERROR)
+        #: A global provider is set (set-once in OpenTelemetry: never unset).
+        self.provider_set = False
+        #: ``get_tracer_provider()`` reads ``os.environ`` (a Python mapping
+        #: lookup that raises KeyError inside) on every call. The variable
+        #: that names a provider is read once, here (a host sets it before
+        #: the process starts, OpenTelemetry's own convention); the set-once
+        #: global is then a module attribute read per flush (issue 11 item 2).
+        #: Without that attribute (another opentelemetry-api), the full call.
+        self.lazy = not hasattr(trace, "_TRACER_PROVIDER") or _PROVIDER_ENV in os.environ
         #: ("run", conversation) / ("model", task) / ("tool", task) / ("compaction", task)
         self.open: dict[tuple[str, int], Span] = {}
 
@@ -137,10 +151,17 @@ class _Otel:
 
     @property
     def active(self) -> bool:
-        """Spans are recorded: an explicit tracer, or a global provider set."""
-        return self.explicit or bool(self.open) or not isinstance(
-            self.trace.get_tracer_provider(), self.trace.ProxyTracerProvider
-        )
+        """Spans are recorded: an explicit tracer, or a global provider set
+        (also one set mid-run, by ``set_tracer_provider``: seen at the next
+        flush)."""
+        if self.explicit or self.provider_set or self.open:
+            return True
+        if self.lazy:  # named by the environment: loaded by the first call
+            self.provider_set = not isinstance(self.trace.get_tracer_provider(), self.trace.ProxyTracerProvider)
+        else:
+            provider = self.trace._TRACER_PROVIDER
+            self.provider_set = provider is not None and not isinstance(provider, self.trace.ProxyTracerProvider)
+        return self.provider_set
 
     def close(self) -> None:
         for key in list(self.open):

@@ -223,6 +223,37 @@ async def test_open_spans_end_when_the_harness_closes(autojump_clock: trio.testi
     assert all(s.attributes["pidurable.closed"] is True for s in spans)
 
 
+async def test_a_global_provider_set_while_the_harness_is_open_is_used(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a tracer given, spans go to the global provider from the
+    flush after a host sets one (the observer reads OpenTelemetry's set-once
+    global per flush, not the environment: issue 11 item 2)."""
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    models = ScriptedModels([reply(text="before"), reply(text="after")])
+    async with Harness.open(MemoryStorage(), models=models, registry=Registry()) as h:
+        conv = await h.root(agent=AGENT)
+        with trio.fail_after(60):
+            await (await conv.submit(Input("one"))).wait()
+            await conv.wait_idle()
+        assert exporter.get_finished_spans() == ()
+        # what set_tracer_provider does (set-once per process: patched, so
+        # that the rest of the suite runs without it)
+        monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)
+        with trio.fail_after(60):
+            await (await conv.submit(Input("two"))).wait()
+            await conv.wait_idle()
+    assert sorted(s.name for s in exporter.get_finished_spans()) == ["pidurable.model_request", "pidurable.run"]
+
+
 async def test_compaction_start_and_end_are_logged(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
