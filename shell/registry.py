@@ -474,6 +474,9 @@ class Registry:
         self.version = 0
         #: ``tools()`` as of ``version`` (every tool call and request reads it)
         self._tools: dict[str, ToolDefinition] | None = None
+        #: ``named_hooks`` answers as of ``version`` (asked several times per
+        #: model round, nearly always for none: issue 11 item 2)
+        self._hooks: dict[tuple[str, tuple[str, ...] | None], tuple[tuple[str, Callable[..., Awaitable[Any]]], ...]] = {}
 
     def install(
         self, item: Extension | ToolDefinition | TaskDefinition | DocDefinition | Iterable[ToolDefinition]
@@ -559,13 +562,21 @@ class Registry:
 
     def named_hooks(
         self, name: str, selection: tuple[str, ...] | None = None
-    ) -> list[tuple[str, Callable[..., Awaitable[Any]]]]:
+    ) -> tuple[tuple[str, Callable[..., Awaitable[Any]]], ...]:
         """(extension name, hook) for the hooks of that name: of every
         extension in install order, or of the agent's ``selection`` (exactly
-        those extensions, in its order)."""
-        exts = self._extensions.values() if selection is None else [
-            self._extensions[n] for n in selection if n in self._extensions]
-        return [(ext.name, ext.hooks[name]) for ext in exts if name in ext.hooks]
+        those extensions, in its order). Found once per change of what is
+        installed (an installed ``Extension`` is frozen)."""
+        key = (name, selection)
+        found = self._hooks.get(key)
+        if found is None:
+            exts = self._extensions.values() if selection is None else [
+                self._extensions[n] for n in selection if n in self._extensions]
+            found = tuple((ext.name, ext.hooks[name]) for ext in exts if name in ext.hooks)
+            if len(self._hooks) >= 256:
+                self._hooks.clear()  # too many agents' selections
+            self._hooks[key] = found
+        return found
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
         self._listeners.append(listener)
@@ -574,5 +585,6 @@ class Registry:
     def _changed(self) -> None:
         self.version += 1
         self._tools = None
+        self._hooks = {}
         for listener in list(self._listeners):
             listener()
