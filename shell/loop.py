@@ -226,6 +226,13 @@ class Loop:
         if not self.waits.closed:  # (self.closed without the property's call)
             self._send.send_nowait(clean_event(event))
 
+    def send_checked(self, event: Event) -> None:
+        """``send`` without ``clean_event``: every value of ``event`` was made
+        valid at the edge already (a tool body's result, ``edge.tool_result``),
+        so cleaning it again would find nothing (issue 11 item 2)."""
+        if not self.waits.closed:
+            self._send.send_nowait(event)
+
     def background(self, job: Callable[[], Awaitable[None]]) -> None:
         """Start a short helper task (a progress flush) in the harness nursery,
         without a cancel scope of its own: cheaper than a nursery per call."""

@@ -47,6 +47,11 @@ class Requester(Reporter, Protocol):
 
     async def request(self, make: MakeEvent) -> Respond: ...
 
+    def send_checked(self, event: Event) -> None:
+        """``send`` of an event whose every value the edge has already made
+        valid (a tool's result after ``edge.tool_result``): not cleaned again."""
+        ...
+
 
 class EntryReads(Protocol):
     """The storage read a tool preparation needs (an assistant entry)."""

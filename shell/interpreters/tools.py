@@ -308,7 +308,11 @@ class ToolInterpreter:
         else:
             text, truncated = await self._bound(effect.task_id, text, limits)
         staging.hand_over(("task", effect.task_id))  # committed with the result, or not at all
-        self.loop.send(
+        # tool_result made every value of the result valid (text, usage,
+        # control, diagnostics); a cut's record names a spill path, which is
+        # not: only that event is cleaned again
+        send = self.loop.send_checked if truncated is None else self.loop.send
+        send(
             ToolFinished(
                 now=now(),
                 task_id=effect.task_id,

@@ -5,6 +5,7 @@ any depth, with the field named."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Callable
@@ -167,3 +168,34 @@ def test_the_quick_check_of_a_dict_changes_nothing() -> None:
             except edge._Bad as bad:
                 out += ["refused", str(bad)]
         assert got == want, d
+
+
+def test_a_checked_tool_result_needs_no_second_cleaning() -> None:
+    """What ``Loop.send_checked`` relies on (a tool's ``ToolFinished`` is not
+    cleaned again, issue 11 item 2): after ``edge.tool_result``, every value
+    of the result is valid - lone surrogates in its text, usage, control and
+    diagnostics replaced - so ``clean_event`` of the event the interpreter
+    builds from it finds nothing to change."""
+    from pidurable.shell.registry import Control, ToolResult
+
+    bad = "x\ud800é"
+    raw = ToolResult(
+        text=bad,
+        usage=Usage(input_tokens=3, output_tokens=4),
+        control=Control(handoff=bad, add_tools=[bad]),  # type: ignore[arg-type]
+        diagnostics=(Diagnostic(Severity.WARN, bad, bad),),
+    )
+    for given in (bad, raw):
+        result = edge.tool_result("t", given)
+        done = ToolFinished(
+            now=1,
+            task_id=2,  # type: ignore[arg-type]
+            text=result.text,
+            is_error=result.is_error,
+            usage=result.usage,
+            control=edge.control_json(result.control),
+            diagnostics=result.diagnostics,
+        )
+        assert clean_event(done) == done
+        json.dumps(attrs.asdict(done), ensure_ascii=False).encode()  # valid UTF-8 throughout
+        assert done.text == "x\ufffdé"
