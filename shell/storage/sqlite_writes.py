@@ -93,7 +93,10 @@ def write_all(cur: sqlite3.Cursor, rows: list[Any], journal: list[Any]) -> None:
                 _insert(execute, _REVISIONS, deltas)
                 deltas = []
             sqlite_documents.write(cur, c)
-        if deltas:
+        if len(deltas) <= _REVISIONS.most:  # (_insert, inline: most batches end with their deltas)
+            if deltas:
+                execute(_REVISIONS[len(deltas)], deltas)
+        else:
             _insert(execute, _REVISIONS, deltas)
     if len(journal) <= _JOURNAL.most:
         execute(_JOURNAL[len(journal)], journal)
