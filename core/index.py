@@ -197,16 +197,9 @@ class IndexDraft:
                 m[cid] = members - {tid}
         status = old.status
         if status is _WAITING and old.on:
-            m = self.waiters  # type: ignore[assignment]
-            if m is base.waiters:
-                m = self.waiters = dict(m)
-            for t in old.on:  # (_remove, inline: a generation ends waiting on each call of its round)
-                members = m.get(t)
-                if members is not None and tid in members:
-                    if len(members) == 1:
-                        del m[t]
-                    else:
-                        m[t] = members - {tid}
+            m = self._owned("waiters")
+            for t in old.on:
+                _remove(m, t, tid)
         if old.abort_requested or status is _COMPLETING:
             self.intent = self.intent - {tid}
 

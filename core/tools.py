@@ -416,14 +416,11 @@ def _event(tx: Tx, task_id: TaskId, move: ToolInput, event: object) -> bool:
     False for a stale event (also: a body's report for an abort-marked task,
     whose running invocation is then the abort handler's)."""
     found = MACHINE.running(tx, task_id)
-    if found is None:
+    if found is None or not MACHINE.accepts(found[1], move):
         return False
-    task, checkpoint = found
-    # (MACHINE.accepts, inline, and the row run with its arguments named one
-    # by one: a tool's events are three of a round's four steps)
-    if (checkpoint.PHASE, move) not in MACHINE.rows or task.abort_requested != (move in _ABORTING):
+    if found[0].abort_requested != (move in _ABORTING):
         return False
-    MACHINE.run(tx, task, checkpoint, move, event)
+    MACHINE.run(tx, *found, move, event)
     return True
 
 

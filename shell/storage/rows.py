@@ -555,12 +555,12 @@ def _fast_document(w: PutDocument, seq: int) -> tuple[Row, str]:
             f'{_DOCUMENT_JOURNAL}{did}{_REVISION_KEY}{{"scope":{scope_text},"owner":{owner},"kind":{ktext},'
             f'"version":{version},"history":{history_text},"fork":{fork_text},{rest}}}'
         )
-        # _lean_revision_row and _reclaims, inline (a frame per revision: most are deltas, which never reclaim)
+        # _lean_revision_row, inline
         value = action._value_
         columns = {
             "document_id": did, "seq": seq, "action": value, "scope": scope._value_, "owner": owner,
             "kind": kind, "version": version, "history": history._value_, "fork": fork._value_,
-            "reclaims": value != "delta" and (history is _LATEST or scope is _TASK_SCOPE),
+            "reclaims": _reclaims(value, history, scope),
             "content": f'{{"version":{version},{rest}',
         }
         return _new(Row, ("document_revisions", (did, seq), columns)), journal

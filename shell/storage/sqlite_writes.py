@@ -93,10 +93,7 @@ def write_all(cur: sqlite3.Cursor, rows: list[Any], journal: list[Any]) -> None:
                 _insert(execute, _REVISIONS, deltas)
                 deltas = []
             sqlite_documents.write(cur, c)
-        if len(deltas) <= _REVISIONS.most:  # (_insert, inline: most batches end with their deltas)
-            if deltas:
-                execute(_REVISIONS[len(deltas)], deltas)
-        else:
+        if deltas:
             _insert(execute, _REVISIONS, deltas)
     if len(journal) <= _JOURNAL.most:
         execute(_JOURNAL[len(journal)], journal)
