@@ -358,12 +358,31 @@ Commit_ = tuple[int, list[dict[str, Any]], list[dict[str, Any]]]
 
 
 _HISTORY: dict[Any, list[Commit_]] = {}
+#: Each journal row's events and writes in the every-field shape, by their
+#: texts: a journal that grows by a row (each node of the twin, each life of
+#: a crash scenario) decodes only its new rows. Shared, so never changed in
+#: place (no checker does; ``chord.apply`` copies).
+_ROWS: dict[tuple[str, str], tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
 
 
 def _full(text: str, decode: Any, encode: Any) -> list[dict[str, Any]]:
     """Journal JSON in the every-field shape (format 1) the checkers read,
     whatever encoding the store used (format 3 leaves defaults out)."""
     return json.loads(encode([decode(d) for d in json.loads(text)], 1))  # type: ignore[no-any-return]
+
+
+def _full_row(events: str, writes: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``_full`` of a row's events and writes, decoded once per row text (``_ROWS``)."""
+    key = (events, writes)
+    found = _ROWS.get(key)
+    if found is None:
+        if len(_ROWS) >= 100_000:
+            _ROWS.clear()
+        found = _ROWS[key] = (
+            _full(events, codec.event_from_data, codec.events_json),
+            _full(writes, codec.write_from_data, codec.writes_json),
+        )
+    return found
 
 
 def journal_history(storage: Any) -> list[Commit_]:
@@ -375,13 +394,14 @@ def journal_history(storage: Any) -> list[Commit_]:
     key = tuple((r.seq, r.writes, len(r.events)) for r in rows)
     found = _HISTORY.get(key)
     if found is None:
-        found = [
-            (seq, _full(ev, codec.event_from_data, codec.events_json), _full(wr, codec.write_from_data, codec.writes_json))
+        texts = journal.journal_writes(rows, "store")
+        decoded = [
+            (seq, *_full_row(ev, wr))
             if row.format >= 3  # a digest (recomputed), or the lean JSON of a synthetic row (the twin)
             else (seq, json.loads(ev), json.loads(wr))
-            for row, (seq, ev, wr) in zip(rows, journal.journal_writes(rows, "store"), strict=True)
+            for row, (seq, ev, wr) in zip(rows, texts, strict=True)
         ]
-        found = _with_builtin_values(found)
+        found = _with_builtin_values(decoded, tuple(texts))
         if len(_HISTORY) > 64:
             _HISTORY.clear()
         _HISTORY[key] = found
@@ -392,15 +412,30 @@ def journal_history(storage: Any) -> list[Commit_]:
 _LEGACY_BUILTINS = {"pi.agent": "agent", "pi.live": "live", "pi.inbox": "items", "pi.usage": "usage", "pi.context": "context"}
 
 
-def _with_builtin_values(history: list[Commit_]) -> list[Commit_]:
+#: ``_with_builtin_values`` of a journal by its rows' texts: the commits
+#: with the values added, and each built-in's value after the last one - a
+#: journal one commit longer than one seen (the twin's next node) goes on
+#: from there. Shared, so never changed in place.
+_BUILTIN_VALUES: dict[tuple[tuple[int, str, str], ...], tuple[list[Commit_], dict[int, Any]]] = {}
+
+
+def _with_builtin_values(history: list[Commit_], texts: tuple[tuple[int, str, str], ...]) -> list[Commit_]:
     """Each built-in document revision (core/builtins.py: a negative
     ``document_id``) followed by the built-in's whole value after it, as the
     write journal formats 1-3 had (``{"type": "pi.live", "conversation_id",
     "live": ...}``, every field): what the checkers below read. Values are
-    replayed from the revisions themselves, so a wrong delta shows."""
+    replayed from the revisions themselves, so a wrong delta shows.
+    ``texts``: each commit's ``(seq, events, writes)`` JSON, what the values
+    of a prefix are cached by (``_BUILTIN_VALUES``)."""
+    done = len(texts)
+    while done and texts[:done] not in _BUILTIN_VALUES:
+        done -= 1
     values: dict[int, Any] = {}
     out: list[Commit_] = []
-    for seq, events, writes in history:
+    if done:
+        known, known_values = _BUILTIN_VALUES[texts[:done]]
+        out, values = list(known), dict(known_values)
+    for seq, events, writes in history[done:]:
         more: list[dict[str, Any]] = []
         for w in writes:
             more.append(w)
@@ -417,6 +452,9 @@ def _with_builtin_values(history: list[Commit_]) -> list[Commit_]:
             )
             more.append({**json.loads(codec.writes_json([legacy_write(kind, conv)], 1))[0], "derived": True})
         out.append((seq, events, more))
+    if len(_BUILTIN_VALUES) >= 20_000:
+        _BUILTIN_VALUES.clear()
+    _BUILTIN_VALUES[texts] = (out, values)
     return out
 
 
