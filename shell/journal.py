@@ -405,12 +405,15 @@ class CheckResult:
         return not self.divergences
 
 
-def check(rows: Sequence[JournalRow], source: str = "journal") -> CheckResult:
-    """Replay ``rows`` and compare every commit (see the module comment)."""
+def check(
+    rows: Sequence[JournalRow], source: str = "journal", transitions: Iterable[Transition] | None = None
+) -> CheckResult:
+    """Replay ``rows`` and compare every commit (see the module comment).
+    ``transitions``: ``replay(rows)``'s, if the caller has them already."""
     check_format(rows, source)
     commits = events = lives = skipped = 0
     divergences: list[Divergence] = []
-    for t in replay(rows, describe=False):
+    for t in replay(rows, describe=False) if transitions is None else transitions:
         lives += t.opens
         if t.skipped:
             skipped += 1
@@ -454,16 +457,20 @@ class JournalMismatch(StorageError):
     """The journal does not replay to its recorded commits (see ``check``)."""
 
 
-def journal_writes(rows: Sequence[JournalRow], source: str = "journal") -> list[tuple[int, str, str]]:
+def journal_writes(
+    rows: Sequence[JournalRow], source: str = "journal", transitions: Iterable[Transition] | None = None
+) -> list[tuple[int, str, str]]:
     """``(seq, events JSON, writes JSON)`` of every recorded commit: a
     format-1 row's stored writes, a format-2 row's writes as the core
     recomputes them from the journal (checked against its digest). Raises
-    :class:`JournalMismatch` at the first commit that does not replay."""
+    :class:`JournalMismatch` at the first commit that does not replay.
+    ``transitions``: ``replay(rows)``'s, if the caller has them already."""
     check_format(rows, source)
     if not any(codec.is_digest(r.writes) for r in rows):
         return [(r.seq, r.events, r.writes) for r in rows]  # every row keeps its writes: nothing to recompute
     out: list[tuple[int, str, str]] = []
-    for row, t in zip(rows, replay(rows, describe=False), strict=True):
+    replayed = replay(rows, describe=False) if transitions is None else transitions
+    for row, t in zip(rows, replayed, strict=True):
         if not codec.is_digest(row.writes):  # format 1 keeps its writes, whatever today's core would decide
             out.append((row.seq, row.events, row.writes))
             continue

@@ -342,7 +342,8 @@ def replay_is_deterministic(storage: Any, may_diverge: Mapping[int, str] | None 
     ``may_diverge``: commits of a store written by earlier code where the
     core has since deliberately changed what it decides (commit -> why; the
     first divergence of each process life is reported). Returns commits checked."""
-    result = journal.check(storage.journal(), "store")
+    rows = storage.journal()
+    result = journal.check(rows, "store", _replayed(rows))
     unexpected = [d for d in result.divergences if d.seq not in (may_diverge or {})]
     assert not unexpected, "ReplayIsDeterministic: " + "; ".join(f"commit {d.seq}: {d.message}" for d in unexpected)
     # a divergence acknowledged above skips the rest of its process life
@@ -363,6 +364,22 @@ _HISTORY: dict[Any, list[Commit_]] = {}
 #: a crash scenario) decodes only its new rows. Shared, so never changed in
 #: place (no checker does; ``chord.apply`` copies).
 _ROWS: dict[tuple[str, str], tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+
+
+#: ``journal.replay`` of a journal, by its rows: ``journal_history`` and
+#: ``replay_is_deterministic`` each need one, of the same journal.
+_REPLAYED: dict[tuple[tuple[int, str, str], ...], list[journal.Transition]] = {}
+
+
+def _replayed(rows: Sequence[Any]) -> list[journal.Transition]:
+    """``replay(rows)``'s transitions, replayed once per journal (``_REPLAYED``)."""
+    key = tuple((r.seq, r.events, r.writes) for r in rows)
+    found = _REPLAYED.get(key)
+    if found is None:
+        if len(_REPLAYED) >= 16:
+            _REPLAYED.clear()
+        found = _REPLAYED[key] = list(journal.replay(rows, describe=False))
+    return found
 
 
 def _full(text: str, decode: Any, encode: Any) -> list[dict[str, Any]]:
@@ -394,7 +411,9 @@ def journal_history(storage: Any) -> list[Commit_]:
     key = tuple((r.seq, r.writes, len(r.events)) for r in rows)
     found = _HISTORY.get(key)
     if found is None:
-        texts = journal.journal_writes(rows, "store")
+        # (a journal keeping every commit's writes needs no replay for them)
+        digests = any(codec.is_digest(r.writes) for r in rows)
+        texts = journal.journal_writes(rows, "store", _replayed(rows) if digests else None)
         decoded = [
             (seq, *_full_row(ev, wr))
             if row.format >= 3  # a digest (recomputed), or the lean JSON of a synthetic row (the twin)
