@@ -420,7 +420,7 @@ def journal_history(storage: Any) -> list[Commit_]:
             else (seq, json.loads(ev), json.loads(wr))
             for row, (seq, ev, wr) in zip(rows, texts, strict=True)
         ]
-        found = _with_builtin_values(decoded, tuple(texts))
+        found = _with_builtin_values(decoded, [(row.format, *t) for row, t in zip(rows, texts, strict=True)])
         if len(_HISTORY) > 64:
             _HISTORY.clear()
         _HISTORY[key] = found
@@ -431,29 +431,37 @@ def journal_history(storage: Any) -> list[Commit_]:
 _LEGACY_BUILTINS = {"pi.agent": "agent", "pi.live": "live", "pi.inbox": "items", "pi.usage": "usage", "pi.context": "context"}
 
 
-#: ``_with_builtin_values`` of a journal by its rows' texts: the commits
-#: with the values added, and each built-in's value after the last one - a
-#: journal one commit longer than one seen (the twin's next node) goes on
-#: from there. Shared, so never changed in place.
-_BUILTIN_VALUES: dict[tuple[tuple[int, str, str], ...], tuple[list[Commit_], dict[int, Any]]] = {}
+#: ``_with_builtin_values`` of the journals seen, as a trie of their rows
+#: (a row -> [the trie of the rows after it, the result for the journal
+#: ending there or None]); a result: the commits with the values added, and
+#: each built-in's value after the last one. A journal longer than one seen
+#: (the twin's next node, a crash scenario's next life) goes on from the
+#: longest seen prefix, found in one walk. Shared, so never changed in place.
+_BUILTIN_VALUES: dict[Any, list[Any]] = {}
+_BUILTIN_RESULTS = [0]  #: results in the trie (it is emptied at 20,000)
 
 
-def _with_builtin_values(history: list[Commit_], texts: tuple[tuple[int, str, str], ...]) -> list[Commit_]:
+def _with_builtin_values(history: list[Commit_], texts: Sequence[Any]) -> list[Commit_]:
     """Each built-in document revision (core/builtins.py: a negative
     ``document_id``) followed by the built-in's whole value after it, as the
     write journal formats 1-3 had (``{"type": "pi.live", "conversation_id",
     "live": ...}``, every field): what the checkers below read. Values are
     replayed from the revisions themselves, so a wrong delta shows.
-    ``texts``: each commit's ``(seq, events, writes)`` JSON, what the values
-    of a prefix are cached by (``_BUILTIN_VALUES``)."""
-    done = len(texts)
-    while done and texts[:done] not in _BUILTIN_VALUES:
-        done -= 1
+    ``texts``: what identifies each commit (its format, seq, events and
+    writes JSON), what the values of a prefix are cached by (``_BUILTIN_VALUES``)."""
+    done, known = 0, None
+    level = _BUILTIN_VALUES
+    for n, text in enumerate(texts, start=1):
+        node = level.get(text)
+        if node is None:
+            break
+        level, result = node
+        if result is not None:
+            done, known = n, result
     values: dict[int, Any] = {}
     out: list[Commit_] = []
-    if done:
-        known, known_values = _BUILTIN_VALUES[texts[:done]]
-        out, values = list(known), dict(known_values)
+    if known is not None:
+        out, values = list(known[0]), dict(known[1])
     for seq, events, writes in history[done:]:
         more: list[dict[str, Any]] = []
         for w in writes:
@@ -471,9 +479,16 @@ def _with_builtin_values(history: list[Commit_], texts: tuple[tuple[int, str, st
             )
             more.append({**json.loads(codec.writes_json([legacy_write(kind, conv)], 1))[0], "derived": True})
         out.append((seq, events, more))
-    if len(_BUILTIN_VALUES) >= 20_000:
-        _BUILTIN_VALUES.clear()
-    _BUILTIN_VALUES[texts] = (out, values)
+    if texts:
+        if _BUILTIN_RESULTS[0] >= 20_000:
+            _BUILTIN_VALUES.clear()
+            _BUILTIN_RESULTS[0] = 0
+        level = _BUILTIN_VALUES
+        for text in texts[:-1]:
+            level = level.setdefault(text, [{}, None])[0]
+        node = level.setdefault(texts[-1], [{}, None])
+        _BUILTIN_RESULTS[0] += node[1] is None
+        node[1] = (out, values)
     return out
 
 

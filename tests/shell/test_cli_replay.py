@@ -18,7 +18,7 @@ from pidurable.core.step import HANDLERS
 from pidurable.core.events import ModelResponded, ToolFinished
 from pidurable.shell import AgentConfig, Harness, Input, ModelRef, Registry, ToolResult, define_tool, open_sqlite_storage
 from pidurable.shell.cli import main
-from pidurable.shell.journal import Kind, check
+from pidurable.shell.journal import Kind, check, journal_writes, replay
 from pidurable.shell.journal_file import read_journal
 from pidurable.shell.providers import ScriptedModels, reply, tool_call
 from pidurable.shell.storage.readonly import open_view
@@ -104,6 +104,28 @@ def test_replay_check_reports_a_changed_core_at_the_right_commit(
     result = check(journal_of(store))
     assert [d.seq for d in result.divergences] == [seq]
     assert result.lives == 2
+
+
+def test_replay_without_descriptions_and_check_on_given_transitions(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``replay(describe=False)`` is the same replay without a line per
+    write; ``check`` and ``journal_writes`` given a replay's transitions
+    answer as they do replaying themselves - a divergence included."""
+    rows = journal_of(store)
+    described, bare = list(replay(rows)), list(replay(rows, describe=False))
+    assert all(t.writes for t in described) and all(t.writes == () for t in bare)
+    assert [attrs.evolve(t, writes=()) for t in described] == bare
+    assert check(rows, "store", bare) == check(rows, "store")
+    assert journal_writes(rows, "store", bare) == journal_writes(rows, "store")
+    original = HANDLERS[ToolFinished]
+    patched = lambda tx, ev: original(tx, attrs.evolve(ev, text=ev.text + " (changed)"))  # noqa: E731
+    monkeypatch.setitem(HANDLERS, ToolFinished, patched)  # type: ignore[arg-type]
+    # under a changed core: the transitions given are what is checked
+    result = check(rows, "store", list(replay(rows, describe=False)))
+    assert result == check(rows, "store") and [d.seq for d in result.divergences] == [first_seq_with(store, "tool_finished")]
+    assert check(rows, "store", bare).ok
+    assert journal_writes(rows, "store", bare) == journal_writes(rows, "store", described)
 
 
 def test_replay_check_reports_a_core_that_raises(store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
