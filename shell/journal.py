@@ -186,7 +186,8 @@ def _describe_write(w: dict[str, Any]) -> str:
     return f"{kind} of conversation {w.get('conversation_id')}"
 
 
-def _describe_writes(text: str) -> tuple[str, ...]:
+def describe_writes(text: str) -> tuple[str, ...]:
+    """One short line per write of a commit's writes JSON (a digest says so)."""
     if codec.is_digest(text):
         return ("(writes kept as a digest; replay recomputes them)",)
     try:
@@ -231,7 +232,7 @@ def replay(rows: Iterable[JournalRow], *, describe: bool = True) -> Iterator[Tra
     ``describe=False``: each transition's ``writes`` is ``()`` (no line per
     write: a third of the replay's time, which ``check`` and
     ``journal_writes`` do not read)."""
-    describe_writes = _describe_writes if describe else _no_description
+    writes_of = describe_writes if describe else _no_description
     life = _Life(0)
     for row in rows:
         datas = _event_datas(row)
@@ -261,7 +262,7 @@ def replay(rows: Iterable[JournalRow], *, describe: bool = True) -> Iterator[Tra
             yield Transition(
                 seq=row.seq,
                 events=tuple(str(d.get("type", "?")) if isinstance(d, dict) else "?" for d in datas),
-                writes=describe_writes(row.writes),
+                writes=writes_of(row.writes),
                 acts=(),
                 divergence=Divergence(
                     seq=row.seq,
@@ -276,7 +277,7 @@ def replay(rows: Iterable[JournalRow], *, describe: bool = True) -> Iterator[Tra
         tags = tuple(type(e).TAG for e in events) if bad is None else tuple(
             str(d.get("type", "?")) if isinstance(d, dict) else "?" for d in datas
         )
-        base = Transition(seq=row.seq, events=tags, writes=describe_writes(row.writes), acts=(), opens=opens)
+        base = Transition(seq=row.seq, events=tags, writes=writes_of(row.writes), acts=(), opens=opens)
         if life.diverged:
             yield attrs.evolve(base, skipped=True)
             continue
@@ -292,7 +293,7 @@ def replay(rows: Iterable[JournalRow], *, describe: bool = True) -> Iterator[Tra
             divergence = attrs.evolve(divergence, life_start=life.start)
             produced = ""
         elif codec.is_digest(row.writes):
-            base = attrs.evolve(base, writes=describe_writes(produced))
+            base = attrs.evolve(base, writes=writes_of(produced))
         yield attrs.evolve(base, acts=acts, divergence=divergence, produced=produced, rules=tuple(rules), before=before)
 
 

@@ -21,7 +21,16 @@ from pidurable.core.events import Opened
 
 from ..explain import explain
 from ..explain_html import write_explain_html
-from ..journal import READABLE_FORMATS, CheckResult, Divergence, check, check_format, journal_writes, replay
+from ..journal import (
+    READABLE_FORMATS,
+    CheckResult,
+    Divergence,
+    check,
+    check_format,
+    describe_writes,
+    journal_writes,
+    replay,
+)
 from ..journal_file import read_journal, write_journal
 from ..storage import codec
 from ..storage.base import JournalRow, StorageError
@@ -115,11 +124,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise CliError("--conversation, --from, --to and --html go with --explain", EXIT_USAGE)
     check_format(rows, source)
     bad = skipped = 0
-    for t in replay(rows):
+    # each commit's writes described only where they are printed (a third of a replay)
+    for row, t in zip(rows, replay(rows, describe=args.verbose), strict=True):
         flag = "ok " if t.matches else ("skip" if t.skipped else "DIFF")
         print(f"[{flag}] commit {t.seq}: {' + '.join(t.events)}")
         if args.verbose or t.divergence is not None:
-            for w in t.writes:
+            for w in t.writes if args.verbose else describe_writes(row.writes):
                 print(f"        {w}")
             if t.acts:
                 print(f"        then: {', '.join(t.acts)}")

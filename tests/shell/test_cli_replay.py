@@ -128,6 +128,26 @@ def test_replay_without_descriptions_and_check_on_given_transitions(
     assert journal_writes(rows, "store", bare) == journal_writes(rows, "store", described)
 
 
+def test_plain_replay_describes_writes_with_v_or_at_a_difference(
+    store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pidurable replay`` prints a line per write under ``-v`` for every
+    commit, and without it only under a commit that differs."""
+    assert main(["replay", "-v", "--db", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "0 different" in out and "        entry " in out and "        task " in out
+    assert main(["replay", "--db", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "0 different" in out and "        entry " not in out and "        task " not in out
+    original = HANDLERS[ToolFinished]
+    patched = lambda tx, ev: original(tx, attrs.evolve(ev, text=ev.text + " (changed)"))  # noqa: E731
+    monkeypatch.setitem(HANDLERS, ToolFinished, patched)  # type: ignore[arg-type]
+    assert main(["replay", "--db", str(store)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("[DIFF]"))
+    assert lines[at + 1] == "        (writes kept as a digest; replay recomputes them)"
+
+
 def test_replay_check_reports_a_core_that_raises(store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """A handler that raises on a recorded event is reported as such at that commit, without a traceback."""
 
