@@ -19,7 +19,7 @@ from twin import DEEP, DEFAULT, Bounds, Explorer, Violation
 DEEP_RUN = os.environ.get("PIDURABLE_TWIN") == "deep"
 
 #: The default suite: 2 inputs (follow-up or steer) with an abort, and 1
-#: input with an abort and a crash at every boundary (about 26 and 18 s
+#: input with an abort and a crash at every boundary (about 20 and 15 s
 #: here); 2 inputs with a crash take minutes (PIDURABLE_TWIN=deep).
 RUNS = {
     "2 inputs, abort": attrs.evolve(DEFAULT, crashes=0),
