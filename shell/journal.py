@@ -144,7 +144,7 @@ class Transition:
 
     seq: int
     events: tuple[str, ...]  #: tags of the events fed since the previous commit
-    writes: tuple[str, ...]  #: one short line per recorded write
+    writes: tuple[str, ...]  #: one short line per recorded write (``()`` from ``replay(describe=False)``)
     acts: tuple[str, ...]  #: tags of the effects after the commit
     divergence: Divergence | None = None
     #: Not replayed: an earlier commit of the same process life diverged.

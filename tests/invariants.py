@@ -109,6 +109,7 @@ Checked on the commits many workers landed on one PostgreSQL store (scale-out,
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -343,7 +344,7 @@ def replay_is_deterministic(storage: Any, may_diverge: Mapping[int, str] | None 
     core has since deliberately changed what it decides (commit -> why; the
     first divergence of each process life is reported). Returns commits checked."""
     rows = storage.journal()
-    result = journal.check(rows, "store", _replayed(rows))
+    result = journal.check(rows, "store", _replayed(rows, _journal_key(rows)))
     unexpected = [d for d in result.divergences if d.seq not in (may_diverge or {})]
     assert not unexpected, "ReplayIsDeterministic: " + "; ".join(f"commit {d.seq}: {d.message}" for d in unexpected)
     # a divergence acknowledged above skips the rest of its process life
@@ -358,28 +359,32 @@ def replay_is_deterministic(storage: Any, may_diverge: Mapping[int, str] | None 
 Commit_ = tuple[int, list[dict[str, Any]], list[dict[str, Any]]]
 
 
-_HISTORY: dict[Any, list[Commit_]] = {}
-#: Each journal row's events and writes in the every-field shape, by their
-#: texts: a journal that grows by a row (each node of the twin, each life of
-#: a crash scenario) decodes only its new rows. Shared, so never changed in
-#: place (no checker does; ``chord.apply`` copies).
-_ROWS: dict[tuple[str, str], tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
-
-
-#: ``journal.replay`` of a journal, by its rows: ``journal_history`` and
-#: ``replay_is_deterministic`` each need one, of the same journal.
-_REPLAYED: dict[tuple[tuple[int, str, str], ...], list[journal.Transition]] = {}
-
-
-def _replayed(rows: Sequence[Any]) -> list[journal.Transition]:
-    """``replay(rows)``'s transitions, replayed once per journal (``_REPLAYED``)."""
-    key = tuple((r.seq, r.events, r.writes) for r in rows)
-    found = _REPLAYED.get(key)
+def _remember(cache: dict[Any, Any], most: int, key: Any, make: Any) -> Any:
+    """``cache[key]``, made by ``make()`` the first time; the cache is
+    emptied when it holds ``most`` entries. What a cache holds is shared, so
+    never changed in place (no checker does; ``chord.apply`` copies)."""
+    found = cache.get(key)
     if found is None:
-        if len(_REPLAYED) >= 16:
-            _REPLAYED.clear()
-        found = _REPLAYED[key] = list(journal.replay(rows, describe=False))
+        if len(cache) >= most:
+            cache.clear()
+        found = cache[key] = make()
     return found
+
+
+#: ``journal_history`` and ``journal.replay`` of a journal, by its rows
+#: (``_journal_key``): every checker reads the first, and
+#: ``replay_is_deterministic`` and a lean journal's writes need the second.
+_HISTORY: dict[Any, list[Commit_]] = {}
+_REPLAYED: dict[Any, list[journal.Transition]] = {}
+
+
+def _journal_key(rows: Sequence[Any]) -> tuple[tuple[int, int, str, str], ...]:
+    return tuple((r.format, r.seq, r.events, r.writes) for r in rows)
+
+
+def _replayed(rows: Sequence[Any], key: Any) -> list[journal.Transition]:
+    """``replay(rows)``'s transitions, replayed once per journal."""
+    return _remember(_REPLAYED, 16, key, lambda: list(journal.replay(rows, describe=False)))  # type: ignore[no-any-return]
 
 
 def _full(text: str, decode: Any, encode: Any) -> list[dict[str, Any]]:
@@ -388,18 +393,12 @@ def _full(text: str, decode: Any, encode: Any) -> list[dict[str, Any]]:
     return json.loads(encode([decode(d) for d in json.loads(text)], 1))  # type: ignore[no-any-return]
 
 
+@functools.lru_cache(maxsize=100_000)
 def _full_row(events: str, writes: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``_full`` of a row's events and writes, decoded once per row text (``_ROWS``)."""
-    key = (events, writes)
-    found = _ROWS.get(key)
-    if found is None:
-        if len(_ROWS) >= 100_000:
-            _ROWS.clear()
-        found = _ROWS[key] = (
-            _full(events, codec.event_from_data, codec.events_json),
-            _full(writes, codec.write_from_data, codec.writes_json),
-        )
-    return found
+    """``_full`` of a row's events and writes, decoded once per row text: a
+    journal that grows by a row (each node of the twin, each life of a crash
+    scenario) decodes only its new rows. Shared, so never changed in place."""
+    return _full(events, codec.event_from_data, codec.events_json), _full(writes, codec.write_from_data, codec.writes_json)
 
 
 def journal_history(storage: Any) -> list[Commit_]:
@@ -408,37 +407,67 @@ def journal_history(storage: Any) -> list[Commit_]:
     are recomputed by replaying its events through the core (and checked
     against the digest) - cached per journal, as every checker reads them."""
     rows = storage.journal()
-    key = tuple((r.seq, r.writes, len(r.events)) for r in rows)
-    found = _HISTORY.get(key)
-    if found is None:
+    key = _journal_key(rows)
+
+    def make() -> list[Commit_]:
         # (a journal keeping every commit's writes needs no replay for them)
         digests = any(codec.is_digest(r.writes) for r in rows)
-        texts = journal.journal_writes(rows, "store", _replayed(rows) if digests else None)
+        texts = journal.journal_writes(rows, "store", _replayed(rows, key) if digests else None)
         decoded = [
             (seq, *_full_row(ev, wr))
             if row.format >= 3  # a digest (recomputed), or the lean JSON of a synthetic row (the twin)
             else (seq, json.loads(ev), json.loads(wr))
             for row, (seq, ev, wr) in zip(rows, texts, strict=True)
         ]
-        found = _with_builtin_values(decoded, [(row.format, *t) for row, t in zip(rows, texts, strict=True)])
-        if len(_HISTORY) > 64:
-            _HISTORY.clear()
-        _HISTORY[key] = found
-    return found
+        return _with_builtin_values(decoded, [(row.format, *t) for row, t in zip(rows, texts, strict=True)])
+
+    return _remember(_HISTORY, 64, key, make)  # type: ignore[no-any-return]
 
 
 #: The whole-value write of each built-in in journal formats 1-3, and its value's field.
 _LEGACY_BUILTINS = {"pi.agent": "agent", "pi.live": "live", "pi.inbox": "items", "pi.usage": "usage", "pi.context": "context"}
 
 
-#: ``_with_builtin_values`` of the journals seen, as a trie of their rows
-#: (a row -> [the trie of the rows after it, the result for the journal
-#: ending there or None]); a result: the commits with the values added, and
-#: each built-in's value after the last one. A journal longer than one seen
-#: (the twin's next node, a crash scenario's next life) goes on from the
-#: longest seen prefix, found in one walk. Shared, so never changed in place.
-_BUILTIN_VALUES: dict[Any, list[Any]] = {}
-_BUILTIN_RESULTS = [0]  #: results in the trie (it is emptied at 20,000)
+class _Prefixes:
+    """Results by a sequence of keys, found for the longest stored prefix of
+    a sequence in one walk: a trie (key -> [the trie of the keys after it,
+    the result stored for the sequence ending there, or None]), emptied when
+    it holds ``most`` results. Shared results are never changed in place."""
+
+    def __init__(self, most: int) -> None:
+        self.most, self.held, self.root = most, 0, {}  # type: ignore[var-annotated]
+
+    def longest(self, keys: Sequence[Any]) -> tuple[int, Any]:
+        """How many of ``keys`` the longest stored prefix has, and its result."""
+        done, found, level = 0, None, self.root
+        for n, k in enumerate(keys, start=1):
+            node = level.get(k)
+            if node is None:
+                break
+            level = node[0]
+            if node[1] is not None:
+                done, found = n, node[1]
+        return done, found
+
+    def put(self, keys: Sequence[Any], result: Any) -> None:
+        if not keys:
+            return
+        if self.held >= self.most:
+            self.root.clear()
+            self.held = 0
+        level = self.root
+        for k in keys[:-1]:
+            level = level.setdefault(k, [{}, None])[0]
+        node = level.setdefault(keys[-1], [{}, None])
+        self.held += node[1] is None
+        node[1] = result
+
+
+#: ``_with_builtin_values`` of the journals seen, by their commits: the
+#: commits with the values added, and each built-in's value after the last
+#: one. A journal longer than one seen (the twin's next node, a crash
+#: scenario's next life) goes on from the longest seen prefix.
+_BUILTIN_VALUES = _Prefixes(20_000)
 
 
 def _with_builtin_values(history: list[Commit_], texts: Sequence[Any]) -> list[Commit_]:
@@ -449,15 +478,7 @@ def _with_builtin_values(history: list[Commit_], texts: Sequence[Any]) -> list[C
     replayed from the revisions themselves, so a wrong delta shows.
     ``texts``: what identifies each commit (its format, seq, events and
     writes JSON), what the values of a prefix are cached by (``_BUILTIN_VALUES``)."""
-    done, known = 0, None
-    level = _BUILTIN_VALUES
-    for n, text in enumerate(texts, start=1):
-        node = level.get(text)
-        if node is None:
-            break
-        level, result = node
-        if result is not None:
-            done, known = n, result
+    done, known = _BUILTIN_VALUES.longest(texts)
     values: dict[int, Any] = {}
     out: list[Commit_] = []
     if known is not None:
@@ -479,16 +500,7 @@ def _with_builtin_values(history: list[Commit_], texts: Sequence[Any]) -> list[C
             )
             more.append({**json.loads(codec.writes_json([legacy_write(kind, conv)], 1))[0], "derived": True})
         out.append((seq, events, more))
-    if texts:
-        if _BUILTIN_RESULTS[0] >= 20_000:
-            _BUILTIN_VALUES.clear()
-            _BUILTIN_RESULTS[0] = 0
-        level = _BUILTIN_VALUES
-        for text in texts[:-1]:
-            level = level.setdefault(text, [{}, None])[0]
-        node = level.setdefault(texts[-1], [{}, None])
-        _BUILTIN_RESULTS[0] += node[1] is None
-        node[1] = (out, values)
+    _BUILTIN_VALUES.put(texts, (out, values))
     return out
 
 

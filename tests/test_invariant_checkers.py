@@ -293,3 +293,75 @@ def test_tree_ids_increase_fails_on_an_id_below_an_earlier_commit() -> None:
 def test_unsafe_body_runs_at_most_once_across_workers_fails_on_a_second_run() -> None:
     with pytest.raises(AssertionError, match=r"\{6: 2\}"):
         invariants.unsafe_body_runs_at_most_once_across_workers({6: 2, 7: 1})
+
+
+# --- the checkers' caches (tests/invariants.py) answer what a cold read does ---------------
+
+
+def test_prefixes_find_the_longest_stored_prefix_and_empty_when_full() -> None:
+    p = invariants._Prefixes(most=3)
+    assert p.longest(("a", "b")) == (0, None)
+    p.put(("a", "b"), "ab")
+    assert p.longest(("a", "b", "c")) == (2, "ab")
+    assert p.longest(("a",)) == (0, None)  # a node on the path holds no result of its own
+    assert p.longest(("a", "x")) == (0, None)
+    p.put(("a",), "a")
+    assert p.longest(("a", "x")) == (1, "a") and p.longest(("a", "b", "c")) == (2, "ab")
+    p.put(("a",), "a again")  # replaced, not counted twice
+    assert p.held == 2 and p.longest(("a",)) == (1, "a again")
+    p.put(("z",), "z")
+    p.put(("y",), "y")  # the 4th result: emptied first
+    assert p.held == 1 and p.longest(("a", "b")) == (0, None) and p.longest(("y",)) == (1, "y")
+
+
+class Prefix:
+    """The first ``n`` rows of a store's journal, as a storage."""
+
+    def __init__(self, inner: Any, n: int) -> None:
+        self.rows = inner.journal()[:n]
+
+    def journal(self) -> list[JournalRow]:
+        return self.rows
+
+
+def _cold(storage: Any) -> list[Any]:
+    """``journal_history`` with every cache of the checkers emptied first."""
+    invariants._HISTORY.clear()
+    invariants._REPLAYED.clear()
+    invariants._full_row.cache_clear()
+    invariants._BUILTIN_VALUES = invariants._Prefixes(invariants._BUILTIN_VALUES.most)
+    return invariants.journal_history(storage)
+
+
+def test_journal_history_of_a_journal_read_after_its_prefixes_is_what_a_cold_read_gives() -> None:
+    store = _finished_store()
+    rows = store.journal()
+    assert len(rows) > 3
+    cold = [_cold(Prefix(store, n)) for n in range(1, len(rows) + 1)]
+    _cold(Prefix(store, 1))
+    warm = [invariants.journal_history(Prefix(store, n)) for n in range(1, len(rows) + 1)]
+    assert warm == cold
+    assert any(w.get("derived") for _, _, ws in cold[-1] for w in ws)  # built-in values were added
+
+
+def test_a_wrong_delta_after_a_cached_prefix_still_shows() -> None:
+    """The built-in values carried on from a cached prefix are the replayed
+    ones: two journals sharing that prefix, whose last ``pi.live`` deltas
+    differ, each get their own value."""
+
+    def live_rev(action: str, **fields: Any) -> dict[str, Any]:
+        return {"type": "document", "document_id": -10, "revision": {
+            "scope": "conversation", "owner": 1, "kind": "pi.live", "version": 1, "history": "latest",
+            "fork": "initial", "action": action, "value": None, "ops": [], **fields}}
+
+    base = live_rev("base", value={"run": {"task_id": 4, "inputs": [2]}, "attempt": 1})
+    first = Journal(([], [base]))
+    ops = ([["s", ["retry_error"], "x"], ["s", ["attempt"], 2]], [["s", ["attempt"], 3]])
+    longer = [Journal(([], [base]), ([], [live_rev("delta", ops=o)])) for o in ops]
+    invariants.journal_history(first)
+    lives = [
+        [(w["live"]["attempt"], w["live"]["retry_error"]) for _, _, ws in invariants.journal_history(j)
+         for w in ws if w.get("derived")]
+        for j in longer
+    ]
+    assert lives == [[(1, None), (2, "x")], [(1, None), (3, None)]]
