@@ -69,6 +69,7 @@ from pidurable.core.model import (
 )
 
 from . import live, sql_reads, owner, sqlite_documents, sqlite_entries, sqlite_writes
+from .sqlite_checkpoints import Checkpointer
 from .codec import writes_digest
 from .base import (
     SCHEMA_VERSION,
@@ -133,6 +134,8 @@ class SqliteStorage(
         self._conn: sqlite3.Connection | None = None
         self._db: sqlite_utils.Database | None = None
         self._lineages: dict[ConversationId, Any] = {}
+        #: WAL checkpoints on a thread (sqlite_checkpoints.py); None: read-only or not open yet.
+        self._checkpointer: Checkpointer | None = None
         try:
             self._open(create=create and not read_only)
         except BaseException:
@@ -186,6 +189,11 @@ class SqliteStorage(
         self._prepare()
         self._migrate(found)
         self._owner_written = owner.write_owner(self.file)
+        self._checkpointer = Checkpointer(self.name, self._checkpoint_connection, self._close_connection)
+
+    def _checkpoint_connection(self) -> sqlite3.Connection:
+        """The background checkpoints' connection (sqlite_checkpoints.py)."""
+        return self._connect(str(self.file), uri=False)
 
     def _descriptor(self) -> int:
         assert self._fd is not None
@@ -428,12 +436,21 @@ class SqliteStorage(
     def fence(self) -> None:
         """Simulate a crash: no later write reaches the file."""
         self._fenced = True
+        self._stop_checkpoints()
+
+    def _stop_checkpoints(self) -> None:
+        checkpointer, self._checkpointer = self._checkpointer, None
+        if checkpointer is not None:
+            checkpointer.stop()
 
     def close(self) -> None:
         """Release the store; the lock is released on every path. A fenced
         store is dropped without a checkpoint, as a killed process would
         leave it; a failing checkpoint is logged (see the module comment)."""
-        conn, self._conn, self._db = self._conn, None, None
+        try:
+            self._stop_checkpoints()
+        finally:
+            conn, self._conn, self._db = self._conn, None, None
         try:
             if conn is not None:
                 try:
@@ -468,6 +485,7 @@ class SqliteStorage(
 
     def _abandon(self) -> None:
         """Undo a failed open: no checkpoint, no write."""
+        self._stop_checkpoints()
         conn, self._conn, self._db = self._conn, None, None
         try:
             if conn is not None:
@@ -540,6 +558,9 @@ class SqliteStorage(
             # the transaction was rolled back; this harness stops, and a new
             # one opened on the store recovers from the last commit.
             raise StorageError(f"Store {self.path}: commit failed, nothing was written ({e})") from e
+        checkpointer = self._checkpointer
+        if checkpointer is not None:
+            checkpointer.committed()
         if self.journal_retention != "all":
             since = self._commits_since_prune
             if since is None or since + len(batch) >= sqlite_retention.PRUNE_EVERY:

@@ -90,6 +90,8 @@ def compact(store: SqliteStorage) -> int:
     if store.read_only or store._fenced:
         raise StorageError(f"Store {store.path} is open read-only or fenced: it cannot be compacted")
     rewritten = 0
+    if store._checkpointer is not None:  # (its TRUNCATE below would wait on a running one)
+        store._checkpointer.wait()
     with store._failing("compacting"):
         with store.db.atomic():
             rewritten += _rewrite_lean(store, "tasks", Task, PutTask, "task")
