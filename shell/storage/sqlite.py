@@ -56,6 +56,7 @@ import sqlite3
 import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -189,11 +190,8 @@ class SqliteStorage(
         self._prepare()
         self._migrate(found)
         self._owner_written = owner.write_owner(self.file)
-        self._checkpointer = Checkpointer(self.name, self._checkpoint_connection, self._close_connection)
-
-    def _checkpoint_connection(self) -> sqlite3.Connection:
-        """The background checkpoints' connection (sqlite_checkpoints.py)."""
-        return self._connect(str(self.file), uri=False)
+        connect = partial(self._connect, str(self.file), uri=False)  # (the checkpoints' own connection)
+        self._checkpointer = Checkpointer(self.name, connect, self._close_connection)
 
     def _descriptor(self) -> int:
         assert self._fd is not None
@@ -447,10 +445,8 @@ class SqliteStorage(
         """Release the store; the lock is released on every path. A fenced
         store is dropped without a checkpoint, as a killed process would
         leave it; a failing checkpoint is logged (see the module comment)."""
-        try:
-            self._stop_checkpoints()
-        finally:
-            conn, self._conn, self._db = self._conn, None, None
+        self._stop_checkpoints()  # (joins a thread, closes a connection: logs, never raises)
+        conn, self._conn, self._db = self._conn, None, None
         try:
             if conn is not None:
                 try:
