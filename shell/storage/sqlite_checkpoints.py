@@ -14,7 +14,7 @@ wal_checkpoint(PASSIVE)`` on a second connection of its own (one at a time;
 sqlite3 releases the GIL while SQLite works). A passive checkpoint never
 blocks the writer and copies only committed pages, so it changes nothing a
 reader or a recovery can see. The connection's own ``wal_autocheckpoint``
-stays on as the backstop: a batch bigger than the thread keeps up with, or a
+(:data:`BACKSTOP_PAGES`) stays on as the backstop: a batch bigger than the thread keeps up with, or a
 thread that fails, is checkpointed where it was before. A failure is logged
 once on the ``pidurable`` logger and ends the thread's checkpoints for this
 store (the backstop takes over); it never fails a commit.
@@ -34,9 +34,17 @@ from collections.abc import Callable
 log = logging.getLogger("pidurable")
 
 #: A checkpoint starts after this many transactions since the last one
-#: started (~320 pages of this workload's ~10 a transaction; below the
-#: 1,000 pages at which the commit path would do it itself).
-EVERY_BATCHES = 32
+#: started: ~1,000 pages of this workload's ~10 a transaction, where SQLite
+#: would have checkpointed. Every 32 was measured too: the WAL stayed
+#: smaller, but the checkpoints (each with two ``fdatasync``) ran so often
+#: that the commits between them got slower (round 11, docs/performance.md).
+EVERY_BATCHES = 100
+#: ``wal_autocheckpoint`` of the store's own connection: the backstop, above
+#: what the thread lets the WAL reach with ~10 pages a transaction, so SQLite
+#: checkpoints inside a commit only when the thread cannot keep up (bigger
+#: transactions, a failed thread). It bounds the WAL, and with it the index
+#: every page read searches (at 10,000 a commit ran ~3% more instructions).
+BACKSTOP_PAGES = 3000
 
 
 class Checkpointer:

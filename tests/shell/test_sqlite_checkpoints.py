@@ -20,7 +20,7 @@ from pidurable.core.effects import PutEntry
 from pidurable.core.model import Entry
 from pidurable.shell.storage import open_sqlite_storage, owner
 from pidurable.shell.storage.sqlite import SqliteStorage
-from pidurable.shell.storage.sqlite_checkpoints import EVERY_BATCHES, Checkpointer
+from pidurable.shell.storage.sqlite_checkpoints import BACKSTOP_PAGES, EVERY_BATCHES, Checkpointer
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_the_main_file_gets_the_commits_from_the_checkpoint_thread(store: Sqlite
     assert checkpointer is not None
     _commit(store, 1, EVERY_BATCHES - 1)
     checkpointer.wait()
-    # below the threshold nothing was checkpointed (SQLite's own would wait for 1,000 pages)
+    # below the threshold nothing was checkpointed (SQLite's own waits for BACKSTOP_PAGES)
     assert checkpointer.runs == 0
     assert _main_file_journal(store, tmp_path) == 0
     _commit(store, EVERY_BATCHES, 1)
@@ -68,6 +68,13 @@ def test_the_main_file_gets_the_commits_from_the_checkpoint_thread(store: Sqlite
     checkpointer.wait()
     assert checkpointer.runs == 2
     assert _main_file_journal(store, tmp_path) == 2 * EVERY_BATCHES
+
+
+def test_sqlite_s_own_checkpoints_are_the_backstop(store: SqliteStorage) -> None:
+    ((pages,),) = store.db.execute("PRAGMA wal_autocheckpoint").fetchall()
+    assert pages == BACKSTOP_PAGES
+    # (the thread checkpoints first: ~10 pages a transaction in the steps workload)
+    assert EVERY_BATCHES * 10 < BACKSTOP_PAGES
 
 
 def test_a_failing_checkpoint_is_logged_once_and_commits_go_on(
