@@ -26,6 +26,11 @@ printed value is the median over --repeat runs.
   first 10% (from the time of each model call): 1.00 means flat in history.
   CPU last/first: the same from the process CPU time at each model call
   (other processes' load moves wall time far more than CPU time here).
+- round ms: the median wall time of one round (model call to model call);
+  stalled %: the share of the run's rounds' time spent in rounds over 3x
+  that median, beyond the median - stalls such as a WAL checkpoint inside a
+  commit or a full garbage collection (round 11: 10-17% before checkpoints
+  moved to a thread).
 
 The peers run in their own venv, made on first use under
 ~/.cache/pidurable-bench/peers-venv (or --peers-venv) from
@@ -99,7 +104,10 @@ def child_pidurable(args: argparse.Namespace) -> dict[str, Any]:
     _, marks, commits = trio.run(run)
     first, last = tenth_ratio(marks, args.rounds)
     cpu_first, cpu_last = tenth_ratio(cpu_marks, args.rounds)
+    round_s, stalled = stalls(marks)
     return {
+        "round_s": round_s,
+        "stalled": stalled,
         "wall_s": times["done"] - times["start"],
         "cpu_s": times["cpu_done"] - times["cpu_start"],
         "first_s": first,
@@ -146,7 +154,10 @@ def child_peer(args: argparse.Namespace, peer: str) -> dict[str, Any]:
     out = runs[peer]()
     cpu = time.process_time() - cpu
     tenth = max(1, args.rounds // 10)
+    round_s, stalled = stalls(marks)
     return {
+        "round_s": round_s,
+        "stalled": stalled,
         "wall_s": out["wall_s"],
         "cpu_s": cpu,
         "first_s": (marks[tenth] - marks[0]) / (tenth * 4),
@@ -157,6 +168,18 @@ def child_peer(args: argparse.Namespace, peer: str) -> dict[str, Any]:
         "model_calls": len(marks),
         "peak_rss_mb": vm_hwm_mb(),
     }
+
+
+def stalls(marks: list[float]) -> tuple[float, float]:
+    """The median round's seconds (model call to model call) and the share
+    of all rounds' time spent in rounds over 3x that median, beyond it."""
+    rounds = sorted(b - a for a, b in zip(marks, marks[1:]))
+    if not rounds:
+        return 0.0, 0.0
+    median = rounds[len(rounds) // 2]
+    total = sum(rounds)
+    stalled = sum(r - median for r in rounds if r > 3 * median)
+    return median, (stalled / total if total else 0.0)
 
 
 def vm_hwm_mb() -> float:
@@ -381,22 +404,23 @@ def report(
     print()
     print(
         "| system | R | steps | runs | ms/step | CPU ms/step | x pidurable | bytes/step | peak RSS MB | "
-        "first 10% ms | last 10% ms | last/first | CPU last/first |"
+        "first 10% ms | last 10% ms | last/first | CPU last/first | round ms | stalled % |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for system in systems:
         for r in args.rounds:
             runs = results.get((system, r))
             if not runs:
                 if (system, r) in errors:
-                    print(f"| {LABELS[system]} | {r} | {4 * r + 1} | 0 | failed: {errors[(system, r)][:80]} |||||||||")
+                    print(f"| {LABELS[system]} | {r} | {4 * r + 1} | 0 | failed: {errors[(system, r)][:80]} |||||||||||")
                 continue
             print(
                 f"| {LABELS[system]} | {r} | {4 * r + 1} | {len(runs)} | {fmt(ms(system, r), 3)} | "
                 f"{fmt(cpu(system, r), 3)} | {fmt(ratio(system, r))} | "
                 f"{fmt(per_step(system, r), 0)} | {fmt(med(system, r, 'peak_rss_mb'), 0)} | "
                 f"{fmt(1000 * med(system, r, 'first_s'), 3)} | {fmt(1000 * med(system, r, 'last_s'), 3)} | "
-                f"{fmt(drift(system, r))} | {fmt(cpu_drift(system, r))} |"
+                f"{fmt(drift(system, r))} | {fmt(cpu_drift(system, r))} | "
+                f"{fmt(1000 * med(system, r, 'round_s'), 3)} | {fmt(100 * med(system, r, 'stalled'), 1)} |"
             )
     if errors:
         print()
