@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio.testing
 
 from pidurable.shell import MemoryStorage, open_jsonl_storage, open_sqlite_storage
 
@@ -74,6 +75,38 @@ def _claimed(store: Any) -> Any:
     return trees.TreeStorage(store, claim)
 
 
+#: Backends whose commits run inline (no thread): their lives run on virtual time.
+_INLINE = frozenset({"memory", "sqlite", "jsonl"})
+
+
+class _Time:
+    """The clocks of the lives on one store. On an inline backend Trio runs
+    on a ``MockClock`` that jumps when every task waits, and the harness's
+    millisecond clock reads it, going on from the previous life (a restart
+    later): a life's interleaving then depends on its seed alone, not on how
+    long a commit takes on a loaded machine - with wall time, a scenario's
+    2 ms tool pauses raced the commits, and the recovering lives' effects
+    (so the boundaries swept) differed from run to run. PostgreSQL commits
+    in a worker thread (a mock clock would jump while one is in flight), so
+    its lives keep wall time."""
+
+    def __init__(self, backend: str) -> None:
+        self.virtual = backend in _INLINE
+        self.last_ms = 1_767_225_600_000  # 2026-01-01
+
+    def life(self, storage: Any, scenario: Scenario, world: World, crash_at: int | None, seed: int = 0) -> Life:
+        if not self.virtual:
+            return run_life(storage, scenario, world, crash_at=crash_at, seed=seed)
+        start = self.last_ms + 1_000
+
+        def clock() -> int:
+            self.last_ms = start + int(trio.current_time() * 1000)
+            return self.last_ms
+
+        mock = trio.testing.MockClock(autojump_threshold=0)
+        return run_life(storage, scenario, world, crash_at=crash_at, seed=seed, clock=clock, trio_clock=mock)
+
+
 def _storage(backend: str, tmp_path: Path, n: int) -> Any:
     if backend == "memory":
         return MemoryStorage()
@@ -131,7 +164,7 @@ def test_kill_at_every_effect_boundary(scenario: Scenario, backend: str, tmp_pat
     every durability invariant holding."""
     storage = _storage(backend, tmp_path, 0)
     world = _world(scenario)
-    base = run_life(storage, scenario, world, crash_at=None)
+    base = _Time(backend).life(storage, scenario, world, crash_at=None)
     assert not base.crashed
     storage = _reopen(storage, backend)
     expected = storage.entries(1)
@@ -170,11 +203,12 @@ def _lives(scenario: Scenario, backend: str, tmp_path: Path, n: int, crashes: tu
     (while the previous one crashed), then one to the end."""
     storage = _storage(backend, tmp_path, n)
     world = _world(scenario)
-    lives = [run_life(storage, scenario, world, crash_at=crashes[0], seed=crashes[0])]
+    time = _Time(backend)
+    lives = [time.life(storage, scenario, world, crash_at=crashes[0], seed=crashes[0])]
     for crash_at in (*crashes[1:], None):
         if not lives[-1].crashed:
             break
-        lives.append(run_life(_reopen(storage, backend), scenario, world, crash_at=crash_at, seed=crashes[0]))
+        lives.append(time.life(_reopen(storage, backend), scenario, world, crash_at=crash_at, seed=crashes[0]))
     return lives, world, _reopen(storage, backend)
 
 
