@@ -321,7 +321,9 @@ class SqliteStorage(
 
     def _attach(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
-        self._db = sqlite_utils.Database(conn)
+        # (no sqlite-utils plugins: other packages' code is not run on a store's
+        # connection, and finding them scans every installed package's entry points)
+        self._db = sqlite_utils.Database(conn, execute_plugins=False)
 
     def _prepare(self) -> None:
         try:

@@ -128,3 +128,30 @@ def test_a_store_written_by_earlier_code_is_rewritten_at_open(tmp_path: Path, na
     finally:
         again.close()
     assert _tables(path) == after
+
+
+def test_a_migration_script_runs_statement_by_statement_inside_the_transaction(tmp_path: Path) -> None:
+    """``sqlite_layout._script``: split where a statement really ends (a ``;``
+    in a string or a comment does not end one), in the open transaction."""
+    import sqlite_utils
+
+    from pidurable.shell.storage.sqlite_layout import _script
+
+    conn = sqlite3.connect(tmp_path / "x.sqlite", isolation_level=None)
+    db = sqlite_utils.Database(conn, execute_plugins=False)
+    conn.execute("BEGIN")
+    _script(
+        db,
+        """
+        CREATE TABLE t (v TEXT);  -- a comment; with a semicolon
+        INSERT INTO t VALUES ('a;b');
+        INSERT INTO t VALUES ('c')""",
+    )
+    assert conn.in_transaction  # (sqlite3's executescript would have committed)
+    conn.execute("ROLLBACK")
+    assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 't'").fetchone() == (0,)
+    conn.execute("BEGIN")
+    _script(db, "CREATE TABLE t (v TEXT); INSERT INTO t VALUES ('a;b'); INSERT INTO t VALUES ('c')")
+    conn.execute("COMMIT")
+    assert conn.execute("SELECT v FROM t ORDER BY rowid").fetchall() == [("a;b",), ("c",)]
+    conn.close()
