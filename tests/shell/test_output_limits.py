@@ -105,10 +105,15 @@ async def test_a_1mb_bash_output_never_reaches_the_transcript_or_the_store_whole
 
 
 async def test_running_bash_output_shows_in_the_live_slot_while_it_runs(tmp_path: Path) -> None:
-    """A slow command printing in chunks: a watcher polling pi.live sees the
+    """A command printing in chunks: a watcher polling pi.live sees the
     slot's output grow while the command runs (partial output, throttled),
-    and the slot output is gone once the call settled."""
-    command = "for i in 1 2 3 4 5; do echo chunk$i; sleep 0.25; done"
+    and the slot output is gone once the call settled. The command waits for
+    the watcher to have seen each of its first two chunks (a file the test
+    creates), so the test does not depend on how fast a loaded machine
+    schedules the watcher (with fixed pauses it once saw only chunk1, then
+    the whole output)."""
+    wait = "while [ ! -e {0} ]; do sleep 0.01; done"
+    command = f"echo chunk1; {wait.format('seen1')}; echo chunk2; {wait.format('seen2')}; echo chunk3; echo chunk4; echo chunk5"
     models = ScriptedModels([reply(tool_calls=[tool_call("bash", command=command)]), reply(text="done")])
     storage = MemoryStorage()
     seen: list[str] = []
@@ -124,6 +129,9 @@ async def test_running_bash_output_shows_in_the_live_slot_while_it_runs(tmp_path
                 for slot in live.tools or ():
                     if slot.output and (not seen or seen[-1] != slot.output):
                         seen.append(slot.output)
+                        for n in (1, 2):
+                            if f"chunk{n}" in slot.output:
+                                (tmp_path / f"seen{n}").touch()
                 await trio.sleep(0.01)
         live = storage.document(1, LIVE_DOC)
     partial = [s for s in seen if "chunk1" in s and "chunk5" not in s]
