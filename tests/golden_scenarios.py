@@ -37,7 +37,6 @@ for _p in (ROOT / "tests", ROOT / "tests" / "crash"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-import trio.testing  # noqa: E402
 
 from pidurable.core.effects import RunTool  # noqa: E402
 from pidurable.shell import MemoryStorage  # noqa: E402
@@ -46,7 +45,7 @@ from pidurable.shell.journal_file import write_journal  # noqa: E402
 from pidurable.shell.storage.base import JournalRow  # noqa: E402
 
 import scenarios as crash_scenarios  # noqa: E402
-from harness import Life, Scenario, World, run_life  # noqa: E402
+from harness import Life, Scenario, World, run_virtual_life  # noqa: E402
 
 #: Where the golden journals live.
 DIR = ROOT / "specs" / "scenarios"
@@ -138,15 +137,7 @@ def _world(scenario: Scenario) -> World:
 
 def _life(storage: Any, scenario: Scenario, world: World, crash_at: int | None, start_ms: int) -> tuple[Life, int]:
     """One deterministic process life; it and the clock's last reading."""
-    mock = trio.testing.MockClock(autojump_threshold=0)
-    last = [start_ms]
-
-    def clock() -> int:
-        last[0] = start_ms + int(trio.current_time() * 1000)
-        return last[0]
-
-    life = run_life(storage, scenario, world, crash_at, seed=0, clock=clock, trio_clock=mock)
-    return life, last[0]
+    return run_virtual_life(storage, scenario, world, crash_at, start_ms)
 
 
 def journal(golden: Golden) -> list[JournalRow]:

@@ -76,10 +76,10 @@ class Checkpointer:
         """Whether later commits still start checkpoints here."""
         return not self._stopped
 
-    def committed(self, transactions: int = 1) -> None:
-        """``transactions`` more are durable: start a checkpoint if one is due
+    def committed(self) -> None:
+        """One more transaction is durable: start a checkpoint if one is due
         and none is running."""
-        since = self._since + transactions
+        since = self._since + 1
         if since < self._every or self._stopped:
             self._since = since
             return
@@ -128,9 +128,8 @@ class Checkpointer:
     def stop(self) -> None:
         """No more checkpoints: join the running one, close the connection (idempotent)."""
         self._stopped = True
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join()
+        self.wait()
+        self._thread = None
         conn, self._conn = self._conn, None
         if conn is not None:
             self._close(conn)

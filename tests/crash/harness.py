@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 import trio
+import trio.testing
 
 from pidurable.core.effects import Effect
 from pidurable.core.model import AgentConfig, ModelRef, Settings
@@ -191,6 +192,25 @@ def run_life(
             raise
         crashed = True
     return Life(crashed=crashed, terminal_at_start=terminal, effects=recorder.effects, seq_at_start=seq_at_start)
+
+
+def run_virtual_life(
+    storage: Any, scenario: Scenario, world: World, crash_at: int | None, start_ms: int, seed: int = 0
+) -> tuple[Life, int]:
+    """:func:`run_life` on virtual time: Trio on a ``MockClock`` that jumps
+    when every task waits, and the harness's millisecond clock reading it
+    from ``start_ms``. The life's interleaving then depends on ``seed``
+    alone, not on how fast the machine runs. Returns the life and the
+    clock's last reading (the next life of the store starts after it)."""
+    mock = trio.testing.MockClock(autojump_threshold=0)
+    last = [start_ms]
+
+    def clock() -> int:
+        last[0] = start_ms + int(trio.current_time() * 1000)
+        return last[0]
+
+    life = run_life(storage, scenario, world, crash_at, seed=seed, clock=clock, trio_clock=mock)
+    return life, last[0]
 
 
 def _only_crash(group: BaseExceptionGroup[Any]) -> bool:

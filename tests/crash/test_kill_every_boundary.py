@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio.testing
 
 from pidurable.shell import MemoryStorage, open_jsonl_storage, open_sqlite_storage
 
 from pidurable.core.effects import RunReconcile
 
-from harness import CRASH_REPORT, Life, Scenario, World, check_all, run_life
+from harness import CRASH_REPORT, Life, Scenario, World, check_all, run_life, run_virtual_life
 from scenarios import ALL
 
 
@@ -80,11 +79,11 @@ _INLINE = frozenset({"memory", "sqlite", "jsonl"})
 
 
 class _Time:
-    """The clocks of the lives on one store. On an inline backend Trio runs
-    on a ``MockClock`` that jumps when every task waits, and the harness's
-    millisecond clock reads it, going on from the previous life (a restart
-    later): a life's interleaving then depends on its seed alone, not on how
-    long a commit takes on a loaded machine - with wall time, a scenario's
+    """The clocks of the lives on one store. On an inline backend each life
+    runs on virtual time (``run_virtual_life``), its clock going on from the
+    previous life's (a restart later): a life's interleaving then depends
+    on its seed alone, not on how long a commit takes on a loaded machine -
+    with wall time, a scenario's
     2 ms tool pauses raced the commits, and the recovering lives' effects
     (so the boundaries swept) differed from run to run. PostgreSQL commits
     in a worker thread (a mock clock would jump while one is in flight), so
@@ -97,14 +96,8 @@ class _Time:
     def life(self, storage: Any, scenario: Scenario, world: World, crash_at: int | None, seed: int = 0) -> Life:
         if not self.virtual:
             return run_life(storage, scenario, world, crash_at=crash_at, seed=seed)
-        start = self.last_ms + 1_000
-
-        def clock() -> int:
-            self.last_ms = start + int(trio.current_time() * 1000)
-            return self.last_ms
-
-        mock = trio.testing.MockClock(autojump_threshold=0)
-        return run_life(storage, scenario, world, crash_at=crash_at, seed=seed, clock=clock, trio_clock=mock)
+        life, self.last_ms = run_virtual_life(storage, scenario, world, crash_at, self.last_ms + 1_000, seed)
+        return life
 
 
 def _storage(backend: str, tmp_path: Path, n: int) -> Any:

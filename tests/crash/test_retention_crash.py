@@ -14,14 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
-import trio.testing
 
 from pidurable.shell import open_sqlite_storage
 from pidurable.shell.storage import sqlite_retention
 from pidurable.shell.storage.base import as_stored
 
-from harness import Life, Scenario, World, run_life
+from harness import Life, Scenario, World, run_virtual_life
 from scenarios import CONFIG_FIX, FOLLOW_UP, UNSAFE
 
 
@@ -32,14 +30,7 @@ def _world(s: Scenario) -> World:
 
 
 def _life(storage: Any, scenario: Scenario, world: World, crash_at: int | None, start_ms: int) -> tuple[Life, int]:
-    mock = trio.testing.MockClock(autojump_threshold=0)
-    last = [start_ms]
-
-    def clock() -> int:
-        last[0] = start_ms + int(trio.current_time() * 1000)
-        return last[0]
-
-    return run_life(storage, scenario, world, crash_at, seed=0, clock=clock, trio_clock=mock), last[0]
+    return run_virtual_life(storage, scenario, world, crash_at, start_ms)
 
 
 def _run(path: Path, scenario: Scenario, crash_at: int | None, retention: int | str) -> list[Life]:
