@@ -71,7 +71,9 @@ from . import codec
 #: state (:data:`TERMINAL_DROPS`); rows written before decode as they did.
 #: 5: the built-in documents (``pi.agent``...) as document records and
 #: revisions (issue 10, core/builtins.py); the ``documents`` table is gone.
-SCHEMA_VERSION = 5
+#: 6: SQLite's ``document_revisions`` is a WITHOUT ROWID table (its key
+#: (document_id, seq) is the table: no separate index; issue 11 item 2).
+SCHEMA_VERSION = 6
 
 
 class StorageError(Exception):

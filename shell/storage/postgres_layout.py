@@ -56,8 +56,11 @@ PG_SCHEMA_VERSION = 3
 # SQLite's version 4 (lean task and entry records, issue 11) changed no
 # column: PostgreSQL rows get the same lean records (``base.encode_write``)
 # and its reads put the columns back, so whole records of earlier rows read
-# as before and no migration is needed.
-assert SCHEMA_VERSION == 5, "add a PostgreSQL migration for the new layout (postgres_layout.py)"
+# as before and no migration is needed. SQLite's version 6 (WITHOUT ROWID
+# document revisions) changed how SQLite keeps a table, not its rows: a
+# PostgreSQL table is a heap and its primary key an index whatever SQLite
+# does, so nothing changes here.
+assert SCHEMA_VERSION == 6, "add a PostgreSQL migration for the new layout (postgres_layout.py)"
 
 _V1 = """
 CREATE TABLE conversations (

@@ -10,6 +10,7 @@ changes what it decides; such a change is acknowledged in ``MAY_DIVERGE``
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -36,12 +37,14 @@ MAY_DIVERGE: dict[str, dict[int, str]] = {
         16: "issue 17 item 4 (system entries): conversation 3's agent, offered tools, gets its system entry at its first prepare",
     },
     "schema3_lives_store.sqlite": {},
+    "schema5_lives_store.sqlite": {},
 }
 #: What each fixture holds: schema version, commits, process lives.
 SHAPE = {
     "schema1_store.sqlite": (1, 5, 1),
     "schema2_lives_store.sqlite": (2, 17, 3),
     "schema3_lives_store.sqlite": (3, 17, 3),
+    "schema5_lives_store.sqlite": (5, 17, 3),
 }
 
 
@@ -125,3 +128,53 @@ def test_the_schema2_lives_fixture_keeps_its_records(tmp_path: Path) -> None:
         assert [d.value for d in notes] == [{"lines": ["opened", "read config.json"]}]
     finally:
         storage.close()
+
+
+def _layout(path: Path) -> dict[str, str]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {name: sql for name, sql in conn.execute("SELECT name, sql FROM sqlite_master")}
+    finally:
+        conn.close()
+
+
+def test_version_6_keeps_document_revisions_without_a_rowid(tmp_path: Path) -> None:
+    """Schema 6 (issue 11 item 2): ``document_revisions`` is a WITHOUT ROWID
+    table, in a new store and in one migrated from schema 5 (its rows kept,
+    in key order; no ``sqlite_autoindex`` b-tree beside it), and the
+    migrated store's documents read back as they did."""
+    new = tmp_path / "new.sqlite"
+    open_sqlite_storage(new).close()
+    copy = tmp_path / "s5.sqlite"
+    shutil.copy(FIXTURES / "schema5_lives_store.sqlite", copy)
+    before = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
+    try:
+        rows = before.execute("SELECT document_id, seq, action, content FROM document_revisions ORDER BY document_id, seq").fetchall()
+    finally:
+        before.close()
+    assert "sqlite_autoindex_document_revisions_1" in _layout(copy) and len(rows) == 13
+
+    def documents(path: Path) -> list[tuple[str, object]]:
+        storage = open_sqlite_storage(path)
+        try:
+            return sorted((d.kind, repr(d.value)) for d in storage.load().documents)
+        finally:
+            storage.close()
+
+    ro = open_readonly(copy)
+    try:
+        want = sorted((d.kind, repr(d.value)) for d in ro.load().documents)
+    finally:
+        ro.close()
+    assert [kind for kind, _ in want] == ["notes"]
+    assert documents(copy) == want  # migrates
+    for path in (new, copy):
+        layout = _layout(path)
+        assert "WITHOUT ROWID" in layout["document_revisions"], path.name
+        assert "sqlite_autoindex_document_revisions_1" not in layout
+        assert "document_revisions_v6" not in layout
+    after = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
+    try:
+        assert after.execute("SELECT document_id, seq, action, content FROM document_revisions").fetchall() == rows
+    finally:
+        after.close()
