@@ -31,6 +31,9 @@ printed value is the median over --repeat runs.
   that median, beyond the median - stalls such as a WAL checkpoint inside a
   commit or a full garbage collection (round 11: 10-17% before checkpoints
   moved to a thread).
+- gc %: the share of the run's wall time spent in Python's garbage
+  collector (``gc.callbacks``; round 12: a full collection costs ~50 ms
+  here with only pidurable's imports alive).
 
 The peers run in their own venv, made on first use under
 ~/.cache/pidurable-bench/peers-venv (or --peers-venv) from
@@ -61,7 +64,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -96,6 +99,7 @@ def child_pidurable(args: argparse.Namespace) -> dict[str, Any]:
     d = Path(args.dir)
     times: dict[str, float] = {}
     gc.collect()
+    collecting = gc_time()
     cpu_marks: list[float] = []
     run = partial(
         run_once, args.rounds, d / "bench.sqlite", args.synchronous, storage_kind=args.storage, times=times,
@@ -108,6 +112,7 @@ def child_pidurable(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "round_s": round_s,
         "stalled": stalled,
+        "gc_s": collecting(),
         "wall_s": times["done"] - times["start"],
         "cpu_s": times["cpu_done"] - times["cpu_start"],
         "first_s": first,
@@ -150,14 +155,17 @@ def child_peer(args: argparse.Namespace, peer: str) -> dict[str, Any]:
         raise SystemExit(f"unknown peer {peer!r}: one of {', '.join(runs)}")
     modules = {"dbos": "dbos", "pi": "pi_durable", "langgraph": "langgraph.checkpoint.sqlite"}
     __import__(next(m for prefix, m in modules.items() if peer.startswith(prefix)))
+    collecting = gc_time()
     cpu = time.process_time()
     out = runs[peer]()
     cpu = time.process_time() - cpu
+    gc_s = collecting()
     tenth = max(1, args.rounds // 10)
     round_s, stalled = stalls(marks)
     return {
         "round_s": round_s,
         "stalled": stalled,
+        "gc_s": gc_s,
         "wall_s": out["wall_s"],
         "cpu_s": cpu,
         "first_s": (marks[tenth] - marks[0]) / (tenth * 4),
@@ -180,6 +188,28 @@ def stalls(marks: list[float]) -> tuple[float, float]:
     total = sum(rounds)
     stalled = sum(r - median for r in rounds if r > 3 * median)
     return median, (stalled / total if total else 0.0)
+
+
+def gc_time() -> Callable[[], float]:
+    """Start summing the seconds Python's garbage collector runs; the
+    function returned stops it and gives the sum."""
+    import gc
+
+    spent = [0.0, 0.0]  # total, start of the collection under way
+
+    def timed(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            spent[1] = time.perf_counter()
+        else:
+            spent[0] += time.perf_counter() - spent[1]
+
+    gc.callbacks.append(timed)
+
+    def stop() -> float:
+        gc.callbacks.remove(timed)
+        return spent[0]
+
+    return stop
 
 
 def vm_hwm_mb() -> float:
@@ -367,6 +397,12 @@ def report(
             return None
         return statistics.median(r["last_s"] / r["first_s"] for r in runs)
 
+    def gc_share(system: str, rounds: int) -> float | None:
+        runs = results.get((system, rounds))
+        if not runs or any("gc_s" not in r for r in runs):
+            return None
+        return 100 * statistics.median(r["gc_s"] / r["wall_s"] for r in runs)
+
     def cpu_drift(system: str, rounds: int) -> float | None:
         runs = results.get((system, rounds))
         if not runs or any(not r.get("cpu_first_s") for r in runs):
@@ -404,15 +440,15 @@ def report(
     print()
     print(
         "| system | R | steps | runs | ms/step | CPU ms/step | x pidurable | bytes/step | peak RSS MB | "
-        "first 10% ms | last 10% ms | last/first | CPU last/first | round ms | stalled % |"
+        "first 10% ms | last 10% ms | last/first | CPU last/first | round ms | stalled % | gc % |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for system in systems:
         for r in args.rounds:
             runs = results.get((system, r))
             if not runs:
                 if (system, r) in errors:
-                    print(f"| {LABELS[system]} | {r} | {4 * r + 1} | 0 | failed: {errors[(system, r)][:80]} |||||||||||")
+                    print(f"| {LABELS[system]} | {r} | {4 * r + 1} | 0 | failed: {errors[(system, r)][:80]} ||||||||||||")
                 continue
             print(
                 f"| {LABELS[system]} | {r} | {4 * r + 1} | {len(runs)} | {fmt(ms(system, r), 3)} | "
@@ -420,7 +456,8 @@ def report(
                 f"{fmt(per_step(system, r), 0)} | {fmt(med(system, r, 'peak_rss_mb'), 0)} | "
                 f"{fmt(1000 * med(system, r, 'first_s'), 3)} | {fmt(1000 * med(system, r, 'last_s'), 3)} | "
                 f"{fmt(drift(system, r))} | {fmt(cpu_drift(system, r))} | "
-                f"{fmt(1000 * med(system, r, 'round_s'), 3)} | {fmt(100 * med(system, r, 'stalled'), 1)} |"
+                f"{fmt(1000 * med(system, r, 'round_s'), 3)} | {fmt(100 * med(system, r, 'stalled'), 1)} | "
+                f"{fmt(gc_share(system, r), 1)} |"
             )
     if errors:
         print()
