@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+from immutables import Map
 
 from .record_makers import made_State, new_Commit, new_PutEntry, new_PutTask, new_Step  # (X(...) without the type call's dict: issue 11 item 2)
 from .builtins import BUILTINS, created, revise, staged_write
@@ -60,6 +61,7 @@ from .model import (
     TaskStatus,
     ToolInfo,
 )
+from . import index as index_module
 from .index import IndexDraft, TaskIndex
 from .state import (
     AGENT_DOC,
@@ -243,13 +245,22 @@ class Tx:
     def put_task(self, task: Task, *, durable: bool = True) -> None:
         """Replace a task in the draft; ``durable=False`` changes only memory
         (a reservation whose intent is already stored)."""
-        # (_owned, inline: every step that puts a task needs its own copy)
-        tasks: dict[TaskId, Task]
-        if "tasks" in self._own:
-            tasks = self.tasks  # type: ignore[assignment]
-        else:
-            tasks = self.tasks = dict(self.tasks)
-            self._own.add("tasks")
+        # small: the draft's own dict (copied on the first put of the step);
+        # large: a new persistent map per put, O(log n) (state.py, index.LARGE)
+        tasks: Any = self.tasks  # (a Map or a dict: both read alike, each written its way)
+        persistent = type(tasks) is Map
+        if persistent:
+            if len(tasks) < index_module.LARGE // 2:  # shrunk: a dict again
+                tasks = self.tasks = dict(tasks.items())
+                self._own.add("tasks")
+                persistent = False
+        elif "tasks" not in self._own:
+            if len(tasks) < index_module.LARGE:
+                tasks = self.tasks = dict(tasks)
+                self._own.add("tasks")
+            else:
+                tasks = Map(tasks)
+                persistent = True
         tid = task.id
         old = tasks.get(tid)
         touched = self.touched
@@ -274,16 +285,27 @@ class Tx:
                 if owned:
                     changed.update(owned)
                 ix.dropped(old)
-                del tasks[tid]
+                if persistent:
+                    self.tasks = tasks.delete(tid)
+                else:
+                    del tasks[tid]
+            elif persistent:
+                self.tasks = tasks
             if self.documents:
                 retire_task_documents(self, tid)
         elif old is None:
             self.changed.add(task.conversation_id)  # it holds its conversation now (holding.py)
             self.index.added(task)
-            tasks[tid] = task
+            if persistent:
+                self.tasks = tasks.set(tid, task)
+            else:
+                tasks[tid] = task
         else:
             self.index.moved(old, task)
-            tasks[tid] = task
+            if persistent:
+                self.tasks = tasks.set(tid, task)
+            else:
+                tasks[tid] = task
         if durable:
             self._writes[(_TASK_WRITE, tid)] = new_PutTask(task=task)  # write(), without its lookups
 

@@ -286,7 +286,7 @@ def _hand_over(tx: Tx, gen: Task, steered: tuple[SubmissionId, ...]) -> None:
         tx.alone != gen.id
         or tx.index.intent
         or conv.live.attempt is not None
-        or not tx.tasks.keys().isdisjoint(tx.touched)  # (C: walks the smaller)
+        or any(map(tx.tasks.__contains__, tx.touched))  # (the touched set is the small one)
         or _prepare_input(tx, cid, FIRST_PREPARE) is not _I_RESERVE
         or not system.unchanged(tx, conv)
         or model is None

@@ -33,7 +33,7 @@ import attrs
 
 from . import cancellation, compaction_task, custom, generation, holding, tools
 from .draft import Tx
-from .index import build
+from .index import build, live_map
 from .events import Opened, RegistryChanged, Resumed
 from .lifecycle import TaskMove, task_to
 from .model import COMPACTION, GENERATION, TOOL, CoreInvariantError, Task, TaskId, TaskStatus
@@ -99,7 +99,7 @@ def _candidates(tx: Tx) -> list[TaskId]:
         tx.rescan = False
         tx.touched.clear()
         return sorted(tx.tasks)
-    ids = sorted(tx.tasks.keys() & tx.touched)  # (C: walks the smaller of the two)
+    ids = sorted(filter(tx.tasks.__contains__, tx.touched))  # (the touched set is the small one)
     tx.touched.clear()
     return ids
 
@@ -163,7 +163,7 @@ def on_opened(tx: Tx, ev: Opened) -> None:
         next_id=max(ev.next_id, 2),
         next_seq=ev.next_seq,
         conversations={c.id: c for c in ev.conversations},
-        tasks={t.id: t for t in ev.tasks if t.status is not TaskStatus.TERMINAL},
+        tasks=live_map({t.id: t for t in ev.tasks if t.status is not TaskStatus.TERMINAL}),
         task_index=build(
             (t for t in ev.tasks if t.status is not TaskStatus.TERMINAL),
             {c.id: c.conversation.owner_task_id for c in ev.conversations},

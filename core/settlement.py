@@ -56,7 +56,8 @@ def finish_task(tx: Tx, task: Task, outcome: Outcome) -> Task:
 def fail_fast(tx: Tx, failed: Task) -> None:
     """A task failed: every waiter with policy failFast whose ``on`` holds it
     gets the other live members of ``on`` abort-marked (not itself)."""
-    for waiter in list(tx.tasks.values()):
+    # its waiters from the reverse index (index.py), not a walk of every live task
+    for waiter in [tx.tasks[t] for t in sorted(tx.index.waiters.get(failed.id, ())) if t in tx.tasks]:
         if (
             waiter.status is TaskStatus.WAITING
             and waiter.policy == WaitPolicy.FAIL_FAST

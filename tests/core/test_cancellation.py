@@ -154,7 +154,7 @@ def test_conversation_abort_while_a_tool_runs_settles_the_whole_run_in_one_commi
     assert note not in subs and d.state.submissions[note].status is SubmissionStatus.QUEUED
     assert [i.submission_id for i in only(writes_of(st, PutInbox)).items] == [note]
     assert put_live(st) is not None and put_live(st).run is None
-    assert d.state.tasks == {} and conversation_is_idle(d.state, ROOT)
+    assert dict(d.state.tasks) == {} and conversation_is_idle(d.state, ROOT)
 
 
 def test_a_late_tool_result_after_the_abort_is_ignored() -> None:
@@ -235,7 +235,7 @@ def test_conversation_abort_reaches_owned_child_conversations() -> None:
     assert subs[child_input].reason == "aborted" and subs[child_follow].reason == "aborted"
     assert subs[first].reason == "aborted"
     assert child_note not in subs and d.state.conversations[child].inbox[0].submission_id == child_note
-    assert d.state.tasks == {}
+    assert dict(d.state.tasks) == {}
 
 
 def test_conversation_abort_stops_at_background_tasks_unless_background_is_true() -> None:
@@ -453,7 +453,7 @@ def test_a_crash_after_the_abort_commit_keeps_everything_settled() -> None:
     assert store is not None
     reopened = step(State(), store.opened(now=100, catalog=CATALOG))
     assert reopened.effects == ()
-    assert reopened.state.tasks == {} and reopened.state.submissions == {}
+    assert dict(reopened.state.tasks) == {} and reopened.state.submissions == {}
     [result] = tool_results(store.entries())["c1"]
     assert result.text == "<harness>\n[error] Tool t was aborted\n</harness>"
     assert {s.id: (s.status, s.reason) for s in store.submissions()} == {
@@ -482,7 +482,7 @@ def test_marks_committed_before_a_crash_finish_the_abort_on_reopen() -> None:
     reopened = step(State(), store.opened(now=70, catalog=CATALOG))
     store.apply(reopened)
     assert not effects_of(reopened, RunTool) and not effects_of(reopened, CallModel)
-    assert reopened.state.tasks == {}
+    assert dict(reopened.state.tasks) == {}
     [result] = tool_results(store.entries())["c1"]
     assert result.text == "<harness>\n[error] Tool t was aborted\n</harness>" and result.at == 70
     final = {t.id: t.outcome.status for t in store.tasks()}
@@ -513,7 +513,7 @@ def test_an_unapplied_cascade_below_a_held_failed_owner_is_derived_at_open() -> 
     assert final[owner.id].status is TaskStatus.TERMINAL and final[owner.id].outcome == held.outcome
     assert final[owner.id].ended_at == 90
     assert {s.id: s.reason for s in store.submissions()} == {child_input: "aborted"}
-    assert reopened.state.tasks == {}
+    assert dict(reopened.state.tasks) == {}
     assert not effects_of(reopened, CallModel)
 
 

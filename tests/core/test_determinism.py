@@ -17,7 +17,7 @@ import copy
 from typing import Any
 
 import attrs
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from pidurable.core import State, Step, step
@@ -89,6 +89,8 @@ class Driver:
         self.outputs: list[Step] = []
         self.runs: dict[int, int] = {}  # RunTool count per task (across crashes)
         self.fresh = True
+        #: Whether a state's live tasks were ever a persistent map (index.LARGE).
+        self.maps_seen = False
         self.feed(opened)
 
     # --- drawing ---------------------------------------------------------------
@@ -107,6 +109,7 @@ class Driver:
         ev_copy = copy.deepcopy(ev)
 
         out = step(state, ev)
+        self.maps_seen = self.maps_seen or type(out.state.tasks).__name__ == "Map"
 
         # Purity: the input state and event are untouched.
         assert state == before, "step mutated its input state"
@@ -284,7 +287,7 @@ class Driver:
     # --- final checks ------------------------------------------------------------------
     def check_quiescent(self) -> None:
         """With nothing outstanding, no task is live and every call in the transcript has its result."""
-        assert self.state.tasks == {}, f"live tasks left: {self.state.tasks}"
+        assert dict(self.state.tasks) == {}, f"live tasks left: {self.state.tasks}"
         for conv in self.state.conversations.values():
             assert conv.live.run is None
         # only inputs queued behind a failed run may stay unsettled (they wait in the inbox)
@@ -314,12 +317,36 @@ def attrs_evolve_now(ev: Event, now: int) -> Event:
 @given(st.data())
 def test_random_histories_are_deterministic_pure_and_durable(data: st.DataObject) -> None:
     """Over a random valid history, each step is deterministic, never mutates its input, emits at most one leading Commit and keeps the durability invariants; replaying the journal reproduces it."""
+    random_history(data)
+
+
+def random_history(data: st.DataObject) -> Driver:
+    """A random history of 15-60 actions, drained, checked quiescent and replayed."""
     driver = Driver(data)
     for _ in range(data.draw(st.integers(15, 60), label="length")):
         driver.act()
     driver.drain()
     driver.check_quiescent()
     driver.check_replay()
+    return driver
+
+
+@given(st.data())
+def test_random_histories_hold_with_persistent_maps(data: st.DataObject) -> None:
+    """The same over random histories with ``index.LARGE`` at 2: the live
+    tasks and the task index's mappings are persistent maps from two entries
+    on (and dicts again below one), so every put, shrink and growth takes the
+    Map path; the scheduler checks the kept index against a fresh build at
+    every pass (``CHECK_TOUCHED``)."""
+    from pidurable.core import index, scheduling
+
+    saved = index.LARGE, scheduling.CHECK_TOUCHED
+    index.LARGE, scheduling.CHECK_TOUCHED = 2, True
+    try:
+        driver = random_history(data)
+        event("live tasks held in a persistent map" if driver.maps_seen else "live tasks always a dict")
+    finally:
+        index.LARGE, scheduling.CHECK_TOUCHED = saved
 
 
 def test_step_is_deterministic_on_a_fixed_history() -> None:
@@ -337,3 +364,38 @@ def test_step_is_deterministic_on_a_fixed_history() -> None:
         return s1 + s2 + s3 + run_events(s3[-1].state, answer(g2))
 
     assert history() == history()
+
+
+def test_a_fixed_history_is_the_same_with_dicts_and_persistent_maps() -> None:
+    """The fixed history above, stepped with dicts (``index.LARGE`` 32) and
+    with persistent maps from two entries on (``LARGE`` 2): equal Steps,
+    equal task indexes, and the second did hold its live tasks and its
+    index in Maps."""
+    from immutables import Map
+
+    from pidurable.core import index
+
+    from .helpers import answer, calls, finished, opened_state, prepared, run_events, submit
+
+    def history() -> list[Step]:
+        state = opened_state()
+        s1 = run_events(state, submit("hi", ticket=1))
+        gen = min(s1[-1].state.tasks)
+        s2 = run_events(s1[-1].state, calls(gen, "ls", "cat", "pwd"))
+        tids = sorted(t for t in s2[-1].state.tasks if t != gen)
+        s3 = run_events(s2[-1].state, *[e for t in tids for e in (prepared(t), finished(t))])
+        g2 = max(s3[-1].state.tasks)
+        return s1 + s2 + s3 + run_events(s3[-1].state, answer(g2))
+
+    plain = history()
+    saved = index.LARGE
+    index.LARGE = 2
+    try:
+        persistent = history()
+    finally:
+        index.LARGE = saved
+    assert persistent == plain
+    assert [s.state.index.as_dict() for s in persistent] == [s.state.index.as_dict() for s in plain]
+    assert any(type(s.state.tasks) is Map for s in persistent)
+    assert any(type(m) is Map for s in persistent for m in (s.state.index.waiters, s.state.index.children, s.state.index.in_conversation))
+    assert not any(type(s.state.tasks) is Map for s in plain)

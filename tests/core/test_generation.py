@@ -152,7 +152,7 @@ def test_answer_settles_the_run_in_one_commit() -> None:
     assert task.status is TaskStatus.TERMINAL and task.ended_at == 33
     assert task.outcome is not None and task.outcome.status is OutcomeStatus.COMPLETED
     assert task.outcome.result == {"entry_id": entry.id}
-    assert st.state.tasks == {} and st.state.submissions == {}
+    assert dict(st.state.tasks) == {} and st.state.submissions == {}
 
 
 # --- tool rounds ---------------------------------------------------------------

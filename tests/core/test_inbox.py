@@ -141,7 +141,7 @@ def test_follow_up_while_busy_is_queued_then_placed_by_the_answer_and_starts_its
 
     st = d(answer(g2, "answer two"))
     assert put_subs(st)[second].status is SubmissionStatus.DONE
-    assert d.run_inputs is None and d.state.tasks == {} and d.state.submissions == {}
+    assert d.run_inputs is None and dict(d.state.tasks) == {} and d.state.submissions == {}
 
 
 def test_one_at_a_time_places_one_follow_up_per_run() -> None:
@@ -252,7 +252,7 @@ def test_idle_write_appends_its_entry_and_is_done_at_once_without_a_task() -> No
     assert sub.type == "write" and sub.status is SubmissionStatus.DONE and sub.entry_id == entry.id
     assert respond(st).reply.value == sub.id
     assert not put_tasks(st) and put_live(st) is None
-    assert d.state.tasks == {} and d.state.submissions == {} and d.run_inputs is None
+    assert dict(d.state.tasks) == {} and d.state.submissions == {} and d.run_inputs is None
 
 
 def test_busy_write_is_queued_and_placed_first_at_the_final_boundary() -> None:
@@ -284,7 +284,7 @@ def test_queued_writes_alone_never_start_a_run() -> None:
     subs = put_subs(st)
     assert subs[w1].status is subs[w2].status is SubmissionStatus.DONE
     assert [(e.kind, e.text) for e in put_entries(st)[1:]] == [("user", "w1"), ("system", "w2")]
-    assert d.run_inputs is None and d.state.tasks == {} and not effects_of(st, CallModel)
+    assert d.run_inputs is None and dict(d.state.tasks) == {} and not effects_of(st, CallModel)
 
 
 def test_writes_are_placed_at_the_post_tools_boundary_and_the_run_goes_on() -> None:
@@ -448,7 +448,7 @@ def test_the_queue_survives_a_crash_and_is_placed_after_reopen() -> None:
     assert [e.text for e in entries if e.kind == EntryKind.USER] == ["first", "note", "follow", "steer"]
     assert all(s.settled for s in store.submissions())
     assert {s.id: s.status for s in store.submissions()}[write] is SubmissionStatus.DONE
-    assert r.state.tasks == {} and r.state.conversations[ROOT].inbox == ()
+    assert dict(r.state.tasks) == {} and r.state.conversations[ROOT].inbox == ()
 
 
 def test_a_withdrawal_survives_a_crash() -> None:

@@ -121,7 +121,7 @@ def test_terminal_tasks_are_never_dispatched() -> None:
                           outcome=Outcome(status=OutcomeStatus.FAILED))
     st = step(State(), opened_event(tasks=[done, done_tool], catalog=[ToolInfo(name="ls", replay="safe")]))
     assert st.effects == ()
-    assert st.state.tasks == {}
+    assert dict(st.state.tasks) == {}
     assert step(st.state, Resumed(now=1)).effects == ()
 
 
