@@ -426,6 +426,17 @@ class Tx:
         """Refuse the host request ``ticket``; the handler writes nothing."""
         self._replies.append(Respond(ticket=ticket, reply=Refused(kind=kind, message=message)))
 
+    def take_effects(self) -> list[Effect]:
+        """The acts and replies queued so far, in that order, and none queued
+        any more (``step_many``: each event's, in event order)."""
+        taken = self._acts + self._replies
+        self._acts, self._replies = [], []
+        return taken
+
+    def give_effects(self, effects: list[Effect]) -> None:
+        """Queue ``effects`` (``take_effects``'s) as the acts ``finish`` emits."""
+        self._acts = effects
+
     def finish(self) -> Step:
         """The frozen result: ``[Commit(writes)?, acts..., replies...]``."""
         seq = self._base.next_seq

@@ -6,16 +6,20 @@ pass runs; then the draft becomes a frozen ``Step`` whose effects are
 same Step, always: nothing here reads a clock, draws a random number or does
 I/O. The handler that ran is named in ``Step.rules`` (``<module>.<function>``;
 for an event routed by task kind, the handler it was routed to).
+
+``step_many(state, events)`` steps several events in ONE draft (a group
+commit: each event's handler and passes in turn, one ``Commit`` for all of
+them); it is the fold of ``step`` over them (tests/core/test_step_many.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import admission, cancellation, compaction_task, custom, documents, fork, generation, holding, scheduling, settlement, tools
 from .draft import Tx
-from .effects import Step
+from .effects import Effect, Step
 from .events import (
     SystemRendered,
     EVENT_TYPES,
@@ -160,4 +164,44 @@ def step(state: State, event: Event) -> Step:
     scheduling.run_pass(tx)
     if kind is not ConversationsLoaded:  # what it loaded waits for the event that asked (holding.py)
         holding.settle(tx)
+    return tx.finish()
+
+
+def step_many(state: State, events: Sequence[Event]) -> Step:
+    """``events`` stepped in ONE draft (a group commit): the state that
+    stepping each in turn gives, with every write of theirs in one ``Commit``
+    (a record written twice: its last version, in the place of its first; a
+    built-in document's revisions: one), then each event's acts and replies
+    in event order - what the shell runs after a batch's commits anyway.
+    Each event still has its handler, its scheduling pass and its
+    end-of-step pass, with its own ``now``. ``Opened`` may come only first
+    (it starts a process life). One event: exactly ``step``."""
+    if len(events) == 1:
+        return step(state, events[0])
+    if not events:
+        raise CoreInvariantError("step_many needs at least one event")
+    tx = Tx(state, events[0].now)
+    out: list[Effect] = []
+    for i, event in enumerate(events):
+        kind = type(event)
+        handler = HANDLERS.get(kind)
+        if handler is None:
+            raise CoreInvariantError(f"no handler for event {kind.__name__}")
+        if kind is Opened:
+            if i:
+                raise CoreInvariantError("Opened can only be the first event a draft steps")
+        elif not tx._base.opened:
+            raise CoreInvariantError(f"{kind.__name__} before Opened")
+        tx.now = event.now
+        if kind not in _ROUTED:  # (as in step)
+            name = _RULE_NAMES.get(handler)
+            if name is None:
+                name = _RULE_NAMES[handler] = rule_name(handler)
+            tx.rules.append(name)
+        handler(tx, event)
+        scheduling.run_pass(tx)
+        if kind is not ConversationsLoaded:
+            holding.settle(tx)
+        out += tx.take_effects()
+    tx.give_effects(out)
     return tx.finish()

@@ -5,9 +5,13 @@ What the journal records
 Every commit journals, in its own transaction, the events the reducer
 stepped since the previous commit, exactly as stepped (enriched, cleaned;
 ``loop.py``), then the commit's writes as the codec encoded them. The core
-emits at most one ``Commit`` per step, so a journal row is ``[e1 .. en]``
-where only ``en`` committed. Ids and sequence numbers come from counters in
-the state, so they are recomputed, never read back.
+emits at most one ``Commit`` per draft: a journal row is ``[e1 .. en]``
+where only ``en`` committed, or a group the loop stepped in one draft
+(``step_many``: results of work in flight ready together, one commit), or
+both. Replay steps a row's events in one draft - for a row of the first
+kind that is the fold of ``step`` over them (tests/core/test_step_many.py),
+so rows written before groups replay alike. Ids and sequence numbers come
+from counters in the state, so they are recomputed, never read back.
 
 A process life starts with ``Opened`` (what it loaded: live records,
 counters, the installed catalog, settings), stepped on a fresh ``State``.
@@ -41,7 +45,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from pidurable.core import State, step
+from pidurable.core import State, step, step_many
 from pidurable.core.builtins import legacy_writes
 from pidurable.core.effects import Commit
 from pidurable.core.events import Event, Opened
@@ -106,8 +110,6 @@ class Kind(enum.StrEnum):
     SEQ = "seq"
     #: The row's events produced no commit.
     NO_COMMIT = "no_commit"
-    #: An event before the row's last one already committed.
-    EARLY_COMMIT = "early_commit"
     #: The current core committed where the journal has no commit.
     EXTRA_COMMIT = "extra_commit"
     #: ``step`` raised on a recorded event.
@@ -350,25 +352,19 @@ def _replay_row(
             produced=writes_json(c.writes, row.format),
         ), ""
     last = len(events) - 1
-    for i, ev in enumerate(events):
-        try:
-            result = step(life.state, ev)
-        except Exception as e:  # noqa: BLE001 - the core raising on a recorded event is a divergence
-            return (), at(i, Kind.RAISED, f"step raised {type(e).__name__} on this event: {_first_line(e)}"), ""
-        life.state = result.state
-        if rules is not None:
-            rules.append(result.rules)
-        commits = [e for e in result.effects if isinstance(e, Commit)]
-        acts.extend(type(e).TAG for e in result.effects if not isinstance(e, Commit))
-        if commits and i < last:
-            return (), at(
-                i,
-                Kind.EARLY_COMMIT,
-                f"this code commits after event {i} ({type(ev).TAG}); the journal's commit {row.seq} "
-                f"came after event {last} ({type(events[last]).TAG})",
-                produced=writes_json(commits[0].writes, row.format),
-            ), ""
-        produced.extend(commits)
+    # the row's events in one draft, as the loop steps a group (step_many; one
+    # event: step); the fold of step over them when only the last one wrote
+    before = life.state
+    try:
+        result = step_many(before, events)
+    except Exception as e:  # noqa: BLE001 - the core raising on a recorded event is a divergence
+        i, e = _raising(before, events, e)
+        return (), at(i, Kind.RAISED, f"step raised {type(e).__name__} on this event: {_first_line(e)}"), ""
+    life.state = result.state
+    if rules is not None:  # each event's own (explain), from stepping them one by one
+        rules.extend(_rules_each(before, events, result))
+    produced.extend(e for e in result.effects if isinstance(e, Commit))
+    acts.extend(type(e).TAG for e in result.effects if not isinstance(e, Commit))
     final = last if events else None
     if not produced:
         return (), at(final, Kind.NO_COMMIT, f"this code makes no commit where the journal has commit {row.seq}"), ""
@@ -386,6 +382,31 @@ def _replay_row(
             final, Kind.WRITES, f"commit {row.seq} differs: this code writes other records", produced=text, diff=diff
         ), text
     return tuple(acts), None, text
+
+
+def _raising(state: State, events: list[Event], error: Exception) -> tuple[int | None, Exception]:
+    """Which of ``events``, stepped one by one from ``state``, raises (and
+    what), else None and ``error`` (the draft of all of them raised)."""
+    if len(events) == 1:
+        return 0, error
+    for i, ev in enumerate(events):
+        try:
+            state = step(state, ev).state
+        except Exception as e:  # noqa: BLE001 - located
+            return i, e
+    return None, error
+
+
+def _rules_each(state: State, events: list[Event], result: Any) -> list[tuple[str, ...]]:
+    """The rules each of ``events`` fired (``result``: their draft's Step)."""
+    if len(events) == 1:
+        return [result.rules]
+    each = []
+    for ev in events:
+        out = step(state, ev)
+        each.append(out.rules)
+        state = out.state
+    return each
 
 
 @attrs.frozen(kw_only=True)

@@ -3,8 +3,9 @@
 Theory of operation (the per-effect contract; docs/contract.md says it for hosts)
 ------------------------------------------------------------------------------
 One task owns ``State``. It takes ready events from one Trio memory channel
-(up to ``MAX_BATCH`` at once), steps each through the pure ``step`` and then
-runs the effects of the whole batch: first ALL their commits in ONE storage
+(up to ``MAX_BATCH`` at once), steps each through the pure ``step`` (a run of
+``GROUPED`` results in one draft: ``step_many``, one commit) and then runs the
+effects of the whole batch: first ALL their commits in ONE storage
 transaction, then the acts in the order the core returned them. What the shell guarantees, per effect kind:
 
 - ``Commit``: durable before any later effect starts (persist, then act). It
@@ -66,6 +67,7 @@ import attrs
 import trio
 
 from pidurable.core import step as core_step
+from pidurable.core.step import step_many
 from pidurable.core.effects import (
     CallModel,
     Cancel,
@@ -88,7 +90,18 @@ from pidurable.core.effects import (
     RunTool,
     Sleep,
 )
-from pidurable.core.events import Event, InvocationFailed
+from pidurable.core.events import (
+    Event,
+    InvocationFailed,
+    ModelFailed,
+    ModelResponded,
+    ModelStreamed,
+    ToolFailed,
+    ToolFinished,
+    ToolPrepared,
+    ToolProgressed,
+    ToolRejected,
+)
 from pidurable.core.model import AgentConfig, ConversationId, TaskId
 from pidurable.core.state import State
 
@@ -97,7 +110,7 @@ from . import loading
 from .context_cache import ContextCache
 from .documents import DocumentUpdates
 from .edge import clean_event
-from .enrich import enrich, needs_lookup
+from .enrich import LOOKUPS, enrich, needs_lookup
 from .interpreters import Interpreters
 from .interpreters.ports import MakeEvent
 from .interpreters.tasks import sleep
@@ -106,6 +119,14 @@ from .rounds import Slot, Turn, until_suspended
 from .storage.base import OffThreadCommits, Storage
 from .waits import Waits
 from .watch import Watches
+
+#: The events a batch steps in one draft (``step_many``: one commit for a
+#: run of them): what the work in flight reports - a model's answer, a tool's
+#: preparation, progress and result. They name no conversation the core may
+#: not hold and read nothing from storage; host requests (each answered on
+#: its own commit) and everything else are stepped one by one.
+GROUPED = frozenset({ModelResponded, ModelFailed, ModelStreamed, ToolPrepared, ToolRejected, ToolProgressed, ToolFinished, ToolFailed})
+assert not GROUPED & LOOKUPS.keys(), "a grouped event would read storage (enrich.py)"
 
 #: At most this many ready events are stepped before their effects run.
 MAX_BATCH = 64
@@ -289,7 +310,15 @@ class Loop:
             loaded = loading.load(self.storage, away, events[0].now, held)
             if loaded is not None:
                 self._step(loaded)
+        grouped: list[Event] = []  # a run of GROUPED events, stepped together (_step_many)
         for i, event in enumerate(events):
+            documents = self.documents
+            if type(event) in GROUPED and not (i and loading.named(event, documents)) and not documents.waiting(event):
+                grouped.append(event)
+                continue
+            if grouped:
+                self._step_many(grouped)
+                grouped = []
             # one evicted again within the batch (more than KEEP_SETTLED settled);
             # not for the first event: nothing but that read was stepped before
             # it, so what it names is held now or is not stored at all
@@ -310,7 +339,23 @@ class Loop:
                     continue
                 event = resolved
             self._step(event)
+        if grouped:
+            self._step_many(grouped)
         await self._flush()
+
+    def _step_many(self, events: list[Event]) -> None:
+        """``events`` (GROUPED) in one draft: one commit for all of them, which
+        journals them as one row (replay steps a row's events so: journal.py)."""
+        self._journal.extend(events)
+        before = self.state
+        result = step_many(self.state, events)
+        self.state = result.state
+        self.steps += len(events)
+        effects = result.effects
+        for effect in filter(_IS_COMMIT, effects):
+            self._commits.append((effect, self._journal, before))
+            self._journal = []
+        self._acts.extend(filterfalse(_IS_COMMIT, effects))
 
     def _step(self, event: Event) -> None:
         self._journal.append(event)

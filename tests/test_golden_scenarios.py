@@ -94,3 +94,17 @@ def test_readme_names_every_golden_file() -> None:
     readme = (DIR / "README.md").read_text(encoding="utf-8")
     missing = [g.name for g in GOLDEN if f"`{g.name}.jsonl`" not in readme]
     assert not missing, f"specs/scenarios/README.md does not describe {', '.join(missing)}"
+
+
+def test_a_journal_written_before_groups_still_replays() -> None:
+    """vienna as journaled before the loop grouped ready results
+    (``step_many``: its three tool results were three commits, now two):
+    the current core, which replays every row in one draft, reproduces each
+    of those commits byte for byte."""
+    from pathlib import Path
+
+    rows = read_journal(Path(__file__).parent / "shell" / "golden" / "vienna_before_groups.jsonl")
+    finished = [sum(e["type"] == "tool_finished" for e in json.loads(r.events)) for r in rows]
+    assert finished.count(1) == 3 and sum(finished) == 3  # one commit per tool result then
+    result = check(rows, "vienna before groups")
+    assert result.ok and result.commits == result.total == len(rows) == 7

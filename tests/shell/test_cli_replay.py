@@ -362,3 +362,31 @@ def test_a_store_opened_without_scheduling_then_resumed_replays(tmp_path: Path, 
     assert any("resumed" in r.events for r in journal_of(db))
     assert main(["replay", "--check", "--db", str(db)]) == 0
     assert "events, 1 process life)" in capsys.readouterr().out
+
+
+def test_a_round_of_tool_results_is_one_journal_row_that_replays(store: Path) -> None:
+    """The two tool results of the store's round, ready together, were
+    stepped in one draft (loop.GROUPED): one commit journals both; replay
+    steps them so and reproduces it; a handler raising on the second is
+    located at that event of the row."""
+    rows = journal_of(store)
+    grouped = [r for r in rows if [e["type"] for e in json.loads(r.events)] == ["tool_finished", "tool_finished"]]
+    assert len(grouped) == 1, [json.loads(r.events) for r in rows]
+    assert check(rows).ok
+
+
+def test_replay_locates_the_raising_event_of_a_grouped_row(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = journal_of(store)
+    (row,) = [r for r in rows if [e["type"] for e in json.loads(r.events)] == ["tool_finished", "tool_finished"]]
+    second = json.loads(row.events)[1]["task_id"]
+    real = HANDLERS[ToolFinished]
+
+    def second_breaks(tx: Any, ev: Any) -> None:
+        if ev.task_id == second:
+            raise AssertionError("the second result broke")
+        real(tx, ev)
+
+    monkeypatch.setitem(HANDLERS, ToolFinished, second_breaks)  # type: ignore[arg-type]
+    d = check(rows).divergences[0]
+    assert (d.kind, d.seq, d.event_index, d.event_tag) == (Kind.RAISED, row.seq, 1, "tool_finished")
+    assert "the second result broke" in d.message
