@@ -104,15 +104,17 @@ interrupted, never re-run:""",
         intro="""\
 One model turn asks for three safe queries at once: `weather`, `museums` and
 `trains`. All three tool tasks are created in the commit that stores the
-assistant's reply, their bodies run in parallel, and each result is its own
-commit, in the order they finish. The generation waits on all three; when the
-last lands, a new generation takes the run and writes the itinerary.
+assistant's reply and their bodies run in parallel. Each result is committed
+as it lands, in the order they finish; results that are ready at the same time
+(here `weather` and `museums`) share one commit, each still its own event in
+the journal. The generation waits on all three; when the last lands, a new
+generation takes the run and writes the itinerary.
 
 (`pidurable demo` kills this one while `trains` is still running: the two
 finished results are kept, and the safe `trains` is simply run again.)""",
         pick=_with("model_responded", 0, then=1),
         explain_note="""\
-The reply with three calls, and the first result to land:""",
+The reply with three calls, and the first two results, which landed together:""",
     ),
     Section(
         golden="steer",
