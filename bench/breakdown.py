@@ -8,13 +8,14 @@ process, then its journal taken apart, each part timed alone (CPU time of
 this process, best of --repeat):
 
 - harness: the whole run, submit to answer (as bench/steps.py times it);
-- core: ``step`` over the journal's events from an empty state (the pure
+- core: ``step_many`` over the journal's rows from an empty state (the pure
   reducer, what replay runs);
 - encode: ``encode_commit`` of every commit the core made (records and
   journal row to JSON);
 - store: ``commit_many`` of every commit into a fresh store, minus encode
-  (SQLite statements and transactions, grouped as the run grouped them is
-  not known here: one commit per transaction, an upper bound);
+  (SQLite statements and transactions; the run may have put several commits
+  in one transaction, which is not known here: one commit per transaction,
+  an upper bound);
 - shell: harness - core - encode - store (Trio scheduling, interpreters,
   the edge's cleaning, context building, waits, watchers);
 - floor: a minimal Trio + attrs + SQLite loop doing one ``attrs.evolve``, one
@@ -46,7 +47,7 @@ sys.path.insert(0, str(HERE))
 
 import workload  # noqa: E402
 
-from pidurable.core import step  # noqa: E402
+from pidurable.core import step_many  # noqa: E402
 from pidurable.core.effects import Commit  # noqa: E402
 from pidurable.core.state import State  # noqa: E402
 from pidurable.shell import journal  # noqa: E402
@@ -71,35 +72,30 @@ def harness_run(rounds: int, directory: Path) -> tuple[float, Path]:
     return times["cpu_done"] - times["cpu_start"], db
 
 
-def journal_events(db: Path) -> list[Any]:
+def journal_events(db: Path) -> list[list[Any]]:
     storage = open_sqlite_storage(db, create=False)
     try:
         rows = list(storage.journal())
     finally:
         storage.close()
-    events: list[Any] = []
-    for row in rows:
-        events.extend(codec.event_from_data(d) for d in journal._event_datas(row))
-    return events
+    return [[codec.event_from_data(d) for d in journal._event_datas(row)] for row in rows]
 
 
-def commits_of(events: list[Any]) -> list[tuple[int, Any, list[Any]]]:
-    state, pending, out = State(), [], []
-    for ev in events:
-        pending.append(ev)
-        result = step(state, ev)
+def commits_of(groups: list[list[Any]]) -> list[tuple[int, Any, list[Any]]]:
+    """The commits of the journal's rows, each row's events stepped together
+    (``step_many``, as the loop grouped them: docs/contract.md "The loop")."""
+    state, out = State(), []
+    for events in groups:
+        result = step_many(state, events)
         state = result.state
-        for effect in result.effects:
-            if isinstance(effect, Commit):
-                out.append((effect.seq, effect.writes, pending))
-                pending = []
+        out.extend((e.seq, e.writes, events) for e in result.effects if isinstance(e, Commit))
     return out
 
 
-def run_core(events: list[Any]) -> None:
+def run_core(groups: list[list[Any]]) -> None:
     state = State()
-    for ev in events:
-        state = step(state, ev).state
+    for events in groups:
+        state = step_many(state, events).state
 
 
 def run_store(commits: list[tuple[int, Any, list[Any]]], directory: Path, n: list[int]) -> None:
