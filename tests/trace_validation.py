@@ -13,8 +13,10 @@ build it, and for every commit checks
    after it (``Submit``, ``Abort``, ``SettleAborted``, ``RequestModel``,
    ``ModelAnswers``, ``ModelFails``, ``ModelCallsTools``, ``HandOver``,
    ``StartTool``, ``ResumeTool``, ``ToolFinishes``, ``Recover``), and one the
-   commit's event allows: an ``opened`` commit is ``Recover`` (+ the
-   scheduling it leads to), a ``model_responded`` one ``ModelAnswers`` or
+   commit's event allows (a commit of several ready results stepped
+   together, ``loop.GROUPED``: any move one of them allows): an ``opened``
+   commit is ``Recover`` (+ the scheduling it leads to), a
+   ``model_responded`` one ``ModelAnswers`` or
    ``ModelCallsTools`` (+ ...), and so on. In the core one step may also
    reserve further tasks (``RequestModel``, ``StartTool``, ``HandOver``,
    ``SettleAborted``): those scheduling actions are allowed after any event;
@@ -42,6 +44,8 @@ from typing import Any
 
 import attrs
 
+from pidurable.shell.loop import GROUPED
+from pidurable.shell.storage import codec
 
 import invariants
 
@@ -63,6 +67,10 @@ EVENT_ACTIONS: dict[str, frozenset[str]] = {
     "tool_failed": frozenset({"ToolFinishes"}),
     "invocation_failed": frozenset({"ToolFinishes", "ModelFails"}),
 }
+#: The events the loop steps together (``loop.GROUPED``), by tag: a journal
+#: row of several of them is one commit of several results, each of which
+#: makes its own moves.
+GROUPED_TAGS = frozenset(codec._tag(cl) for cl in GROUPED)
 #: What the core's scheduling pass may do in the same step as any event.
 SCHEDULING = frozenset({"RequestModel", "ResendRequest", "StartTool", "ResumeTool", "HandOver", "SettleAborted"})
 
@@ -130,6 +138,8 @@ class Report:
     commits: int
     actions: Counter[str]
     outside: int  #: task moves outside the model (other kinds, conversations, phases)
+    #: commits of several ready results (a group, ``loop.GROUPED``) checked against the model
+    grouped: int = 0
 
 
 #: (kind, phase, status) the model has (any phase may be terminal).
@@ -151,26 +161,36 @@ def refines(storage: Any, root: int = 1) -> Report:
     """Check that the journal of ``storage`` is a behaviour of the model."""
     a = Abstract()
     actions: Counter[str] = Counter()
-    outside = 0
+    outside = grouped = 0
     # every field, and each built-in revision followed by the built-in's whole
     # value (the pi.live / pi.inbox writes the model reads; core/builtins.py)
     for seq, evs, ws in invariants.journal_history(storage):
-        tag = evs[-1]["type"] if evs else "?"
-        opened = any(e["type"] == "opened" for e in evs)
-        if tag not in EVENT_ACTIONS:  # an event the model has not (hooks, compaction, ...)
+        # a row's events: the one that made the commit, after any that made
+        # none - or, since group commit (docs/contract.md "The loop"), several
+        # ready results stepped together, each making its own moves: the
+        # commit may make any move one of its events allows
+        tags = [e["type"] for e in evs] or ["?"]
+        tag = tags[-1]
+        opened = "opened" in tags
+        if len(tags) > 1 and GROUPED_TAGS.issuperset(tags):
+            modelled = [t for t in tags if t in EVENT_ACTIONS]
+            grouped += bool(modelled)
+        else:  # the events before the last made no commit of their own
+            modelled = [tag] if tag in EVENT_ACTIONS else []
+        if not modelled:  # an event the model has not (hooks, compaction, ...)
             outside += 1
             _apply(a, ws)
             actions["(outside the model)"] += 1
             invariants_hold(a, f"TraceDurable: commit {seq} ({tag})", root)
             continue
-        allowed = EVENT_ACTIONS.get(tag, frozenset()) | SCHEDULING | (EVENT_ACTIONS["opened"] if opened else frozenset())
+        allowed = SCHEDULING.union(*(EVENT_ACTIONS[t] for t in modelled), EVENT_ACTIONS["opened"] if opened else ())
         story = f"TraceDurable: commit {seq} ({' '.join(e['type'] for e in evs)})"
         taken: set[str] = set()
         for w in ws:
             if w["type"] == "task":
                 t = w["task"]
                 before = a.tasks.get(t["id"])
-                sequential = before is None and t["kind"] == TOOL and tag != "model_responded"
+                sequential = before is None and t["kind"] == TOOL and "model_responded" not in tags
                 if sequential or not _modelled(t, root) or (before is not None and not _modelled(before, root)):
                     outside += 1
                     a.tasks[t["id"]] = t
@@ -200,7 +220,7 @@ def refines(storage: Any, root: int = 1) -> Report:
                 if s["type"] == "input" and old != s["status"]:
                     assert old not in ("done", "unanswered"), f"{story}: SubmissionsSettleOnce: {s['id']} {old} -> {s['status']}"
                     moves = SUB_MOVES.get((old, s["status"]), frozenset())
-                    ok = moves & (allowed | {"Abort"} if "abort" in tag else allowed)
+                    ok = moves & (allowed | {"Abort"} if any("abort" in t for t in tags) else allowed)
                     assert ok, f"{story}: submission {s['id']} {old} -> {s['status']} is no move of {sorted(allowed)}"
                     taken |= ok
                     if s["status"] == "placed":
@@ -224,7 +244,7 @@ def refines(storage: Any, root: int = 1) -> Report:
         a.entered |= {sid for sid, s in a.subs.items() if s.get("entry_id") is not None and s["status"] != "queued"}
         actions.update(taken or {"(no modelled change)"})
         invariants_hold(a, story, root)
-    return Report(commits=len(storage.journal()), actions=actions, outside=outside)
+    return Report(commits=len(storage.journal()), actions=actions, outside=outside, grouped=grouped)
 
 
 def _apply(a: Abstract, ws: list[dict[str, Any]]) -> None:
