@@ -96,6 +96,20 @@ def test_readme_names_every_golden_file() -> None:
     assert not missing, f"specs/scenarios/README.md does not describe {', '.join(missing)}"
 
 
+def test_readme_counts_each_golden_files_commits() -> None:
+    """The table's commits column is each file's number of journal rows
+    (it said 8 for abort_tool's 9, and 7 for vienna's 6 after group commit)."""
+    said = {}
+    for line in (DIR / "README.md").read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`") and cells[0].endswith(".jsonl`"):
+            said[cells[0].strip("`")[: -len(".jsonl")]] = int(cells[2].split()[0])
+    assert said, "specs/scenarios/README.md has no table of golden files"
+    actual = {g.name: len(read_journal(path(g))) for g in GOLDEN}
+    wrong = {name: (said.get(name), n) for name, n in actual.items() if said.get(name) != n}
+    assert not wrong, f"specs/scenarios/README.md commits (said, actual): {wrong}"
+
+
 def test_a_journal_written_before_groups_still_replays() -> None:
     """vienna as journaled before the loop grouped ready results
     (``step_many``: its three tool results were three commits, now two):
