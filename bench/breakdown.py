@@ -18,6 +18,10 @@ this process, best of --repeat):
   an upper bound);
 - shell: harness - core - encode - store (Trio scheduling, interpreters,
   the edge's cleaning, context building, waits, watchers);
+- live commits: the wall time the run itself spent inside the store's
+  transactions (encode + store as they ran there: ``workload.wrap_commits``;
+  of the same run as the harness column). Higher than encode + store: a
+  commit replayed alone runs on warm caches (round 14, docs/performance.md);
 - floor: a minimal Trio + attrs + SQLite loop doing one ``attrs.evolve``, one
   ``json.dumps`` and one single-row INSERT committed per step, with a Trio
   checkpoint.
@@ -65,11 +69,17 @@ def cpu(fn: Any, repeat: int) -> float:
     return best
 
 
-def harness_run(rounds: int, directory: Path) -> tuple[float, Path]:
+def harness_run(rounds: int, directory: Path) -> tuple[float, Path, float]:
+    """CPU seconds of the run, its store, and the wall seconds inside its transactions."""
     db = directory / "run.db"
     times: dict[str, float] = {}
-    trio.run(lambda: workload.run_once(rounds, db, "NORMAL", times=times))
-    return times["cpu_done"] - times["cpu_start"], db
+    committing = [0.0]
+
+    def on_commit(seconds: float, batch: Any) -> None:
+        committing[0] += seconds
+
+    trio.run(lambda: workload.run_once(rounds, db, "NORMAL", times=times, on_commit=on_commit))
+    return times["cpu_done"] - times["cpu_start"], db, committing[0]
 
 
 def journal_events(db: Path) -> list[list[Any]]:
@@ -147,8 +157,9 @@ def measure(rounds: int, repeat: int) -> dict[str, float]:
         runs = []
         for i in range(repeat):
             (d / f"r{i}").mkdir()
-            runs.append(harness_run(rounds, d / f"r{i}")[0])
-        harness = min(runs)
+            cpu_s, _, commit_s = harness_run(rounds, d / f"r{i}")
+            runs.append((cpu_s, commit_s))
+        harness, live = min(runs)
         events = journal_events(d / "r0" / "run.db")
         commits = commits_of(events)
         core = cpu(lambda: run_core(events), repeat)
@@ -161,7 +172,7 @@ def measure(rounds: int, repeat: int) -> dict[str, float]:
             floors.append(floor(steps, d / f"f{i}"))
         fl = min(floors)
     ms = {k: v * 1000 / steps for k, v in
-          {"harness": harness, "core": core, "encode": encode, "store": store, "floor": fl}.items()}
+          {"harness": harness, "core": core, "encode": encode, "store": store, "floor": fl, "live": live}.items()}
     ms["shell"] = ms["harness"] - ms["core"] - ms["encode"] - ms["store"]
     ms["commits"] = len(commits)
     ms["steps"] = steps
@@ -175,12 +186,12 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     print("## Where a durable step goes (CPU ms per durable step, best of %d)" % args.repeat)
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}\n")
-    print("| R | steps | commits | harness | core | encode | store | shell | floor | harness / floor |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| R | steps | commits | harness | core | encode | store | shell | floor | harness / floor | live commits |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in args.rounds:
         m = measure(r, args.repeat)
         print(f"| {r} | {m['steps']:.0f} | {m['commits']:.0f} | {m['harness']:.3f} | {m['core']:.3f} | {m['encode']:.3f} | "
-              f"{m['store']:.3f} | {m['shell']:.3f} | {m['floor']:.3f} | {m['harness'] / m['floor']:.1f} |")
+              f"{m['store']:.3f} | {m['shell']:.3f} | {m['floor']:.3f} | {m['harness'] / m['floor']:.1f} | {m['live']:.3f} |")
 
 
 if __name__ == "__main__":

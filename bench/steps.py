@@ -34,6 +34,11 @@ printed value is the median over --repeat runs.
 - gc %: the share of the run's wall time spent in Python's garbage
   collector (``gc.callbacks``; round 12: a full collection costs ~50 ms
   here with only pidurable's imports alive).
+- commit %: pidurable's share of the run's wall time inside the store's
+  transactions (``commit_many``: encoding the rows and journal, the SQL
+  statements, the commit; ``workload.wrap_commits``), measured in the run
+  itself - a commit costs more there than replayed alone into a fresh store
+  (bench/breakdown.py's store part; round 14).
 
 The peers run in their own venv, made on first use under
 ~/.cache/pidurable-bench/peers-venv (or --peers-venv) from
@@ -101,9 +106,14 @@ def child_pidurable(args: argparse.Namespace) -> dict[str, Any]:
     gc.collect()
     collecting = gc_time()
     cpu_marks: list[float] = []
+    committing = [0.0]
+
+    def on_commit(seconds: float, batch: Any) -> None:
+        committing[0] += seconds
+
     run = partial(
         run_once, args.rounds, d / "bench.sqlite", args.synchronous, storage_kind=args.storage, times=times,
-        cpu_marks=cpu_marks,
+        cpu_marks=cpu_marks, on_commit=on_commit,
     )
     _, marks, commits = trio.run(run)
     first, last = tenth_ratio(marks, args.rounds)
@@ -113,6 +123,7 @@ def child_pidurable(args: argparse.Namespace) -> dict[str, Any]:
         "round_s": round_s,
         "stalled": stalled,
         "gc_s": collecting(),
+        "commit_s": committing[0],
         "wall_s": times["done"] - times["start"],
         "cpu_s": times["cpu_done"] - times["cpu_start"],
         "first_s": first,
@@ -403,6 +414,12 @@ def report(
             return None
         return 100 * statistics.median(r["gc_s"] / r["wall_s"] for r in runs)
 
+    def commit_share(system: str, rounds: int) -> float | None:
+        runs = results.get((system, rounds))
+        if not runs or any("commit_s" not in r for r in runs):
+            return None
+        return 100 * statistics.median(r["commit_s"] / r["wall_s"] for r in runs)
+
     def cpu_drift(system: str, rounds: int) -> float | None:
         runs = results.get((system, rounds))
         if not runs or any(not r.get("cpu_first_s") for r in runs):
@@ -440,15 +457,15 @@ def report(
     print()
     print(
         "| system | R | steps | runs | ms/step | CPU ms/step | x pidurable | bytes/step | peak RSS MB | "
-        "first 10% ms | last 10% ms | last/first | CPU last/first | round ms | stalled % | gc % |"
+        "first 10% ms | last 10% ms | last/first | CPU last/first | round ms | stalled % | gc % | commit % |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for system in systems:
         for r in args.rounds:
             runs = results.get((system, r))
             if not runs:
                 if (system, r) in errors:
-                    print(f"| {LABELS[system]} | {r} | {4 * r + 1} | 0 | failed: {errors[(system, r)][:80]} ||||||||||||")
+                    print(f"| {LABELS[system]} | {r} | {4 * r + 1} | 0 | failed: {errors[(system, r)][:80]} |||||||||||||")
                 continue
             print(
                 f"| {LABELS[system]} | {r} | {4 * r + 1} | {len(runs)} | {fmt(ms(system, r), 3)} | "
@@ -457,7 +474,7 @@ def report(
                 f"{fmt(1000 * med(system, r, 'first_s'), 3)} | {fmt(1000 * med(system, r, 'last_s'), 3)} | "
                 f"{fmt(drift(system, r))} | {fmt(cpu_drift(system, r))} | "
                 f"{fmt(1000 * med(system, r, 'round_s'), 3)} | {fmt(100 * med(system, r, 'stalled'), 1)} | "
-                f"{fmt(gc_share(system, r), 1)} |"
+                f"{fmt(gc_share(system, r), 1)} | {fmt(commit_share(system, r), 1)} |"
             )
     if errors:
         print()

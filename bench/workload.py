@@ -101,18 +101,22 @@ async def run_once(
     storage_kind: str = "sqlite",
     times: dict[str, float] | None = None,
     cpu_marks: list[float] | None = None,
+    on_commit: Callable[[float, Sequence[Any]], None] | None = None,
 ) -> tuple[float, list[float], int]:
     """One conversation, one input, R tool rounds on a fresh store.
     Returns (seconds from submit to done, the time of every model call, commits).
     ``times`` (if given) gets perf_counter() marks: ``start`` (before the store
     is opened), ``submit``, ``done`` and ``closed``, and the process CPU time
     (``process_time``) at start and done: ``cpu_start``, ``cpu_done``;
-    ``cpu_marks`` (if given) the CPU time of every model call."""
+    ``cpu_marks`` (if given) the CPU time of every model call; ``on_commit``
+    (if given) is called after every storage transaction (``wrap_commits``)."""
     marks: list[float] = []
     models = make_models(rounds, marks, cpu_marks)
     cpu_start = time.process_time()
     start = time.perf_counter()
     storage = open_storage(storage_kind, db, synchronous)
+    if on_commit is not None:
+        wrap_commits(storage, on_commit)
     async with Harness.open(storage, models=models, registry=make_registry()) as h:
         conv = await h.root(agent=AGENT)
         t0 = time.perf_counter()
