@@ -155,6 +155,13 @@ def step(state: State, event: Event) -> Step:
     if not state.opened and not isinstance(event, Opened):
         raise CoreInvariantError(f"{kind.__name__} before Opened")
     tx = Tx(state, event.now)
+    _apply(tx, kind, handler, event)
+    return tx.finish()
+
+
+def _apply(tx: Tx, kind: type, handler: Callable[[Tx, Any], None], event: Event) -> None:
+    """One event in the draft: its rule, its handler, the scheduling pass
+    and the end-of-step pass (``step``, and each event of ``step_many``)."""
     if kind not in _ROUTED:  # _route, inline (a call less on most steps)
         name = _RULE_NAMES.get(handler)
         if name is None:
@@ -164,7 +171,6 @@ def step(state: State, event: Event) -> Step:
     scheduling.run_pass(tx)
     if kind is not ConversationsLoaded:  # what it loaded waits for the event that asked (holding.py)
         holding.settle(tx)
-    return tx.finish()
 
 
 def step_many(state: State, events: Sequence[Event]) -> Step:
@@ -193,15 +199,7 @@ def step_many(state: State, events: Sequence[Event]) -> Step:
         elif not tx._base.opened:
             raise CoreInvariantError(f"{kind.__name__} before Opened")
         tx.now = event.now
-        if kind not in _ROUTED:  # (as in step)
-            name = _RULE_NAMES.get(handler)
-            if name is None:
-                name = _RULE_NAMES[handler] = rule_name(handler)
-            tx.rules.append(name)
-        handler(tx, event)
-        scheduling.run_pass(tx)
-        if kind is not ConversationsLoaded:
-            holding.settle(tx)
+        _apply(tx, kind, handler, event)
         out += tx.take_effects()
     tx.give_effects(out)
     return tx.finish()

@@ -66,8 +66,8 @@ from typing import Any, ClassVar, TypeGuard, assert_never, cast
 import attrs
 import trio
 
+from pidurable.core import Step, step_many
 from pidurable.core import step as core_step
-from pidurable.core.step import step_many
 from pidurable.core.effects import (
     CallModel,
     Cancel,
@@ -347,25 +347,20 @@ class Loop:
         """``events`` (GROUPED) in one draft: one commit for all of them, which
         journals them as one row (replay steps a row's events so: journal.py)."""
         self._journal.extend(events)
-        before = self.state
-        result = step_many(self.state, events)
-        self.state = result.state
-        self.steps += len(events)
-        effects = result.effects
-        for effect in filter(_IS_COMMIT, effects):
-            self._commits.append((effect, self._journal, before))
-            self._journal = []
-        self._acts.extend(filterfalse(_IS_COMMIT, effects))
+        self._stepped(step_many(self.state, events), len(events))
 
     def _step(self, event: Event) -> None:
         self._journal.append(event)
+        self._stepped(core_step(self.state, event), 1)
+
+    def _stepped(self, result: Step, n: int) -> None:
+        """Take the result of stepping ``n`` events: the new state, the commit
+        (it journals every event stepped since the last one), the acts in order."""
         before = self.state
-        result = core_step(self.state, event)
         self.state = result.state
-        self.steps += 1
+        self.steps += n
         effects = result.effects
         for effect in filter(_IS_COMMIT, effects):
-            # the commit journals every event stepped since the last one
             self._commits.append((effect, self._journal, before))
             self._journal = []
         self._acts.extend(filterfalse(_IS_COMMIT, effects))  # the acts, in order (in C: issue 11 item 2)
