@@ -34,9 +34,7 @@ Printed, never asserted.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +45,7 @@ from typing import Any
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import children  # noqa: E402
 from workload import (  # noqa: E402
     AGENT,
     code_version,
@@ -63,7 +62,6 @@ from workload import (  # noqa: E402
 
 from pidurable.shell import Harness, Input, open_sqlite_storage  # noqa: E402
 
-RESULT = "CHILD_RESULT "
 MODES = ("trickle", "burst")
 
 
@@ -134,16 +132,15 @@ def child(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-concurrency-") as d:
         out = trio.run(run, args.child_n, args.child_mode, args.tool_rounds, Path(d) / "bench.sqlite")
     out["source"] = source
-    print(RESULT + json.dumps(out), flush=True)
+    children.report(out)
 
 
 def spawn(n: int, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child-n", str(n), "--child-mode", mode, "--tool-rounds", str(args.tool_rounds)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT):
-            return dict(json.loads(line[len(RESULT) :]))
-    raise SystemExit(f"{n} conversations, {mode}: failed\n{proc.stderr[-3000:]}")
+    out, why = children.run(cmd, args.timeout, why_lines=40)
+    if out is None:
+        raise SystemExit(f"{n} conversations, {mode}: failed\n{why}")
+    return out
 
 
 def main() -> None:

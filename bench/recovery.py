@@ -38,7 +38,6 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +48,7 @@ from typing import Any
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import children  # noqa: E402
 from workload import (  # noqa: E402
     AGENT,
     answering_models,
@@ -64,7 +64,6 @@ from workload import (  # noqa: E402
 
 from pidurable.shell import Harness, Input, open_sqlite_storage  # noqa: E402
 
-RESULT = "CHILD_RESULT "
 STORE = "store.sqlite"
 
 
@@ -147,7 +146,7 @@ def child(args: argparse.Namespace) -> None:
     out = trio.run(measure, Path(args.child), args.conversation)
     out["peak_rss_mb"] = peak_rss_mb()
     out["source"] = source
-    print(RESULT + json.dumps(out), flush=True)
+    children.report(out)
 
 
 def spawn(store_dir: Path, conversation: int, timeout: float) -> dict[str, Any]:
@@ -156,11 +155,10 @@ def spawn(store_dir: Path, conversation: int, timeout: float) -> dict[str, Any]:
             if f.name.startswith(STORE) and not f.name.endswith((".owner", "-shm")):
                 shutil.copy2(f, scratch)
         cmd = [sys.executable, __file__, "--child", str(Path(scratch) / STORE), "--conversation", str(conversation)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT):
-            return dict(json.loads(line[len(RESULT) :]))
-    raise SystemExit(f"measuring {store_dir} failed:\n{proc.stderr[-3000:]}")
+        out, why = children.run(cmd, timeout, why_lines=40)
+    if out is None:
+        raise SystemExit(f"measuring {store_dir} failed:\n{why}")
+    return out
 
 
 # ---------------------------------------------------------------- parent

@@ -61,7 +61,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.util
-import json
 import os
 import statistics
 import subprocess
@@ -70,6 +69,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+import children
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -85,7 +86,6 @@ LABELS = {
     "pi_durable_python": "pi-durable-python",
     "pi_durable_python_unsafe": "pi-durable-python (replay unsafe)",
 }
-RESULT = "CHILD_RESULT "
 
 
 # ---------------------------------------------------------------- children
@@ -236,7 +236,7 @@ def vm_hwm_mb() -> float:
 def child(args: argparse.Namespace) -> None:
     system = args.child
     out = child_pidurable(args) if system == "pidurable" else child_peer(args, system)
-    print(RESULT + json.dumps(out), flush=True)
+    children.report(out)
 
 
 # ---------------------------------------------------------------- the peers' venv
@@ -280,14 +280,7 @@ def spawn(python: Path, system: str, rounds: int, args: argparse.Namespace) -> t
     with tempfile.TemporaryDirectory(prefix=f"bench-{system}-") as d:
         cmd = [str(python), str(Path(__file__).resolve()), "--child", system, "--dir", d, "--rounds", str(rounds)]
         cmd += ["--synchronous", args.synchronous, "--storage", args.storage, "--peer-bench", str(args.peer_bench)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            return None, f"timed out after {args.timeout:.0f} s"
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT):
-            return json.loads(line[len(RESULT) :]), ""
-    return None, (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        return children.run(cmd, args.timeout)
 
 
 def fmt(value: float | None, digits: int = 2, suffix: str = "") -> str:

@@ -36,19 +36,18 @@ Printed, never asserted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import children
+
 HERE = Path(__file__).resolve().parent
 VARIANTS = ("store", "journal-only", "events-only", "no-store")
-RESULT = "VARIANT-RESULT "
 
 
 def _turn_off(variant: str) -> None:
@@ -76,10 +75,10 @@ def _turn_off(variant: str) -> None:
             )
             cur.execute("COMMIT")
 
-        sqlite.SqliteStorage.commit_many = events_only  # type: ignore[method-assign]
+        sqlite.SqliteStorage.commit_many = events_only
         return
     if variant == "no-store":
-        sqlite.SqliteStorage.commit_many = lambda self, batch: None  # type: ignore[method-assign]
+        sqlite.SqliteStorage.commit_many = lambda self, batch: None
         return
     raise SystemExit(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
 
@@ -103,35 +102,29 @@ def child(variant: str, rounds: int, directory: Path) -> dict[str, Any]:
 
 
 def frames(directory: str, tables: int, autocheckpoint: int, transactions: int = 2000) -> float:
-    """Microseconds per transaction inserting one row into each of ``tables`` tables."""
+    """Microseconds per transaction inserting one row into each of ``tables``
+    tables, in a fresh WAL NORMAL database under ``directory``."""
     import sqlite3
 
-    fd, path = tempfile.mkstemp(dir=directory, suffix=".db")
-    os.close(fd)
-    os.remove(path)
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint}")
-        for i in range(tables):
-            conn.execute(f"CREATE TABLE t{i} (id INTEGER PRIMARY KEY, v TEXT)")
-        statements = [f"INSERT INTO t{i} (id, v) VALUES (?, ?)" for i in range(tables)]
-        cur, value = conn.cursor(), "x" * 300
-        start = time.perf_counter()
-        for row in range(transactions):
-            cur.execute("BEGIN")
-            for sql in statements:
-                cur.execute(sql, (row, value))
-            cur.execute("COMMIT")
-        return (time.perf_counter() - start) / transactions * 1e6
-    finally:
-        conn.close()
-        for suffix in ("", "-wal", "-shm"):
-            try:
-                os.remove(path + suffix)
-            except FileNotFoundError:
-                pass
+    with tempfile.TemporaryDirectory(dir=directory) as scratch:
+        conn = sqlite3.connect(os.path.join(scratch, "frames.db"), isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint}")
+            for i in range(tables):
+                conn.execute(f"CREATE TABLE t{i} (id INTEGER PRIMARY KEY, v TEXT)")
+            statements = [f"INSERT INTO t{i} (id, v) VALUES (?, ?)" for i in range(tables)]
+            cur, value = conn.cursor(), "x" * 300
+            start = time.perf_counter()
+            for row in range(transactions):
+                cur.execute("BEGIN")
+                for sql in statements:
+                    cur.execute(sql, (row, value))
+                cur.execute("COMMIT")
+            return (time.perf_counter() - start) / transactions * 1e6
+        finally:
+            conn.close()
 
 
 def frames_table(repeat: int) -> None:
@@ -168,14 +161,7 @@ def _fs_type(path: str) -> str:
 def spawn(variant: str, rounds: int, timeout: float) -> tuple[dict[str, Any] | None, str]:
     with tempfile.TemporaryDirectory(prefix=f"bench-variant-{variant}-") as d:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", variant, "--dir", d, "--rounds", str(rounds)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None, f"timed out after {timeout:.0f} s"
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT):
-            return json.loads(line[len(RESULT) :]), ""
-    return None, (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        return children.run(cmd, timeout)
 
 
 def main() -> None:
@@ -189,7 +175,7 @@ def main() -> None:
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(RESULT + json.dumps(child(args.child, args.rounds, Path(args.dir))), flush=True)
+        children.report(child(args.child, args.rounds, Path(args.dir)))
         return
     if args.rounds < 1 or args.repeat < 1:
         raise SystemExit("--rounds and --repeat must be at least 1")
