@@ -220,8 +220,8 @@ def _event_text(data: Any) -> str:
 class _Life:
     """The replay's state within one process life."""
 
-    def __init__(self, start: int) -> None:
-        self.state = State()
+    def __init__(self, start: int, state: State | None = None) -> None:
+        self.state = State() if state is None else state
         self.start = start
         self.diverged = False
         #: Commits a step produced beyond the row it closed (never, with
@@ -229,13 +229,15 @@ class _Life:
         self.extra: list[Commit] = []
 
 
-def replay(rows: Iterable[JournalRow], *, describe: bool = True) -> Iterator[Transition]:
+def replay(rows: Iterable[JournalRow], *, describe: bool = True, state: State | None = None) -> Iterator[Transition]:
     """Yield one :class:`Transition` per recorded commit, in order.
     ``describe=False``: each transition's ``writes`` is ``()`` (no line per
     write: a third of the replay's time, which ``check`` and
-    ``journal_writes`` do not read)."""
+    ``journal_writes`` do not read). ``state``: the state the first row's
+    events were stepped on (a snapshot, ``storage/snapshot.py``: rows that
+    continue a process life from it); None: the rows start a life."""
     writes_of = describe_writes if describe else _no_description
-    life = _Life(0)
+    life = _Life(0) if state is None else _Life(state.next_seq, state)
     for row in rows:
         datas = _event_datas(row)
         events: list[Event] = []
