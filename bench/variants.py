@@ -13,6 +13,13 @@ variant, then repeat 2, ...; R rounds of one model step with 3 tool calls +
 in a temp dir):
 
 - ``store``: the store as it is (what bench/steps.py measures);
+- ``deferred``: the event-sourced store's write path (round 16): each
+  transaction writes its commits' journal rows (the events, no digest);
+  every ``--every`` commits (32) the records' last versions since the last
+  batch are encoded and written (a document's revisions all), with the live
+  ``State`` as a snapshot (storage/snapshot.py), in that transaction - the
+  whole cost of the design, but nothing reads the records or the snapshot
+  back yet (recovery from them is the design's next part);
 - ``journal-only``: every commit encoded as now (rows, events, the writes'
   digest), but only its journal row written - a store that materializes its
   records elsewhere, at no cost, from a redo log it already keeps;
@@ -29,6 +36,15 @@ much of it is the file system.
 
     python bench/variants.py                         # R=1000, 5 repeats
     python bench/variants.py --rounds 5000 --repeat 3 --frames
+    python bench/variants.py --paired --variants store,deferred --repeat 8
+
+``--paired`` runs each variant at the same time as ``store``, each child
+pinned to its own core (swapped every repeat), and prints the ratio of each
+pair: on this shared 2-core machine a run's own time moves +-15-20% from
+minute to minute, the ratio of two runs side by side far less (``store``
+against ``store`` shows how much: round 16, docs/performance.md). Both run
+slower side by side than alone (they share caches, memory bandwidth and the
+disk): compare the ratios, not the times.
 
 Printed, never asserted.
 """
@@ -44,10 +60,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from attrs import fields as attrs_fields
+
 import children
 
 HERE = Path(__file__).resolve().parent
-VARIANTS = ("store", "journal-only", "events-only", "no-store")
+VARIANTS = ("store", "deferred", "journal-only", "events-only", "no-store")
+#: ``deferred``: the commits a batch of records and a snapshot are written after (``--every``).
+EVERY = [32]
 
 
 def _turn_off(variant: str) -> None:
@@ -55,6 +75,9 @@ def _turn_off(variant: str) -> None:
     from pidurable.shell.storage import spelt, sqlite, sqlite_writes
 
     if variant == "store":
+        return
+    if variant == "deferred":
+        _deferred(sqlite, sqlite_writes, spelt)
         return
     if variant == "journal-only":
         write_all = sqlite_writes.write_all
@@ -81,6 +104,61 @@ def _turn_off(variant: str) -> None:
         sqlite.SqliteStorage.commit_many = lambda self, batch: None
         return
     raise SystemExit(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
+
+
+def _deferred(sqlite: Any, sqlite_writes: Any, spelt: Any) -> None:
+    """The ``deferred`` variant: the loop hands the store each transaction's
+    last state; the store journals events and keeps the records' last versions."""
+    from pidurable.core.effects import PutDocument
+    from pidurable.shell import loop
+    from pidurable.shell.storage.rows import encode_commit_text
+    from pidurable.shell.storage.snapshot import encode_state
+
+    persist = loop.Loop._persist
+    last: dict[str, Any] = {}
+
+    async def handing(self: Any, commits: Any) -> Any:
+        if commits:
+            last["state"] = commits[-1][2]
+        return await persist(self, commits)
+
+    loop.Loop._persist = handing
+    pending: dict[Any, tuple[int, Any]] = {}
+    since = [0]
+
+    def key(w: Any, seq: int, i: int) -> Any:
+        if type(w) is PutDocument:
+            return (seq, i)  # every revision is a row of its own
+        record = getattr(w, attrs_fields(type(w))[0].name)
+        return (type(w), getattr(record, "id", record))
+
+    def deferred(self: Any, batch: Any) -> None:
+        for seq, writes, _ in batch:
+            for i, w in enumerate(writes):
+                pending[key(w, seq, i)] = (seq, w)
+        since[0] += len(batch)
+        journal: list[Any] = []
+        for seq, _, events in batch:
+            journal += (seq, sqlite_writes.FORMAT, spelt.events_json(events, True), "")
+        rows: list[Any] = []
+        snapshot = None
+        if since[0] >= EVERY[0]:
+            by_seq: dict[int, list[Any]] = {}
+            for seq, w in pending.values():
+                by_seq.setdefault(seq, []).append(w)
+            for seq in sorted(by_seq):
+                rows += encode_commit_text(seq, by_seq[seq], ())[0]
+            snapshot = encode_state(last["state"])
+            pending.clear()
+            since[0] = 0
+        cur = self.db.conn.cursor()
+        cur.execute("BEGIN")
+        sqlite_writes.write_all(cur, rows, journal)
+        if snapshot is not None:
+            cur.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('snapshot', ?)", [snapshot])
+        cur.execute("COMMIT")
+
+    sqlite.SqliteStorage.commit_many = deferred
 
 
 def child(variant: str, rounds: int, directory: Path) -> dict[str, Any]:
@@ -158,10 +236,62 @@ def _fs_type(path: str) -> str:
     return kind
 
 
-def spawn(variant: str, rounds: int, timeout: float) -> tuple[dict[str, Any] | None, str]:
+def _command(variant: str, directory: str, rounds: int, every: int) -> list[str]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", variant, "--dir", directory, "--rounds", str(rounds)]
+    return cmd + ["--every", str(every)]
+
+
+def spawn(variant: str, rounds: int, timeout: float, every: int) -> tuple[dict[str, Any] | None, str]:
     with tempfile.TemporaryDirectory(prefix=f"bench-variant-{variant}-") as d:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", variant, "--dir", d, "--rounds", str(rounds)]
-        return children.run(cmd, timeout)
+        return children.run(_command(variant, d, rounds, every), timeout)
+
+
+def paired(variants: list[str], args: argparse.Namespace) -> None:
+    """``--paired``: each variant run at the same time as ``store`` (each
+    child pinned to one of two cores, swapped every repeat), the ratio of
+    the two per pair; ``store`` against ``store`` is the noise of the method."""
+    from workload import code_version, machine
+
+    if len(os.sched_getaffinity(0)) < 2:
+        raise SystemExit("--paired needs two cores")
+    ratios: dict[str, list[float]] = {v: [] for v in variants}
+    base: dict[str, list[float]] = {v: [] for v in variants}
+    for i in range(args.repeat):
+        for variant in variants:
+            cores = (0, 1) if i % 2 == 0 else (1, 0)
+            with tempfile.TemporaryDirectory(prefix="bench-variant-a-") as a, tempfile.TemporaryDirectory(
+                prefix=f"bench-variant-{variant}-"
+            ) as b:
+                (ra, why_a), (rb, why_b) = children.run_pair(
+                    _command("store", a, args.rounds, args.every),
+                    _command(variant, b, args.rounds, args.every),
+                    args.timeout,
+                    cores,
+                )
+            if ra is None or rb is None:
+                print(f"{variant}: failed: {why_a or why_b}", file=sys.stderr)
+                continue
+            ratios[variant].append(rb["ms"] / ra["ms"])
+            base[variant].append(ra["ms"])
+    print(
+        f"## Each variant against `store`, run at the same time on two cores (R={args.rounds}, "
+        f"{args.repeat} pairs each; deferred: a batch every {args.every} commits)"
+    )
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}; {machine()}; load {os.getloadavg()[0]:.2f}")
+    print(f"code: {code_version()}\n")
+    print("| variant | x store, median of pairs | min | max | store ms/step alongside (median) |")
+    print("|---|---:|---:|---:|---:|")
+    for variant in variants:
+        r = ratios[variant]
+        if not r:
+            print(f"| {variant} | – | – | – | – |")
+            continue
+        print(
+            f"| {variant} | {statistics.median(r):.3f} | {min(r):.3f} | {max(r):.3f} | "
+            f"{statistics.median(base[variant]):.3f} |"
+        )
+    if "store" in variants:
+        print("\n(`store` against `store`: how far apart two identical runs land by this method.)")
 
 
 def main() -> None:
@@ -170,10 +300,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="runs per variant; median, min and max are printed")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma list (default: %(default)s)")
     ap.add_argument("--frames", action="store_true", help="also the per-b-tree transaction table")
+    ap.add_argument("--paired", action="store_true", help="each variant at the same time as store, on two cores: the ratio")
+    ap.add_argument("--every", type=int, default=EVERY[0], help="deferred: commits per batch of records (default: %(default)s)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="per child (s)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.every < 1:
+        raise SystemExit("--every must be at least 1")
+    EVERY[0] = args.every
     if args.child:
         children.report(child(args.child, args.rounds, Path(args.dir)))
         return
@@ -184,17 +319,23 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown variant(s) {', '.join(unknown)}: choose from {', '.join(VARIANTS)}")
     sys.path.insert(0, str(HERE))
+    if args.paired:
+        paired(variants, args)
+        return
     from workload import code_version, machine, mixed_versions
 
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     for _ in range(args.repeat):
         for variant in variants:
-            out, why = spawn(variant, args.rounds, args.timeout)
+            out, why = spawn(variant, args.rounds, args.timeout, args.every)
             if out is None:
                 print(f"{variant}: failed: {why}", file=sys.stderr)
                 continue
             results[variant].append(out)
-    print(f"## The write path's parts, turned off one by one (R={args.rounds}, {args.repeat} interleaved runs each)")
+    print(
+        f"## The write path's parts, turned off one by one (R={args.rounds}, {args.repeat} interleaved runs each; "
+        f"deferred: a batch every {args.every} commits)"
+    )
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; {machine()}; load {os.getloadavg()[0]:.2f}")
     print(f"code: {code_version()}\n")
     print("| variant | durable | ms/step median | min | max | CPU ms/step median | commits | x store |")
