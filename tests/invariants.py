@@ -37,6 +37,12 @@ the invariants in specs/ and the TLA+ model.
   it polls the same handle.
 - ``ReplayIsDeterministic``: re-running the journal's events through ``step``
   from an empty state reproduces every stored commit byte for byte.
+- ``ResumesFromSnapshot``: the state a commit's events were stepped on,
+  kept as a snapshot (shell/storage/snapshot.py) and decoded, is that state,
+  and stepping the rest of its process life's rows from it reproduces every
+  commit byte for byte (checked at up to three commits a life: the first
+  whose state has phases out in the shell or a failed migration - what an
+  open from the tables loses -, the one with the most live tasks, the middle one).
 
 Checked on the journal (every commit, so also after a crash):
 
@@ -128,7 +134,7 @@ from pidurable.core.state import INBOX_DOC, LIVE_DOC, ConvState, DocScope
 from pidurable.shell import journal
 from pidurable.core.model import Task
 from pidurable.shell.storage.base import as_stored
-from pidurable.shell.storage import codec
+from pidurable.shell.storage import codec, snapshot
 from pidurable.shell.storage.base import DOC_TYPES
 
 INTERRUPTED_SUFFIX = "was interrupted and may have partially run\n</harness>"
@@ -351,6 +357,60 @@ def replay_is_deterministic(storage: Any, may_diverge: Mapping[int, str] | None 
     replayed = result.commits + len(result.divergences) + result.skipped
     assert replayed == result.total, f"ReplayIsDeterministic: {result.total - replayed} commits not replayed"
     return result.commits
+
+
+def _lives(transitions: Sequence[journal.Transition]) -> list[range]:
+    """The indexes of each process life's transitions (a life starts at an ``Opened``)."""
+    starts = [i for i, t in enumerate(transitions) if t.opens] or [0]
+    return [range(a, b) for a, b in zip(starts, starts[1:] + [len(transitions)])]
+
+
+def _snapshot_points(transitions: Sequence[journal.Transition], life: range) -> list[int]:
+    """Where ``resumes_from_snapshot`` cuts a life (not at its ``Opened``: its state is the empty one)."""
+    inner = [i for i in life if i != life.start]
+    if not inner:
+        return []
+    states = {i: transitions[i].before for i in inner}
+    out = [next((i for i in inner if states[i].invocations or states[i].failed_migrations), inner[0])]  # type: ignore[union-attr]
+    out.append(max(inner, key=lambda i: len(states[i].tasks)))  # type: ignore[union-attr]
+    out.append(inner[len(inner) // 2])
+    return sorted(set(out))
+
+
+def resumes_from_snapshot(storage: Any, encode: Any = None, decode: Any = None) -> int:
+    """``ResumesFromSnapshot`` (see the module docstring); ``encode`` and
+    ``decode``: the snapshot codec (``storage/snapshot.py``'s by default).
+    Lives that do not replay from their ``Opened`` are left to
+    ``replay_is_deterministic``. Returns the commits replayed from snapshots."""
+    rows = storage.journal()
+    key = _journal_key(rows)
+    if encode is None and decode is None:  # (the same journal from another backend: checked once)
+        return _remember(_RESUMED, 64, key, lambda: _resumes(rows, key, snapshot.encode_state, snapshot.decode_state))  # type: ignore[no-any-return]
+    return _resumes(rows, key, encode or snapshot.encode_state, decode or snapshot.decode_state)
+
+
+#: Journals ``resumes_from_snapshot`` checked with the store's codec -> commits replayed.
+_RESUMED: dict[Any, int] = {}
+
+
+def _resumes(rows: Sequence[Any], key: Any, encode: Any, decode: Any) -> int:
+    transitions = _replayed(rows, key)
+    checked = 0
+    for life in _lives(transitions):
+        if any(transitions[i].divergence is not None or transitions[i].skipped for i in life):
+            continue
+        for i in _snapshot_points(transitions, life):
+            before = transitions[i].before
+            back = decode(encode(before))
+            tail = list(journal.replay(rows[i : life.stop], describe=False, state=back))
+            bad = [f"commit {t.seq}: {t.divergence.message}" for t in tail if t.divergence is not None]
+            assert not bad, f"ResumesFromSnapshot: from the snapshot before commit {rows[i].seq}: " + "; ".join(bad)
+            assert back == before, f"ResumesFromSnapshot: the state before commit {rows[i].seq} does not decode to itself"
+            assert back.task_index.as_dict() == before.task_index.as_dict(), (  # type: ignore[union-attr]
+                f"ResumesFromSnapshot: the index rebuilt from the snapshot before commit {rows[i].seq} is not the live one"
+            )
+            checked += len(tail)
+    return checked
 
 
 # --- checked on the journal --------------------------------------------------------

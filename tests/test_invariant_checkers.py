@@ -365,3 +365,22 @@ def test_a_wrong_delta_after_a_cached_prefix_still_shows() -> None:
         for j in longer
     ]
     assert lives == [[(1, None), (2, "x")], [(1, None), (3, None)]]
+
+
+def test_resumes_from_snapshot_fails_on_a_lossy_snapshot() -> None:
+    """A snapshot that loses part of the state is caught: by the replay from
+    it when the lost part decides a commit, by comparison when it does not
+    (a value no later commit reads, the derived index)."""
+    import attrs
+
+    from pidurable.core.index import empty_index
+    from pidurable.shell.storage.snapshot import decode_state
+
+    storage = _finished_store()
+    assert invariants.resumes_from_snapshot(storage) > 0
+    with pytest.raises(AssertionError, match="ResumesFromSnapshot: from the snapshot before commit 4: commit 4"):
+        invariants.resumes_from_snapshot(storage, decode=lambda text: attrs.evolve(decode_state(text), tasks={}))
+    with pytest.raises(AssertionError, match="ResumesFromSnapshot: the state before commit 2 does not decode to itself"):
+        invariants.resumes_from_snapshot(storage, decode=lambda text: attrs.evolve(decode_state(text), keep_settled=7))
+    with pytest.raises(AssertionError, match="ResumesFromSnapshot: the index rebuilt from the snapshot before commit 4"):
+        invariants.resumes_from_snapshot(storage, decode=lambda text: attrs.evolve(decode_state(text), task_index=empty_index()))

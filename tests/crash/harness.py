@@ -258,6 +258,7 @@ def check_all(storage: Any, scenario: Scenario, world: World, lives: Sequence[Li
     if expected is not None and scenario.same_outcome:
         invariants.same_outcome_as_uninterrupted(entries, expected, scenario.unsafe)
     invariants.replay_is_deterministic(storage)
+    invariants.resumes_from_snapshot(storage)
 
 
 # --- tools used by the scenarios ----------------------------------------------

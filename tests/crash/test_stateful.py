@@ -509,6 +509,7 @@ class RecoveryMachine(RuleBasedStateMachine):
             invariants.life_invariants(storage, [(x.seq_at_start, x.effects) for x in self.lives])
             invariants.stored_text_is_valid_utf8(storage)
             invariants.replay_is_deterministic(storage)
+            invariants.resumes_from_snapshot(storage)
         finally:
             self._close(storage)
 
