@@ -141,3 +141,16 @@ def test_a_key_the_record_does_not_carry_is_refused() -> None:
     task = next(iter(before.tasks.values()))
     with pytest.raises(SnapshotError, match="another key"):
         encode_state(attrs.evolve(before, tasks={task.id + 1000: task}))
+
+
+def test_phases_out_and_failed_migrations_are_kept() -> None:
+    """What an open from the tables loses (``Opened`` clears both): the
+    phases out in the shell and the migrations that failed (the crash
+    sweep's states have the first; ResumesFromSnapshot checks them there)."""
+    rows = read_journal(path(GOLDEN[0]))
+    before = next(b for b in _befores(rows) if b.tasks)
+    tid = next(iter(before.tasks))
+    state = attrs.evolve(before, invocations=frozenset({tid, tid + 7}), failed_migrations={tid: 3})
+    back = decode_state(encode_state(state))
+    assert back == state
+    assert back.invocations == frozenset({tid, tid + 7}) and back.failed_migrations == {tid: 3}
