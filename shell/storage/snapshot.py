@@ -61,6 +61,28 @@ _KEYED: dict[str, tuple[type, Callable[[Any], Any]]] = {
     "documents": (DocumentState, lambda d: d.key),
 }
 _SCALARS = ("next_id", "next_seq", "scheduling", "opened", "keep_settled")
+#: The JSON type each scalar has (``keep_settled`` may also be null).
+_SCALAR_TYPES = {"next_id": int, "next_seq": int, "scheduling": bool, "opened": bool, "keep_settled": int}
+
+
+def _scalar(name: str, value: Any) -> Any:
+    if value is None and name == "keep_settled":
+        return None
+    if type(value) is not _SCALAR_TYPES[name]:
+        raise TypeError(f"{type(value).__name__} where {_SCALAR_TYPES[name].__name__} is kept")
+    return value
+
+
+def _id(value: Any) -> int:
+    if type(value) is not int:
+        raise TypeError(f"{type(value).__name__} where an id is kept")
+    return value
+
+
+def _ids(values: Any) -> list[int]:
+    if type(values) is not list:
+        raise TypeError(f"{type(values).__name__} where a list of ids is kept")
+    return [_id(v) for v in values]
 
 
 def encode_state(state: State) -> str:
@@ -104,7 +126,7 @@ def decode_state(text: str | bytes) -> State:
     try:
         fields: dict[str, Any] = {}
         for part in _SCALARS:
-            fields[part] = data[part]
+            fields[part] = _scalar(part, data[part])
         for part, (cl, key) in _KEYED.items():
             values = codec.converter.structure(data[part], list[cl])  # type: ignore[valid-type]
             fields[part] = {key(v): v for v in values}
@@ -116,11 +138,11 @@ def decode_state(text: str | bytes) -> State:
         part = "settings"
         fields[part] = codec.converter.structure(data[part], Settings)
         part = "invocations"
-        fields[part] = frozenset(int(t) for t in data[part])
+        fields[part] = frozenset(_ids(data[part]))
         part = "failed_migrations"
-        fields[part] = {int(k): int(v) for k, v in data[part]}
+        fields[part] = {_id(k): _id(v) for k, v in data[part]}
         part = "settled"
-        fields[part] = tuple(int(c) for c in data[part])
+        fields[part] = tuple(_ids(data[part]))
     except Exception as e:  # noqa: BLE001 - any malformed part is reported as one, naming it
         raise SnapshotError(f"snapshot part {part!r} does not decode ({type(e).__name__}: {e})") from e
     live = [t for t in fields["tasks"].values() if t.status is not TaskStatus.TERMINAL]

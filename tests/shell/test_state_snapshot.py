@@ -119,6 +119,8 @@ def test_a_state_that_is_not_strict_json_is_refused() -> None:
         ("[1, 2]", "not a JSON object"),
         ('{"format": 99}', "format 99"),
         (f'{{"format": {SNAPSHOT_FORMAT}, "next_id": 2}}', "part 'next_seq'"),
+        (f'{{"format": {SNAPSHOT_FORMAT}, "next_id": "2"}}', "part 'next_id' .*str where int"),
+        (f'{{"format": {SNAPSHOT_FORMAT}, "next_id": 2, "next_seq": 1, "scheduling": 1}}', "part 'scheduling' .*int where bool"),
     ],
 )
 def test_a_text_that_is_not_a_snapshot_raises_a_clear_error(text: str | bytes, says: str) -> None:
@@ -154,3 +156,13 @@ def test_phases_out_and_failed_migrations_are_kept() -> None:
     back = decode_state(encode_state(state))
     assert back == state
     assert back.invocations == frozenset({tid, tid + 7}) and back.failed_migrations == {tid: 3}
+
+
+def test_ids_that_are_not_integers_name_their_part() -> None:
+    rows = read_journal(path(GOLDEN[0]))
+    text = encode_state(next(b for b in _befores(rows) if b.tasks))
+    for part, bad in (("invocations", '["7"]'), ("settled", "[1.5]"), ("failed_migrations", '[["7", 1]]'), ("invocations", "{}")):
+        broken = text.replace(f'"{part}":[]', f'"{part}":{bad}', 1)
+        assert broken != text, part
+        with pytest.raises(SnapshotError, match=f"part '{part}'"):
+            decode_state(broken)
