@@ -371,45 +371,57 @@ def _snapshot_points(transitions: Sequence[journal.Transition], life: range) -> 
     if not inner:
         return []
     states = {i: transitions[i].before for i in inner}
-    out = [next((i for i in inner if states[i].invocations or states[i].failed_migrations), inner[0])]  # type: ignore[union-attr]
-    out.append(max(inner, key=lambda i: len(states[i].tasks)))  # type: ignore[union-attr]
+    out = [next((i for i in inner if states[i].invocations or states[i].failed_migrations), inner[0])]
+    out.append(max(inner, key=lambda i: len(states[i].tasks)))
     out.append(inner[len(inner) // 2])
     return sorted(set(out))
+
+
+def _every_commit(transitions: Sequence[journal.Transition], life: range) -> list[int]:
+    return [i for i in life if i != life.start]
 
 
 def resumes_from_snapshot(storage: Any, encode: Any = None, decode: Any = None) -> int:
     """``ResumesFromSnapshot`` (see the module docstring); ``encode`` and
     ``decode``: the snapshot codec (``storage/snapshot.py``'s by default).
-    Lives that do not replay from their ``Opened`` are left to
-    ``replay_is_deterministic``. Returns the commits replayed from snapshots."""
+    Returns the snapshot points checked."""
     rows = storage.journal()
-    key = _journal_key(rows)
     if encode is None and decode is None:  # (the same journal from another backend: checked once)
-        return _remember(_RESUMED, 64, key, lambda: _resumes(rows, key, snapshot.encode_state, snapshot.decode_state))  # type: ignore[no-any-return]
-    return _resumes(rows, key, encode or snapshot.encode_state, decode or snapshot.decode_state)
+        return _remember(_RESUMED, 64, _journal_key(rows), lambda: resumes_from_rows(rows))  # type: ignore[no-any-return]
+    return resumes_from_rows(rows, encode, decode)
 
 
-#: Journals ``resumes_from_snapshot`` checked with the store's codec -> commits replayed.
+#: Journals ``resumes_from_snapshot`` checked with the store's codec -> points checked.
 _RESUMED: dict[Any, int] = {}
 
 
-def _resumes(rows: Sequence[Any], key: Any, encode: Any, decode: Any) -> int:
-    transitions = _replayed(rows, key)
+def resumes_from_rows(rows: Sequence[Any], encode: Any = None, decode: Any = None, *, every_commit: bool = False) -> int:
+    """``ResumesFromSnapshot`` on journal rows, at ``_snapshot_points`` or at
+    every commit but a life's ``Opened``. Lives that do not replay from their
+    ``Opened`` are left to ``replay_is_deterministic``. Returns the points checked."""
+    encode = snapshot.encode_state if encode is None else encode
+    decode = snapshot.decode_state if decode is None else decode
+    transitions = _replayed(rows, _journal_key(rows))
+    points = _every_commit if every_commit else _snapshot_points
     checked = 0
     for life in _lives(transitions):
         if any(transitions[i].divergence is not None or transitions[i].skipped for i in life):
             continue
-        for i in _snapshot_points(transitions, life):
+        for i in points(transitions, life):
             before = transitions[i].before
             back = decode(encode(before))
             tail = list(journal.replay(rows[i : life.stop], describe=False, state=back))
             bad = [f"commit {t.seq}: {t.divergence.message}" for t in tail if t.divergence is not None]
             assert not bad, f"ResumesFromSnapshot: from the snapshot before commit {rows[i].seq}: " + "; ".join(bad)
             assert back == before, f"ResumesFromSnapshot: the state before commit {rows[i].seq} does not decode to itself"
-            assert back.task_index.as_dict() == before.task_index.as_dict(), (  # type: ignore[union-attr]
+            assert back.task_index.as_dict() == before.task_index.as_dict(), (
                 f"ResumesFromSnapshot: the index rebuilt from the snapshot before commit {rows[i].seq} is not the live one"
             )
-            checked += len(tail)
+            assert type(back.tasks) is type(before.tasks), (
+                f"ResumesFromSnapshot: the live tasks before commit {rows[i].seq} come back as a "
+                f"{type(back.tasks).__name__}, not a {type(before.tasks).__name__}"
+            )
+            checked += 1
     return checked
 
 

@@ -370,7 +370,7 @@ def test_a_wrong_delta_after_a_cached_prefix_still_shows() -> None:
 def test_resumes_from_snapshot_fails_on_a_lossy_snapshot() -> None:
     """A snapshot that loses part of the state is caught: by the replay from
     it when the lost part decides a commit, by comparison when it does not
-    (a value no later commit reads, the derived index)."""
+    (a value no later commit reads, the derived index, the tasks' representation)."""
     import attrs
 
     from pidurable.core.index import empty_index
@@ -384,3 +384,7 @@ def test_resumes_from_snapshot_fails_on_a_lossy_snapshot() -> None:
         invariants.resumes_from_snapshot(storage, decode=lambda text: attrs.evolve(decode_state(text), keep_settled=7))
     with pytest.raises(AssertionError, match="ResumesFromSnapshot: the index rebuilt from the snapshot before commit 4"):
         invariants.resumes_from_snapshot(storage, decode=lambda text: attrs.evolve(decode_state(text), task_index=empty_index()))
+    from immutables import Map
+
+    with pytest.raises(AssertionError, match="ResumesFromSnapshot: the live tasks before commit 2 come back as a Map, not a dict"):
+        invariants.resumes_from_snapshot(storage, decode=lambda text: attrs.evolve((s := decode_state(text)), tasks=Map(s.tasks)))

@@ -34,6 +34,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 from immutables import Map
 
 from pidurable.core.index import build
@@ -60,9 +61,14 @@ _KEYED: dict[str, tuple[type, Callable[[Any], Any]]] = {
     "task_catalog": (TaskInfo, lambda i: i.kind),
     "documents": (DocumentState, lambda d: d.key),
 }
-_SCALARS = ("next_id", "next_seq", "scheduling", "opened", "keep_settled")
-#: The JSON type each scalar has (``keep_settled`` may also be null).
+#: The scalar fields of ``State`` and the JSON type each has (``keep_settled`` may also be null).
 _SCALAR_TYPES = {"next_id": int, "next_seq": int, "scheduling": bool, "opened": bool, "keep_settled": int}
+
+
+#: The other fields, each kept its own way (see encode_state); ``task_index`` is rebuilt.
+_OTHERS = ("extensions", "settings", "invocations", "failed_migrations", "settled", "task_index")
+# a field added to State must be kept here too, or a snapshot would drop it
+assert {f.name for f in attrs.fields(State)} == {*_KEYED, *_SCALAR_TYPES, *_OTHERS}, "snapshot.py: State changed"
 
 
 def _scalar(name: str, value: Any) -> Any:
@@ -88,7 +94,7 @@ def _ids(values: Any) -> list[int]:
 def encode_state(state: State) -> str:
     """``state`` as a snapshot's text (strict JSON, valid UTF-8)."""
     out: dict[str, Any] = {"format": SNAPSHOT_FORMAT}
-    for name in _SCALARS:
+    for name in _SCALAR_TYPES:
         out[name] = getattr(state, name)
     for name, (cl, key) in _KEYED.items():
         mapping: Mapping[Any, Any] = getattr(state, name)
@@ -125,7 +131,7 @@ def decode_state(text: str | bytes) -> State:
     part = "?"
     try:
         fields: dict[str, Any] = {}
-        for part in _SCALARS:
+        for part in _SCALAR_TYPES:
             fields[part] = _scalar(part, data[part])
         for part, (cl, key) in _KEYED.items():
             values = codec.converter.structure(data[part], list[cl])  # type: ignore[valid-type]
