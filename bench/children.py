@@ -27,10 +27,11 @@ def run(cmd: Sequence[str], timeout: float, why_lines: int = 1) -> tuple[dict[st
         proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None, f"timed out after {timeout:.0f} s"
-    return _found(proc.stdout, proc.stderr, proc.returncode, why_lines)
+    return result_of(proc.stdout, proc.stderr, proc.returncode, why_lines)
 
 
-def _found(stdout: str, stderr: str, code: int | None, why_lines: int) -> tuple[dict[str, Any] | None, str]:
+def result_of(stdout: str, stderr: str, code: int | None, why_lines: int) -> tuple[dict[str, Any] | None, str]:
+    """A finished child's result line, or why there is none (as :func:`run` gives it)."""
     for line in stdout.splitlines():
         if line.startswith(RESULT):
             return dict(json.loads(line[len(RESULT) :])), ""
@@ -64,5 +65,5 @@ def run_pair(
                 p.kill()
                 p.communicate()
             return (None, f"timed out after {timeout:.0f} s"), (None, f"timed out after {timeout:.0f} s")
-        out.append(_found(stdout, stderr, proc.returncode, 1))
+        out.append(result_of(stdout, stderr, proc.returncode, 1))
     return out[0], out[1]

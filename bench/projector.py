@@ -58,12 +58,16 @@ def project(journal_db: Path, tables_db: Path, done: Path) -> dict[str, Any]:
     tables = open_sqlite_storage(tables_db)
     out = tables.db.conn
     source = None
-    while source is None:
+    while source is None:  # until the live process has made the store
         try:
             source = sqlite3.connect(f"file:{journal_db}?mode=ro", uri=True, isolation_level=None)
             source.execute("SELECT 1 FROM journal LIMIT 1").fetchall()
         except sqlite3.Error:
+            if source is not None:
+                source.close()
             source = None
+            if done.exists():
+                raise SystemExit("the live run ended before its store could be read") from None
             time.sleep(0.001)
     state, last, commits, polls, busy = State(), 0, 0, 0, 0.0
     finished_at = None
@@ -114,7 +118,13 @@ def live(mode: str, rounds: int, directory: Path) -> dict[str, Any]:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--project", str(directory)]
         projector = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     times: dict[str, float] = {}
-    seconds, _, commits = trio.run(lambda: run_once(rounds, db, "NORMAL", times=times))
+    try:
+        seconds, _, commits = trio.run(lambda: run_once(rounds, db, "NORMAL", times=times))
+    except BaseException:
+        if projector is not None:  # (it would wait for the journal's end forever)
+            projector.kill()
+            projector.communicate()
+        raise
     steps = steps_of(rounds)
     out: dict[str, Any] = {
         "ms": seconds / steps * 1e3,
@@ -127,9 +137,9 @@ def live(mode: str, rounds: int, directory: Path) -> dict[str, Any]:
         ended = time.perf_counter()
         stdout, stderr = projector.communicate(timeout=600)
         lag = time.perf_counter() - ended
-        found = next((json.loads(x[len(children.RESULT) :]) for x in stdout.splitlines() if x.startswith(children.RESULT)), None)
+        found, why = children.result_of(stdout, stderr, projector.returncode, 3)
         if found is None:
-            raise SystemExit("projector failed: " + "\n".join(stderr.strip().splitlines()[-3:]))
+            raise SystemExit(f"projector failed: {why}")
         out.update(projected=found["commits"], lag_s=lag, projector_cpu_ms=found["cpu_s"] / steps * 1e3, polls=found["polls"])
     return out
 

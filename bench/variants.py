@@ -67,17 +67,17 @@ import children
 HERE = Path(__file__).resolve().parent
 VARIANTS = ("store", "deferred", "journal-only", "events-only", "no-store")
 #: ``deferred``: the commits a batch of records and a snapshot are written after (``--every``).
-EVERY = [32]
+EVERY = 32
 
 
-def _turn_off(variant: str) -> None:
-    """Patch this (child) process's store for ``variant``."""
+def _turn_off(variant: str, every: int = EVERY) -> None:
+    """Patch this (child) process's store for ``variant`` (``every``: ``deferred``'s batch)."""
     from pidurable.shell.storage import spelt, sqlite, sqlite_writes
 
     if variant == "store":
         return
     if variant == "deferred":
-        _deferred(sqlite, sqlite_writes, spelt)
+        _deferred(sqlite, sqlite_writes, spelt, every)
         return
     if variant == "journal-only":
         write_all = sqlite_writes.write_all
@@ -106,7 +106,7 @@ def _turn_off(variant: str) -> None:
     raise SystemExit(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
 
 
-def _deferred(sqlite: Any, sqlite_writes: Any, spelt: Any) -> None:
+def _deferred(sqlite: Any, sqlite_writes: Any, spelt: Any, every: int) -> None:
     """The ``deferred`` variant: the loop hands the store each transaction's
     last state; the store journals events and keeps the records' last versions."""
     from pidurable.core.effects import PutDocument
@@ -142,7 +142,7 @@ def _deferred(sqlite: Any, sqlite_writes: Any, spelt: Any) -> None:
             journal += (seq, sqlite_writes.FORMAT, spelt.events_json(events, True), "")
         rows: list[Any] = []
         snapshot = None
-        if since[0] >= EVERY[0]:
+        if since[0] >= every:
             by_seq: dict[int, list[Any]] = {}
             for seq, w in pending.values():
                 by_seq.setdefault(seq, []).append(w)
@@ -161,13 +161,13 @@ def _deferred(sqlite: Any, sqlite_writes: Any, spelt: Any) -> None:
     sqlite.SqliteStorage.commit_many = deferred
 
 
-def child(variant: str, rounds: int, directory: Path) -> dict[str, Any]:
+def child(variant: str, rounds: int, directory: Path, every: int = EVERY) -> dict[str, Any]:
     import trio
 
     sys.path.insert(0, str(HERE))
     from workload import run_once, source_fingerprint, steps_of
 
-    _turn_off(variant)
+    _turn_off(variant, every)
     times: dict[str, float] = {}
     seconds, _, commits = trio.run(lambda: run_once(rounds, directory / "bench.sqlite", "NORMAL", times=times))
     steps = steps_of(rounds)
@@ -301,16 +301,15 @@ def main() -> None:
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma list (default: %(default)s)")
     ap.add_argument("--frames", action="store_true", help="also the per-b-tree transaction table")
     ap.add_argument("--paired", action="store_true", help="each variant at the same time as store, on two cores: the ratio")
-    ap.add_argument("--every", type=int, default=EVERY[0], help="deferred: commits per batch of records (default: %(default)s)")
+    ap.add_argument("--every", type=int, default=EVERY, help="deferred: commits per batch of records (default: %(default)s)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="per child (s)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.every < 1:
         raise SystemExit("--every must be at least 1")
-    EVERY[0] = args.every
     if args.child:
-        children.report(child(args.child, args.rounds, Path(args.dir)))
+        children.report(child(args.child, args.rounds, Path(args.dir), args.every))
         return
     if args.rounds < 1 or args.repeat < 1:
         raise SystemExit("--rounds and --repeat must be at least 1")
