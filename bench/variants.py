@@ -20,6 +20,12 @@ in a temp dir):
   ``State`` as a snapshot (storage/snapshot.py), in that transaction - the
   whole cost of the design, but nothing reads the records or the snapshot
   back yet (recovery from them is the design's next part);
+- ``redo``: a write-behind store with a redo log (round 17): each
+  transaction writes its commits' journal rows as now plus one ``redo`` row
+  per commit holding the writes' text (made for the digest anyway); every
+  ``--every`` commits each record's last version is written and the redo
+  rows deleted, in that transaction - recovery would apply the redo rows
+  left, with no core involved (not built: sizing only);
 - ``journal-only``: every commit encoded as now (rows, events, the writes'
   digest), but only its journal row written - a store that materializes its
   records elsewhere, at no cost, from a redo log it already keeps;
@@ -65,7 +71,7 @@ from attrs import fields as attrs_fields
 import children
 
 HERE = Path(__file__).resolve().parent
-VARIANTS = ("store", "deferred", "journal-only", "events-only", "no-store")
+VARIANTS = ("store", "deferred", "redo", "journal-only", "events-only", "no-store")
 #: ``deferred``: the commits a batch of records and a snapshot are written after (``--every``).
 EVERY = 32
 
@@ -78,6 +84,9 @@ def _turn_off(variant: str, every: int = EVERY) -> None:
         return
     if variant == "deferred":
         _deferred(sqlite, sqlite_writes, spelt, every)
+        return
+    if variant == "redo":
+        _redo(sqlite, sqlite_writes, every)
         return
     if variant == "journal-only":
         write_all = sqlite_writes.write_all
@@ -159,6 +168,51 @@ def _deferred(sqlite: Any, sqlite_writes: Any, spelt: Any, every: int) -> None:
         cur.execute("COMMIT")
 
     sqlite.SqliteStorage.commit_many = deferred
+
+
+def _redo(sqlite: Any, sqlite_writes: Any, every: int) -> None:
+    """The ``redo`` variant: a write-behind store with a redo log. Each
+    transaction writes its commits' journal rows as now and, per commit, one
+    ``redo`` row holding the writes' text (already made for the digest); the
+    rows themselves are kept in memory and every ``every`` commits each
+    record's last version (a document's revisions all) is written and the
+    redo rows before it deleted, in that transaction. Recovery would apply
+    the redo rows left (no core involved); not built: sizing only."""
+    from pidurable.shell.storage.codec import writes_digest
+    from pidurable.shell.storage.rows import encode_commit_text
+
+    pending: dict[Any, Any] = {}
+    since = [0]
+    made = [False]
+
+    def redo(self: Any, batch: Any) -> None:
+        cur = self.db.conn.cursor()
+        if not made[0]:
+            cur.execute("CREATE TABLE IF NOT EXISTS redo (seq INTEGER PRIMARY KEY, writes TEXT NOT NULL)")
+            made[0] = True
+        journal: list[Any] = []
+        redo_rows: list[Any] = []
+        for seq, writes, events in batch:
+            commit_rows, events_text, writes_text = encode_commit_text(seq, writes, events)
+            for i, row in enumerate(commit_rows):
+                pending[(seq, i) if row[0] == "document_revisions" else (row[0], row[1])] = row
+            journal += (seq, sqlite_writes.FORMAT, events_text, writes_digest(writes_text))
+            redo_rows.append((seq, writes_text))
+        since[0] += len(batch)
+        rows: list[Any] = []
+        if since[0] >= every:
+            rows = list(pending.values())
+            pending.clear()
+            since[0] = 0
+        cur.execute("BEGIN")
+        sqlite_writes.write_all(cur, rows, journal)
+        if rows:
+            cur.execute("DELETE FROM redo")
+        else:
+            cur.executemany("INSERT INTO redo (seq, writes) VALUES (?, ?)", redo_rows)
+        cur.execute("COMMIT")
+
+    sqlite.SqliteStorage.commit_many = redo
 
 
 def child(variant: str, rounds: int, directory: Path, every: int = EVERY) -> dict[str, Any]:
@@ -275,7 +329,7 @@ def paired(variants: list[str], args: argparse.Namespace) -> None:
             base[variant].append(ra["ms"])
     print(
         f"## Each variant against `store`, run at the same time on two cores (R={args.rounds}, "
-        f"{args.repeat} pairs each; deferred: a batch every {args.every} commits)"
+        f"{args.repeat} pairs each; deferred, redo: a batch every {args.every} commits)"
     )
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; {machine()}; load {os.getloadavg()[0]:.2f}")
     print(f"code: {code_version()}\n")
@@ -301,7 +355,7 @@ def main() -> None:
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma list (default: %(default)s)")
     ap.add_argument("--frames", action="store_true", help="also the per-b-tree transaction table")
     ap.add_argument("--paired", action="store_true", help="each variant at the same time as store, on two cores: the ratio")
-    ap.add_argument("--every", type=int, default=EVERY, help="deferred: commits per batch of records (default: %(default)s)")
+    ap.add_argument("--every", type=int, default=EVERY, help="deferred, redo: commits per batch of records (default: %(default)s)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="per child (s)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
@@ -333,7 +387,7 @@ def main() -> None:
             results[variant].append(out)
     print(
         f"## The write path's parts, turned off one by one (R={args.rounds}, {args.repeat} interleaved runs each; "
-        f"deferred: a batch every {args.every} commits)"
+        f"deferred, redo: a batch every {args.every} commits)"
     )
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; {machine()}; load {os.getloadavg()[0]:.2f}")
     print(f"code: {code_version()}\n")
