@@ -34,6 +34,12 @@ printed value is the median over --repeat runs.
 - gc %: the share of the run's wall time spent in Python's garbage
   collector (``gc.callbacks``; round 12: a full collection costs ~50 ms
   here with only pidurable's imports alive).
+- the machine against issue 11's (printed when a peer ran at R=200 or
+  R=1000): each peer's ms/step now over the ms/step issue 11's table gives
+  it (measured on 2026-11-30, when the 0.25 ms/step target was set), their
+  geometric mean (the machine's slowdown since, as three CPU-bound Python
+  peers see it) and pidurable's ms/step over that factor - an ESTIMATE of
+  pidurable at the speed the target was set at, not a measurement.
 - commit %: pidurable's share of the run's wall time inside the store's
   transactions (``commit_many``: encoding the rows and journal, the SQL
   statements, the commit; ``workload.wrap_commits``), measured in the run
@@ -85,6 +91,13 @@ LABELS = {
     "langgraph_sync": "LangGraph StateGraph (sync)",
     "pi_durable_python": "pi-durable-python",
     "pi_durable_python_unsafe": "pi-durable-python (replay unsafe)",
+}
+#: Issue 11's table (2026-11-30, this workload, medians of 3): each peer's
+#: ms/step at R=200 and R=1000, when the 0.25 ms/step target was set.
+ISSUE_11 = {
+    "dbos": {200: 2.35, 1000: 2.66},
+    "langgraph_func": {200: 0.99, 1000: 1.68},
+    "pi_durable_python": {200: 4.88, 1000: 7.64},
 }
 
 
@@ -469,10 +482,36 @@ def report(
                 f"{fmt(1000 * med(system, r, 'round_s'), 3)} | {fmt(100 * med(system, r, 'stalled'), 1)} | "
                 f"{fmt(gc_share(system, r), 1)} | {fmt(commit_share(system, r), 1)} |"
             )
+    against_issue(systems, args.rounds, ms)
     if errors:
         print()
         for (system, r), why in sorted(errors.items()):
             print(f"- {LABELS[system]} R={r} failed: {why}")
+
+
+def against_issue(systems: list[str], rounds: list[int], ms: Callable[[str, int], float | None]) -> None:
+    """The machine now against the day issue 11's table was measured, as the
+    peers it lists see it, and pidurable scaled by that (an estimate)."""
+    factors: list[float] = []
+    rows: list[str] = []
+    for system in systems:
+        for r, then in ISSUE_11.get(system, {}).items():
+            now = ms(system, r)
+            if now is not None:
+                factors.append(now / then)
+                rows.append(f"| {LABELS[system]} | {r} | {then:.2f} | {now:.3f} | {now / then:.2f} |")
+    if not factors:
+        return
+    factor = statistics.geometric_mean(factors)
+    print()
+    print("| peer | R | ms/step in issue 11 (2026-11-30) | ms/step now | now / then |")
+    print("|---|---:|---:|---:|---:|")
+    print("\n".join(rows))
+    scaled = ", ".join(f"R={r} {m / factor:.3f}" for r in rounds if (m := ms("pidurable", r)) is not None)
+    print(
+        f"\nThe peers run {factor:.2f}x as long per step as in issue 11's table (geometric mean). "
+        f"pidurable's ms/step over that factor (an ESTIMATE of it at the speed the target was set at): {scaled}."
+    )
 
 
 if __name__ == "__main__":
