@@ -38,6 +38,7 @@ import hashlib
 import json
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from json.encoder import encode_basestring
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -286,14 +287,37 @@ def _configure(converter: cattrs.Converter) -> None:
     configure_tagged_union(Effect, converter, tag_generator=_tag, tag_name="type")
 
 
+class _Configured(cattrs.Converter):
+    """A converter that runs :func:`_configure` on its first use, not at
+    import: the hooks it generates for every record and event compile ~2,000
+    code objects (~0.4 s of every process's start; ``pidurable --version``
+    took 1.5 s). Until then the four entry points are instance attributes
+    that configure, remove themselves (the class's methods answer from then
+    on, with no check per call) and call on."""
+
+    _LAZY = ("structure", "unstructure", "get_structure_hook", "get_unstructure_hook")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.configured = False
+        for name in self._LAZY:
+            setattr(self, name, partial(self._first_use, name))
+
+    def _first_use(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if not self.configured:
+            self.configured = True  # first: _configure itself asks for hooks
+            for lazy in self._LAZY:
+                delattr(self, lazy)
+            _configure(self)
+        return getattr(self, name)(*args, **kwargs)
+
+
 #: The encoder of formats 1 and 2, and of every record a host is handed (API
 #: output): every field written.
-converter = cattrs.Converter(omit_if_default=False, forbid_extra_keys=False)
-_configure(converter)
+converter = _Configured(omit_if_default=False, forbid_extra_keys=False)
 #: The store's encoder from format 3 on (issue 11: a lean store): fields at
 #: their default are left out (decoding fills them in).
-stored = cattrs.Converter(omit_if_default=True, forbid_extra_keys=False)
-_configure(stored)
+stored = _Configured(omit_if_default=True, forbid_extra_keys=False)
 
 
 _EVENT_BY_TAG = {cl.TAG: cl for cl in EVENT_TYPES}  # type: ignore[attr-defined]
@@ -358,10 +382,10 @@ class WriteWire:
     keys: tuple[tuple[str, str], ...]  #: (attribute, ``,"conversation_id":``), scalar ids
     record: str  #: the attribute holding the record (the last field)
     record_key: str  #: ``,"agent":``
-    unstructure: Callable[[Any], Any]  #: the converter's hook for the record's declared type
+    record_type: Any  #: the record's declared type (its converter's hook: :func:`encode_write`)
 
 
-def _write_wire(cl: type, conv: cattrs.Converter) -> WriteWire:
+def _write_wire(cl: type) -> WriteWire:
     hints = get_type_hints(cl)
     *keys, record = attrs.fields(cl)
     for f in keys:
@@ -373,25 +397,29 @@ def _write_wire(cl: type, conv: cattrs.Converter) -> WriteWire:
         keys=tuple((f.name, "," + dumps(f.name) + ":") for f in keys),
         record=record.name,
         record_key="," + dumps(record.name) + ":",
-        unstructure=conv.get_unstructure_hook(hints[record.name]),
+        record_type=hints[record.name],
     )
 
 
 #: Which encoder wrote each journal format's events and writes (format 1:
 #: writes as JSON, 2: their digest, both every field; 3: the lean encoder).
 ENCODERS: dict[int, cattrs.Converter] = {1: converter, 2: converter, 3: stored, 4: stored}
-_WIRES: dict[int, dict[type, WriteWire]] = {
-    id(conv): {cl: _write_wire(cl, conv) for cl in WRITE_TYPES} for conv in (converter, stored)
-}
-WRITE_WIRE: dict[type, WriteWire] = _WIRES[id(stored)]
+#: How each write class looks in the journal (the same for every format).
+WRITE_WIRE: dict[type, WriteWire] = {cl: _write_wire(cl) for cl in WRITE_TYPES}
+#: Each (format's encoder, write class)'s hook for its record, once asked for.
+_RECORD_HOOKS: dict[tuple[int, type], Callable[[Any], Any]] = {}
 
 
 def encode_write(w: Write, fmt: int = FORMAT_VERSION) -> tuple[str, str]:
     """``(record, journal)``: the write's record as JSON (what its table row
     stores) and the write as the journal stores it, around the same text;
     ``fmt``: the journal format whose encoding to use."""
-    wire = _WIRES[id(ENCODERS[fmt])][type(w)]
-    record = _encode(wire.unstructure(getattr(w, wire.record)))
+    wire = WRITE_WIRE[type(w)]
+    conv = ENCODERS[fmt]
+    hook = _RECORD_HOOKS.get((id(conv), type(w)))
+    if hook is None:
+        hook = _RECORD_HOOKS[(id(conv), type(w))] = conv.get_unstructure_hook(wire.record_type)
+    record = _encode(hook(getattr(w, wire.record)))
     journal = wire.head
     for attr, key in wire.keys:
         journal += key + str(getattr(w, attr))
