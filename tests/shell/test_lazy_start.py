@@ -1,8 +1,9 @@
-"""The store's two cattrs converters are configured on first use, not at
-import (``codec._Configured``): a process that never encodes or decodes a
-record (``pidurable --version``, ``--help``) does not compile their ~2,000
-generated hooks, and one that does gets the same hooks as an eager
-configuration."""
+"""What a process's start leaves for later: the store's two cattrs
+converters are configured on first use, not at import (``codec._Configured``):
+a process that never encodes or decodes a record (``pidurable --version``,
+``--help``) does not compile their ~2,000 generated hooks, and one that does
+gets the same hooks as an eager configuration. The HTTP adapters (and httpx)
+are imported when first named (``providers.__getattr__``)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,34 @@ def test_importing_the_library_and_the_cli_configures_neither_converter() -> Non
         """
     )
     assert out == "False False"
+
+
+def test_importing_the_library_and_the_cli_imports_no_http_adapter() -> None:
+    out = _run(
+        """
+        import sys
+        import pidurable.shell, pidurable.shell.cli
+        print(sorted(m for m in sys.modules if m == "httpx" or m.startswith(("httpx.", "pidurable.shell.providers."))))
+        """
+    )
+    assert out == "['pidurable.shell.providers.base', 'pidurable.shell.providers.models', 'pidurable.shell.providers.scripted']"
+
+
+def test_the_http_adapters_are_imported_when_named() -> None:
+    out = _run(
+        """
+        import sys
+        from pidurable.shell import providers
+        from pidurable.shell.providers import Anthropic, OpenAIChat, OpenAIResponses, classify_exception
+        from pidurable.shell.providers.anthropic import Anthropic as A
+        print(Anthropic is A, "httpx" in sys.modules, providers.__dict__["OpenAIChat"] is OpenAIChat)
+        try:
+            providers.Nope
+        except AttributeError as e:
+            print(e)
+        """
+    )
+    assert out.splitlines() == ["True True True", "module 'pidurable.shell.providers' has no attribute 'Nope'"]
 
 
 @pytest.mark.parametrize("first", ["structure", "unstructure", "get_structure_hook", "get_unstructure_hook"])
