@@ -36,6 +36,7 @@ import binascii
 import enum
 import hashlib
 import json
+import threading
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
@@ -292,24 +293,41 @@ class _Configured(cattrs.Converter):
     import: the hooks it generates for every record and event compile ~2,000
     code objects (~0.4 s of every process's start; ``pidurable --version``
     took 1.5 s). Until then the four entry points are instance attributes
-    that configure, remove themselves (the class's methods answer from then
-    on, with no check per call) and call on."""
+    that configure the converter, remove themselves (the class's methods
+    answer from then on, with no check per call) and call on.
+
+    Threads (the facades' host threads, a commit on a worker thread) may
+    meet here at once: the first configures under a lock while the others
+    wait for it, and the entry points go only once the configuration is
+    whole. The hooks ``_configure`` asks for on its own thread meanwhile are
+    the class's methods on the converter being configured, as in an eager
+    configuration."""
 
     _LAZY = ("structure", "unstructure", "get_structure_hook", "get_unstructure_hook")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.configured = False
+        self._configuring = False
         for name in self._LAZY:
             setattr(self, name, partial(self._first_use, name))
 
     def _first_use(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        if not self.configured:
-            self.configured = True  # first: _configure itself asks for hooks
-            for lazy in self._LAZY:
-                delattr(self, lazy)
-            _configure(self)
-        return getattr(self, name)(*args, **kwargs)
+        with _CONFIGURING:  # re-entrant: _configure's own calls come back here
+            if not self.configured and not self._configuring:
+                self._configuring = True
+                try:
+                    _configure(self)
+                finally:
+                    self._configuring = False
+                self.configured = True
+                for lazy in self._LAZY:
+                    delattr(self, lazy)
+        return getattr(cattrs.Converter, name)(self, *args, **kwargs)
+
+
+#: Held while a converter configures itself (:class:`_Configured`).
+_CONFIGURING = threading.RLock()
 
 
 #: The encoder of formats 1 and 2, and of every record a host is handed (API

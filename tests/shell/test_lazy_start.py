@@ -108,3 +108,34 @@ def test_lazy_converters_encode_and_decode_as_eager_ones(sample: object) -> None
         data = eager.unstructure(sample)
         assert lazy.unstructure(sample) == data
         assert lazy.structure(data, type(sample)) == eager.structure(data, type(sample)) == sample
+
+
+def test_threads_meeting_at_first_use_all_get_the_whole_configuration() -> None:
+    # the first thread configures (~0.1 s, several GIL switches) while the
+    # others call in: each must wait for it, none may see a half-configured converter
+    out = _run(
+        """
+        import threading
+        from pidurable.core.events import ModelResponded
+        from pidurable.core.model import Task
+        from pidurable.shell.storage import codec
+        event = ModelResponded(now=5, task_id=7, attempt=1, text="hi")
+        task = Task(id=3, conversation_id=1, kind="tool", input={"x": 1})
+        start, results = threading.Barrier(8), []
+
+        def use(i):
+            start.wait()
+            if i % 2:
+                results.append(codec.converter.structure(codec.converter.unstructure(event, codec.Event), codec.Event) == event)
+            else:
+                results.append(codec.stored.unstructure(task) == {"id": 3, "conversation_id": 1, "kind": "tool", "input": {"x": 1}})
+
+        threads = [threading.Thread(target=use, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(results.count(True), len(results))
+        """
+    )
+    assert out == "8 8"
