@@ -139,3 +139,15 @@ def test_threads_meeting_at_first_use_all_get_the_whole_configuration() -> None:
         """
     )
     assert out == "8 8"
+
+
+def test_configure_configures_both_now() -> None:
+    out = _run(
+        """
+        from pidurable.shell.storage import codec
+        before = (codec.converter.configured, codec.stored.configured)
+        codec.configure()
+        print(before, (codec.converter.configured, codec.stored.configured))
+        """
+    )
+    assert out == "(False, False) (True, True)"
