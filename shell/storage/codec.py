@@ -36,10 +36,8 @@ import binascii
 import enum
 import hashlib
 import json
-import threading
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from functools import partial
 from json.encoder import encode_basestring
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -57,6 +55,8 @@ from pidurable.core.state import ContextDoc, ConvState
 from pidurable.core.events import ModelStreamed
 from pidurable.core.fork_events import ForkPoint
 from pidurable.core.state import ToolSlot
+
+from .lazy_converter import LazyConverter
 
 FORMAT_VERSION = 4
 #: A format-2/3 row's ``writes``: this prefix and a 128-bit BLAKE2b of the
@@ -288,48 +288,6 @@ def _configure(converter: cattrs.Converter) -> None:
     configure_tagged_union(Effect, converter, tag_generator=_tag, tag_name="type")
 
 
-class _Configured(cattrs.Converter):
-    """A converter that runs :func:`_configure` on its first use, not at
-    import: the hooks it generates for every record and event compile ~2,000
-    code objects (~0.4 s of every process's start; ``pidurable --version``
-    took 1.5 s). Until then the four entry points are instance attributes
-    that configure the converter, remove themselves (the class's methods
-    answer from then on, with no check per call) and call on.
-
-    Threads (the facades' host threads, a commit on a worker thread) may
-    meet here at once: the first configures under a lock while the others
-    wait for it, and the entry points go only once the configuration is
-    whole. The hooks ``_configure`` asks for on its own thread meanwhile are
-    the class's methods on the converter being configured, as in an eager
-    configuration."""
-
-    _LAZY = ("structure", "unstructure", "get_structure_hook", "get_unstructure_hook")
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.configured = False
-        self._configuring = False
-        for name in self._LAZY:
-            setattr(self, name, partial(self._first_use, name))
-
-    def _first_use(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        with _CONFIGURING:  # re-entrant: _configure's own calls come back here
-            if not self.configured and not self._configuring:
-                self._configuring = True
-                try:
-                    _configure(self)
-                finally:
-                    self._configuring = False
-                self.configured = True
-                for lazy in self._LAZY:
-                    delattr(self, lazy)
-        return getattr(cattrs.Converter, name)(self, *args, **kwargs)
-
-
-#: Held while a converter configures itself (:class:`_Configured`).
-_CONFIGURING = threading.RLock()
-
-
 def configure() -> None:
     """Configure both converters now, as their first use would (~0.26 s
     here): for a process that wants that cost at its start - a server before
@@ -340,10 +298,10 @@ def configure() -> None:
 
 #: The encoder of formats 1 and 2, and of every record a host is handed (API
 #: output): every field written.
-converter = _Configured(omit_if_default=False, forbid_extra_keys=False)
+converter = LazyConverter(_configure, omit_if_default=False, forbid_extra_keys=False)
 #: The store's encoder from format 3 on (issue 11: a lean store): fields at
 #: their default are left out (decoding fills them in).
-stored = _Configured(omit_if_default=True, forbid_extra_keys=False)
+stored = LazyConverter(_configure, omit_if_default=True, forbid_extra_keys=False)
 
 
 _EVENT_BY_TAG = {cl.TAG: cl for cl in EVENT_TYPES}  # type: ignore[attr-defined]

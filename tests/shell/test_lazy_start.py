@@ -1,5 +1,5 @@
 """What a process's start leaves for later: the store's two cattrs
-converters are configured on first use, not at import (``codec._Configured``):
+converters are configured on first use, not at import (``lazy_converter.LazyConverter``):
 a process that never encodes or decodes a record (``pidurable --version``,
 ``--help``) does not compile their ~2,000 generated hooks, and one that does
 gets the same hooks as an eager configuration. The HTTP adapters (and httpx)
