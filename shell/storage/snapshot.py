@@ -117,14 +117,22 @@ def encode_state(state: State) -> str:
     return text
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not strict JSON")
+
+
 def decode_state(text: str | bytes) -> State:
     """The ``State`` a snapshot's text keeps (:class:`SnapshotError` if it is not one this code reads)."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_refuse_constant)
     except ValueError as e:  # (UnicodeDecodeError is one)
-        raise SnapshotError(f"snapshot is not JSON text ({e})") from e
+        raise SnapshotError(f"snapshot is not strict JSON text ({e})") from e
     if not isinstance(data, dict):
         raise SnapshotError(f"snapshot is not a JSON object (a {type(data).__name__})")
+    try:  # a "\ud800" escape decodes to a lone surrogate, which no state may hold
+        codec.dumps(data).encode("utf-8")
+    except ValueError as e:
+        raise SnapshotError(f"snapshot holds a string that is not valid UTF-8 ({e})") from e
     fmt = data.get("format")
     if fmt != SNAPSHOT_FORMAT:
         raise SnapshotError(f"snapshot format {fmt!r} is not one this code reads (it reads {SNAPSHOT_FORMAT})")

@@ -102,8 +102,11 @@ def test_a_state_that_is_not_strict_json_is_refused() -> None:
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ("not json", "not JSON"),
-        (b"\xff\xfe", "not JSON"),
+        ("not json", "not strict JSON"),
+        (b"\xff\xfe", "not strict JSON"),
+        (f'{{"format": {SNAPSHOT_FORMAT}, "next_id": NaN}}', "not strict JSON.*NaN"),
+        (f'{{"format": {SNAPSHOT_FORMAT}, "x": -Infinity}}', "not strict JSON.*Infinity"),
+        (f'{{"format": {SNAPSHOT_FORMAT}, "x": "\\ud800"}}', "not valid UTF-8"),
         ("[1, 2]", "not a JSON object"),
         ('{"format": 99}', "format 99"),
         (f'{{"format": {SNAPSHOT_FORMAT}, "next_id": 2}}', "part 'next_seq'"),
