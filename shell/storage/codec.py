@@ -292,8 +292,8 @@ def configure() -> None:
     """Configure both converters now, as their first use would (~0.26 s
     here): for a process that wants that cost at its start - a server before
     it takes requests, a benchmark before its timed span."""
-    converter.get_unstructure_hook(Entry)
-    stored.get_unstructure_hook(Entry)
+    converter.configure_now()
+    stored.configure_now()
 
 
 #: The encoder of formats 1 and 2, and of every record a host is handed (API
@@ -390,7 +390,7 @@ def _write_wire(cl: type) -> WriteWire:
 ENCODERS: dict[int, cattrs.Converter] = {1: converter, 2: converter, 3: stored, 4: stored}
 #: How each write class looks in the journal (the same for every format).
 WRITE_WIRE: dict[type, WriteWire] = {cl: _write_wire(cl) for cl in WRITE_TYPES}
-#: Each (format's encoder, write class)'s hook for its record, once asked for.
+#: Each (journal format, write class)'s hook for its record, once asked for.
 _RECORD_HOOKS: dict[tuple[int, type], Callable[[Any], Any]] = {}
 
 
@@ -399,10 +399,9 @@ def encode_write(w: Write, fmt: int = FORMAT_VERSION) -> tuple[str, str]:
     stores) and the write as the journal stores it, around the same text;
     ``fmt``: the journal format whose encoding to use."""
     wire = WRITE_WIRE[type(w)]
-    conv = ENCODERS[fmt]
-    hook = _RECORD_HOOKS.get((id(conv), type(w)))
+    hook = _RECORD_HOOKS.get((fmt, type(w)))
     if hook is None:
-        hook = _RECORD_HOOKS[(id(conv), type(w))] = conv.get_unstructure_hook(wire.record_type)
+        hook = _RECORD_HOOKS[(fmt, type(w))] = ENCODERS[fmt].get_unstructure_hook(wire.record_type)
     record = _encode(hook(getattr(w, wire.record)))
     journal = wire.head
     for attr, key in wire.keys:

@@ -39,7 +39,8 @@ class LazyConverter(cattrs.Converter):
         for name in self._LAZY:
             setattr(self, name, partial(self._first_use, name))
 
-    def _first_use(self, name: str, *args: Any, **kwargs: Any) -> Any:
+    def configure_now(self) -> None:
+        """Configure this converter now, as its first use would (once)."""
         with _CONFIGURING:  # re-entrant: configure's own calls come back here
             if not self.configured and not self._configuring:
                 self._configuring = True
@@ -50,6 +51,9 @@ class LazyConverter(cattrs.Converter):
                 self.configured = True
                 for lazy in self._LAZY:
                     delattr(self, lazy)
+
+    def _first_use(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        self.configure_now()
         return getattr(cattrs.Converter, name)(self, *args, **kwargs)
 
 
