@@ -43,9 +43,12 @@ from .model import (
     QUEUE_MODES,
     ROOT_CONVERSATION_ID,
     AgentConfig,
+    CompactionSettings,
     Conversation,
     ExecutionMode,
     Reason,
+    RetryPolicy,
+    Settings,
     Submission,
     SubmissionId,
     SubmissionStatus,
@@ -223,15 +226,43 @@ def on_settings_changed(tx: Tx, ev: SettingsChanged) -> None:
     tx.settings = ev.settings
 
 
+#: The largest integer a setting may hold: a signed 64-bit one, as SQLite's and
+#: PostgreSQL's integers (and any Python process can print and parse it).
+MAX_SETTING_INT = 2**63 - 1
+
+#: What each part of ``Settings`` must be: (path, the class it must be, its bool
+#: fields, its integer fields with their least value). ``check_settings`` reads it.
+SETTINGS_SHAPE: tuple[tuple[str, type, tuple[str, ...], tuple[tuple[str, int], ...]], ...] = (
+    ("settings", Settings, (), (("partial_interval_ms", 0),)),
+    ("settings.retry", RetryPolicy, ("enabled",), (("max_retries", 0), ("base_delay_ms", 0), ("max_delay_ms", 0))),
+    (
+        "settings.compaction", CompactionSettings, ("enabled",),
+        (("reserve_tokens", 0), ("keep_recent_tokens", 1), ("background_tokens", 0)),
+    ),
+)
+
+
 def check_settings(settings: object) -> str | None:
-    """A readable problem with host settings, or None."""
+    """A readable problem with host settings, or None: the queue modes are
+    known ones, each part is of its class (``SETTINGS_SHAPE``), its flags are
+    bools and its integers are within ``[least, MAX_SETTING_INT]``."""
     for name in ("follow_up_mode", "steering_mode"):
         value = getattr(settings, name, None)
         if value not in QUEUE_MODES:
             return f"settings.{name} must be one of {', '.join(QUEUE_MODES)}, not {value!r}"
-    compaction = getattr(settings, "compaction", None)
-    for name in ("reserve_tokens", "keep_recent_tokens", "background_tokens"):
-        value = getattr(compaction, name, None)
-        if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "keep_recent_tokens" else 0):
-            return f"settings.compaction.{name} must be a {'positive' if name == 'keep_recent_tokens' else 'non-negative'} integer, not {value!r}"
+    for path, cls, flags, ints in SETTINGS_SHAPE:
+        part = settings if path == "settings" else getattr(settings, path.rpartition(".")[2], None)
+        if not isinstance(part, cls):
+            return f"{path} must be a {cls.__name__}, not {type(part).__name__}"
+        for name in flags:
+            flag = getattr(part, name)
+            if type(flag) is not bool:
+                return f"{path}.{name} must be True or False, not {flag!r}"
+        for name, least in ints:
+            value = getattr(part, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= MAX_SETTING_INT:
+                big = isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64
+                shown = f"an int of {value.bit_length()} bits" if big else repr(value)  # (repr of a huge int raises)
+                kind = "a positive" if least == 1 else "a non-negative"
+                return f"{path}.{name} must be {kind} integer of at most 2**63 - 1, not {shown}"
     return None

@@ -113,12 +113,16 @@ def _clean(value: Any) -> Any:
         # flat and clean as it is, in C (issue 11 item 2): ASCII str keys; ints, bools, None, ASCII text
         vs = value.values()
         if _STRS.issuperset(map(type, value)) and _FLAT.issuperset(map(type, vs)) and all(map(_ASCII, value)):
-            if all(map(_ASCII, filter(_IS_STR, vs))):
+            if all(map(_ASCII, filter(_IS_STR, vs))) and _ints_fit(vs):
                 return value
         return _clean_dict(value)
     if t is str:
         return value if value.isascii() else clean_text(value)
-    if value is None or t is int or t is bool:
+    if t is int:
+        if -_INT_LIMIT < value < _INT_LIMIT:
+            return value
+        raise _Bad(_TOO_LONG.format(value.bit_length()))
+    if value is None or t is bool:
         return value
     if t is float:
         if value - value == 0.0:  # finite
@@ -136,7 +140,7 @@ def _clean(value: Any) -> Any:
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, int):
-        return int(value)
+        return _clean(int(value))
     raise _Bad(f"a {type(value).__name__} is not a JSON value")
 
 
@@ -147,7 +151,7 @@ def _clean_dict(value: dict[Any, Any]) -> dict[str, Any]:
             raise _Bad(f"object key {k!r} is not a string")
         ck = k if k.isascii() else clean_text(k)
         tv = type(v)  # (a clean scalar without a call)
-        cv = v if tv in _AS_IS or (tv is str and v.isascii()) else _clean(v)
+        cv = v if (tv in _AS_IS and tv is not int) or (tv is str and v.isascii()) else _clean(v)
         if out is None and (ck is not k or cv is not v):
             out = dict(list(value.items())[:i])
         if out is not None:
@@ -174,6 +178,18 @@ def _locate(value: Any) -> str:
     return ""
 
 
+#: The most tokens a count may hold (a signed 64-bit integer, as stored elsewhere).
+_MAX_TOKENS = 2**63 - 1
+
+
+def show(value: Any) -> str:
+    """``repr(value)`` for a message, but an int too long to print (Python
+    refuses over 4,300 digits) as its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an int of {value.bit_length()} bits"
+    return repr(value)
+
+
 def clean_usage(usage: Any, where: str) -> Usage | None:
     """A provider's or tool's token counts, or None (with a warning) when
     they are not non-negative integers: bad usage never fails a reply."""
@@ -185,8 +201,8 @@ def clean_usage(usage: Any, where: str) -> Usage | None:
             n = getattr(usage, name)
             if isinstance(n, float) and math.isfinite(n) and n.is_integer():
                 n = int(n)
-            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-                log.warning("%s: usage %s=%r is not a token count; usage dropped", where, name, n)
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= _MAX_TOKENS:
+                log.warning("%s: usage %s=%s is not a token count; usage dropped", where, name, show(n))
                 return None
             counts.append(n)
         return Usage(input_tokens=counts[0], output_tokens=counts[1])
@@ -206,6 +222,19 @@ _AS_IS = frozenset({int, bool, type(None)})  #: exact types whose values are JSO
 _FLAT, _STRS = _AS_IS | {str}, frozenset({str})  #: ... and text (JSON as it is when ASCII)
 _BOXES, _DICTS = frozenset({tuple, dict, type(None)}), frozenset({dict})  #: containers (JSON as they are when empty)
 _IS_STR = str.__instancecheck__  #: isinstance(x, str) in one C call (for filter)
+_IS_INT = int.__instancecheck__  #: isinstance(x, int) in one C call (for filter)
+#: Integers are stored only below 10**640 in magnitude: every Python process can
+#: print and parse those, whatever its ``sys.set_int_max_str_digits`` (at least
+#: 640); a longer one (CPython's default refuses over 4,300 digits) would fail
+#: the commit that holds it, and could make a store unreadable elsewhere.
+_INT_LIMIT = 10**640
+_TOO_LONG = "an integer of {} bits (over 640 digits) is too long to store"
+
+
+def _ints_fit(values: Any) -> bool:
+    """Every int (and bool) among ``values`` is below ``_INT_LIMIT`` in magnitude (in C)."""
+    return max(map(abs, filter(_IS_INT, values)), default=0) < _INT_LIMIT
+
 #: a text is ASCII (for map: each tested in place, never joined - a huge text is not copied)
 _ASCII = str.isascii
 
@@ -242,7 +271,9 @@ def _clean_event(event: Any, where: str) -> Any:
     fields (issue 11 item 2): a group whose values the loop would all pass
     (ints, bools, None, ASCII text; empty boxes) is not looped over."""
     flat_names, flat, box_names, boxes = _GROUPS.get(type(event)) or _plan(type(event))[1]
-    flat_ok = flat is None or (_FLAT.issuperset(map(type, fv := flat(event))) and all(map(_ASCII, filter(_IS_STR, fv))))
+    flat_ok = flat is None or (
+        _FLAT.issuperset(map(type, fv := flat(event))) and all(map(_ASCII, filter(_IS_STR, fv))) and _ints_fit(fv)
+    )
     boxes_ok = boxes is None or (_BOXES.issuperset(map(type, bv := boxes(event))) and not any(bv))
     if flat_ok:
         return event if boxes_ok else _clean_fields(event, where, (box_names, boxes))
@@ -262,7 +293,9 @@ def _clean_fields(obj: Any, where: str, fields: tuple[tuple[str, ...], Any] | No
             if v.isascii():
                 continue
             new: Any = clean_text(v)
-        elif t in _AS_IS or ((t is tuple or t is dict) and not v and name != "usage"):
+        elif (t in _AS_IS and (t is not int or -_INT_LIMIT < v < _INT_LIMIT)) or (
+            (t is tuple or t is dict) and not v and name != "usage"
+        ):
             continue  # clean: a scalar, an empty container (but an empty usage is no Usage)
         elif name == "usage":
             new = clean_usage(v, where)
@@ -324,7 +357,7 @@ def _plain_records(v: tuple[Any, ...]) -> bool:
         return False
     keys, values = tuple(chain.from_iterable(bv)), tuple(chain.from_iterable(map(dict.values, bv)))
     return _STRS.issuperset(map(type, keys)) and _FLAT.issuperset(map(type, values)) and all(
-        map(_ASCII, chain(keys, filter(_IS_STR, fv), filter(_IS_STR, values))))
+        map(_ASCII, chain(keys, filter(_IS_STR, fv), filter(_IS_STR, values)))) and _ints_fit(chain(fv, values))
 
 
 def _refuse_reply(ev: Any, error: EdgeError) -> Event:

@@ -254,6 +254,8 @@ class Harness:
         ``already_placed``, ``settled`` or ``not_found``."""
         _live(self._rt)
         check_id_number(submission_id, "submission_id")
+        if conversation_id is not None:
+            check_id_number(conversation_id, "conversation_id")
         return await abort_submission(self._rt, submission_id, conversation_id)
 
     async def submission(self, submission_id: int) -> SubmissionHandle | None:
@@ -275,8 +277,10 @@ class Harness:
 
     async def tasks(self, conversation_id: int | None = None, live_only: bool = False) -> list[Task]:
         _live(self._rt)
+        if conversation_id is not None:
+            check_id_number(conversation_id, "conversation_id")
         cid = None if conversation_id is None else ConversationId(conversation_id)
-        return self._rt.storage.tasks(cid, live_only=live_only)
+        return self._rt.storage.tasks(cid, live_only=bool(live_only))
 
     async def wait_for_task(self, task_id: int) -> Task:
         """The terminal record of the task, once durable."""
@@ -326,31 +330,40 @@ class Harness:
     async def create_conversation(
         self,
         *,
+        agent: AgentConfig | None = None,
+        owner: int | None = None,
         ownership: Any = None,
         owner_task_id: int | None = None,
-        agent: AgentConfig | None = None,
     ) -> Conversation:
-        """A new conversation, ownerless or owned by a live task (then it
-        starts with a copy of the owner's conversation's agent settings, and an
-        abort of the owner cascades into it).
+        """A new conversation, ownerless or owned by a live task ``owner``
+        (then it starts with a copy of the owner's conversation's agent
+        settings, and an abort of the owner cascades into it).
 
-        ``ownership``: None / ``"ownerless"`` / ``{"kind": "ownerless"}``, or
-        ``{"kind": "task", "task_id": N}`` (same as ``owner_task_id=N``)."""
+        ``owner_task_id=N`` is the same as ``owner=N``; ``ownership``: None /
+        ``"ownerless"`` / ``{"kind": "ownerless"}``, or ``{"kind": "task",
+        "task_id": N}`` (the reference's form). Ways that name different tasks
+        are refused."""
         _live(self._rt)
         agent = self._rt.windowed(check_agent(agent))
+        named: dict[str, Any] = {}
+        if owner is not None:
+            named["owner"] = owner
         if owner_task_id is not None:
-            check_id_number(owner_task_id, "owner_task_id")
+            named["owner_task_id"] = owner_task_id
         if ownership is not None:
             if ownership == "ownerless" or (isinstance(ownership, dict) and ownership.get("kind") == "ownerless"):
                 pass
-            elif isinstance(ownership, dict) and ownership.get("kind") == "task" and isinstance(ownership.get("task_id"), int):
-                if owner_task_id is not None and owner_task_id != ownership["task_id"]:
-                    raise InvalidInput("ownership and owner_task_id name different tasks")
-                owner_task_id = ownership["task_id"]
+            elif isinstance(ownership, dict) and ownership.get("kind") == "task" and "task_id" in ownership:
+                named["ownership['task_id']"] = ownership["task_id"]
             else:
                 raise InvalidInput(
                     "ownership must be None, 'ownerless', {'kind': 'ownerless'} or {'kind': 'task', 'task_id': N}"
                 )
+        for what, value in named.items():
+            check_id_number(value, what)
+        if len(set(named.values())) > 1:
+            raise InvalidInput(f"{' and '.join(named)} name different tasks")
+        owner_task_id = next(iter(named.values()), None)
         resp = await self._rt.request(
             lambda ticket, now: ConversationCreationRequested(
                 now=now,
@@ -373,6 +386,7 @@ class Harness:
         its id once durable. It runs when scheduling is on."""
         _live(self._rt)
         check_text(kind, "kind", empty=False)
+        check_id_number(conversation_id, "conversation_id")
         return await create_task(self._host, kind, input or {}, conversation_id, background=background)
 
     async def usage(self) -> UsageDoc:
@@ -398,6 +412,7 @@ class Harness:
 
     async def conversations_owned_by(self, task_id: int) -> list[Conversation]:
         _live(self._rt)
+        check_id_number(task_id, "task_id")
         return [
             Conversation(c.id, self._rt)
             for c in self._rt.storage.conversations()

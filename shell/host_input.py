@@ -10,14 +10,18 @@ from typing import Any
 
 import attrs
 
-from pidurable.core.admission import check_settings
+from pidurable.core.admission import MAX_SETTING_INT, check_settings
 from pidurable.core.model import AgentConfig, ModelRef, Settings
 
-from .edge import EdgeError, clean_json, has_surrogates
+from .edge import EdgeError, clean_json, has_surrogates, show
 from .errors import InvalidInput
 
 #: Host-given ids (request ids, kinds) longer than this are refused.
 MAX_ID_LENGTH = 512
+#: Record ids are signed 64-bit integers (SQLite's and PostgreSQL's); a host
+#: id outside them names nothing, and is refused rather than sent to a store
+#: that cannot take it.
+MIN_ID, MAX_ID = -(2**63), 2**63 - 1
 
 
 def check_text(value: Any, what: str, *, empty: bool = True) -> str:
@@ -126,9 +130,12 @@ def with_window(agent: AgentConfig | None, window: object, keep_recent_tokens: i
     if agent is None:
         return None
     given = agent.context_window
-    if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given <= 0):
-        raise InvalidInput(f"{what}.context_window must be None or a positive int, not {given!r}")
-    if given is None and agent.model is not None and isinstance(window, int) and not isinstance(window, bool) and window > 0:
+    if given is not None and (isinstance(given, bool) or not isinstance(given, int) or not 0 < given <= MAX_SETTING_INT):
+        raise InvalidInput(f"{what}.context_window must be None or a positive int (at most 2**63 - 1), not {show(given)}")
+    if (
+        given is None and agent.model is not None and isinstance(window, int) and not isinstance(window, bool)
+        and 0 < window <= MAX_SETTING_INT
+    ):
         agent = attrs.evolve(agent, context_window=window)
     check_keep_fits(agent.context_window, keep_recent_tokens, what)
     return agent
@@ -144,9 +151,11 @@ def check_keep_fits(window: int | None, keep_recent_tokens: int, what: str = "ag
 
 
 def check_id_number(value: object, what: str) -> None:
-    """A host-given record id: an int (not a bool)."""
+    """A host-given record id: an int (not a bool) of 64 bits."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(f"{what} must be an int, not {type(value).__name__}")
+    if not MIN_ID <= value <= MAX_ID:
+        raise InvalidInput(f"{what} must be a 64-bit integer (ids are), not {show(value)}")
 
 
 def check_settings_object(settings: object) -> None:

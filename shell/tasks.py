@@ -181,6 +181,8 @@ async def create_task(
     definition = rt.registry.task(kind)
     if definition is None:
         raise InvalidInput(f"No task definition {kind!r} is installed")
+    if type(background) is not bool:
+        raise InvalidInput(f"background must be True or False, not {background!r}")
     check_json(input, "task input")
     checkpoint = definition.initial(dict(input))
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("phase"), str):

@@ -1,0 +1,367 @@
+"""Numbers too big to store, ids outside 64 bits, and settings of the wrong
+shape are refused at the edge with a clear message: none reaches a commit
+(where an int of over 4,300 digits made Python's JSON encoder raise and
+stopped the harness), a SQLite parameter (``OverflowError`` from deep
+inside, or a stopped harness for ``fork``), or the reducer (a ``retry`` that
+is not a ``RetryPolicy`` stopped the harness; a ``partial_interval_ms`` that
+is not an int faulted every model call). The harness keeps working and the
+store reopens.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from pidurable.core.admission import MAX_SETTING_INT, SETTINGS_SHAPE, check_settings
+from pidurable.core.model import Usage
+from pidurable.shell import (
+    AgentConfig,
+    CompactionSettings,
+    Harness,
+    Input,
+    InvalidInput,
+    MemoryStorage,
+    ModelRef,
+    Registry,
+    RetryPolicy,
+    Settings,
+    ToolResult,
+    Write,
+    define_doc,
+    define_task,
+    define_tool,
+    open_jsonl_storage,
+    open_sqlite_storage,
+)
+from pidurable.shell.edge import EdgeError, clean_json, show
+from pidurable.shell.providers import ScriptedModels, reply, tool_call
+from pidurable.shell.storage import codec
+
+WAIT = 10
+AGENT = AgentConfig(model=ModelRef("scripted", "demo"))
+NO_ARGS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": True}
+HUGE = 10**5000  # over CPython's 4,300-digit limit for int <-> str
+LONGEST = 10**640 - 1  # the longest int stored: 640 digits
+TOO_LONG = 10**640
+
+
+async def settle(conv: Any, text: str) -> Any:
+    handle = await conv.submit(Input(text))
+    with trio.fail_after(WAIT):
+        return await handle.wait()
+
+
+# --- the edge ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        TOO_LONG,
+        -TOO_LONG,
+        HUGE,
+        {"n": TOO_LONG},  # a flat dict: the fast path
+        {"n": [1, {"m": -HUGE}]},
+        [0, TOO_LONG],
+        (TOO_LONG,),
+    ],
+    ids=["640+1 digits", "negative", "huge", "flat dict", "nested", "list", "tuple"],
+)
+def test_ints_over_640_digits_are_refused_naming_where(value: Any) -> None:
+    """Wherever it sits, an int of more than 640 digits is refused, with the path to it."""
+    with pytest.raises(EdgeError, match=r"over 640 digits\) is too long to store") as err:
+        clean_json(value, "data")
+    assert err.value.args[0].startswith("data")
+
+
+def test_ints_up_to_640_digits_and_bools_pass_unchanged() -> None:
+    """The longest allowed int, its negative, bools and a flat dict of them come back as they went in."""
+    for value in (LONGEST, -LONGEST, True, {"a": LONGEST, "b": False, "c": 1}, [LONGEST, [True]]):
+        cleaned = clean_json(value, "data")
+        assert cleaned == value
+    flat = {"a": LONGEST, "b": 2}
+    assert clean_json(flat, "data") is flat  # clean: no copy
+
+
+def test_show_never_prints_an_int_python_cannot_print() -> None:
+    """Messages name a huge int by its size (``repr`` of it raises)."""
+    with pytest.raises(ValueError):
+        repr(HUGE)
+    assert show(HUGE) == f"an int of {HUGE.bit_length()} bits"
+    assert show(2**64) == "an int of 65 bits"
+    assert show(2**63) == repr(2**63) and show("x") == "'x'"
+
+
+async def test_the_longest_int_is_stored_and_read_back_after_reopen(tmp_path: Path) -> None:
+    """A 640-digit int in a write's data goes through the store and a reopen."""
+    db = tmp_path / "s.sqlite"
+    async with Harness.open(open_sqlite_storage(db), models=ScriptedModels([]), registry=Registry()) as h:
+        conv = await h.root(agent=AGENT)
+        with trio.fail_after(WAIT):
+            await (await conv.submit(Write("w", data={"n": LONGEST, "m": -LONGEST}))).wait()
+    async with Harness.open(open_sqlite_storage(db), models=ScriptedModels([]), registry=Registry()) as h:
+        [entry] = [e for e in await (await h.root()).transcript() if e.text == "w"]
+        assert entry.data == {"n": LONGEST, "m": -LONGEST}
+
+
+# --- host input -----------------------------------------------------------------------------
+
+
+NOTES = define_doc("notes", {"type": "object"}, {})
+
+
+@pytest.mark.parametrize(
+    "act",
+    [
+        lambda conv: conv.submit(Write("w", data={"n": HUGE})),
+        lambda conv: conv.submit(Write("w", data={"n": [TOO_LONG]})),
+        lambda conv: conv.update_document(NOTES, lambda old: {"n": HUGE}),
+    ],
+    ids=["write data", "write data nested", "document update"],
+)
+async def test_huge_ints_from_the_host_are_refused_and_nothing_is_stored(
+    act: Callable[[Any], Awaitable[Any]], tmp_path: Path
+) -> None:
+    """The call raises InvalidInput naming the value's size; the harness then answers."""
+    registry = Registry()
+    registry.install(NOTES)
+    storage = open_sqlite_storage(tmp_path / "s.sqlite")
+    async with Harness.open(storage, models=ScriptedModels([reply(text="fine")]), registry=registry) as h:
+        conv = await h.root(agent=AGENT)
+        before = len(await conv.transcript())
+        with pytest.raises(InvalidInput, match="over 640 digits"):
+            await act(conv)
+        assert len(await conv.transcript()) == before
+        assert await conv.document(NOTES) == {}
+        assert (await settle(conv, "still there?")).status == "done"
+
+
+# --- provider and tool values ----------------------------------------------------------------
+
+
+async def test_a_huge_int_in_tool_arguments_ends_that_run_only(tmp_path: Path) -> None:
+    """A reply whose arguments hold a 5,001-digit int cannot be stored: the
+    run ends unanswered/model_error; the next input is answered; the store
+    reopens and its journal replays."""
+    db = tmp_path / "s.sqlite"
+    registry = Registry()
+    registry.install(define_tool("calc", "calc", NO_ARGS, lambda call, args: _text("ran"), replay="safe"))
+    models = ScriptedModels([reply(tool_calls=[tool_call("calc", x=HUGE)]), reply(text="fine")])
+    async with Harness.open(open_sqlite_storage(db), models=models, registry=registry) as h:
+        conv = await h.root(agent=AGENT)
+        rec = await settle(conv, "compute")
+        assert (rec.status, rec.reason) == ("unanswered", "model_error")
+        assert "over 640 digits" in (rec.detail or "")
+        assert (await settle(conv, "again")).status == "done"
+    async with Harness.open(open_sqlite_storage(db), models=ScriptedModels([]), registry=registry) as h:
+        for entry in await (await h.root()).transcript():
+            codec.to_json(entry)
+
+
+async def _text(value: str) -> str:
+    return value
+
+
+@pytest.mark.parametrize("counts", [(HUGE, 1), (1, 2**63)], ids=["huge", "over 64 bits"])
+async def test_token_counts_over_64_bits_are_dropped_with_a_warning(
+    counts: tuple[int, int], caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A tool's and a provider's usage beyond a 64-bit count is dropped
+    (logged, by size); the result and the answer are kept."""
+    usage = Usage(input_tokens=counts[0], output_tokens=counts[1])
+
+    async def spend(call: Any, args: dict[str, Any]) -> ToolResult:
+        return ToolResult(text="spent", usage=usage)
+
+    registry = Registry()
+    registry.install(define_tool("spend", "spend", NO_ARGS, spend, replay="safe"))
+    models = ScriptedModels([reply(tool_calls=[tool_call("spend")]), reply(text="done", usage=usage)])
+    with caplog.at_level(logging.WARNING, logger="pidurable"):
+        async with Harness.open(MemoryStorage(), models=models, registry=registry) as h:
+            conv = await h.root(agent=AGENT)
+            assert (await settle(conv, "go")).status == "done"
+            assert [e.text for e in await conv.transcript() if e.kind == "tool_result"] == ["spent"]
+            usage_doc = await conv.usage()
+            assert "spend" not in usage_doc.tools
+            assert all(t.input_tokens < 2**63 for t in usage_doc.models.values())
+    dropped = [r.getMessage() for r in caplog.records if "is not a token count" in r.getMessage()]
+    assert len(dropped) == 2  # the tool's and the provider's
+    assert all(("bits" in m) == (counts[0] == HUGE) for m in dropped)
+
+
+# --- ids ------------------------------------------------------------------------------------
+
+
+def _stores(tmp_path: Path) -> dict[str, Callable[[], Any]]:
+    return {
+        "memory": MemoryStorage,
+        "sqlite": lambda: open_sqlite_storage(tmp_path / "s.sqlite"),
+        "jsonl": lambda: open_jsonl_storage(tmp_path / "j"),
+    }
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "jsonl"])
+@pytest.mark.parametrize("bad", [2**63, -(2**63) - 1, HUGE], ids=["2**63", "-2**63-1", "huge"])
+async def test_ids_outside_64_bits_are_refused_on_every_backend(backend: str, bad: int, tmp_path: Path) -> None:
+    """Every host call taking a record id refuses one outside 64 bits with
+    InvalidInput (SQLite raised OverflowError from deep inside, and
+    ``fork(at=...)`` stopped the harness); the harness then answers."""
+    registry = Registry()
+    registry.install(define_task("noop", lambda inp: {"phase": "only"}, {"only": _noop_phase}))
+    storage = _stores(tmp_path)[backend]()
+    models = ScriptedModels(lambda request: reply(text="fine"))
+    async with Harness.open(storage, models=models, registry=registry) as h:
+        conv = await h.root(agent=AGENT)
+        assert (await settle(conv, "first")).status == "done"
+        calls: list[Callable[[], Awaitable[Any]]] = [
+            lambda: h.conversation(bad),
+            lambda: h.submission(bad),
+            lambda: h.entry(bad),
+            lambda: h.task(bad),
+            lambda: h.wait_for_task(bad),
+            lambda: h.abort_task(bad),
+            lambda: h.abort_submission(bad),
+            lambda: h.abort_submission(1, conversation_id=bad),
+            lambda: h.tasks(conversation_id=bad),
+            lambda: h.conversations_owned_by(bad),
+            lambda: h.create_conversation(owner=bad),
+            lambda: h.create_conversation(owner_task_id=bad),
+            lambda: h.create_conversation(ownership={"kind": "task", "task_id": bad}),
+            lambda: h.create_task("noop", conversation_id=bad),
+            lambda: conv.fork(at=bad),
+        ]
+        for call in calls:
+            with pytest.raises(InvalidInput, match="64-bit"):
+                with trio.fail_after(WAIT):
+                    await call()
+        assert (await settle(conv, "after")).status == "done"
+        assert await h.conversation(2**63 - 1) is None  # the largest id: simply not there
+
+
+async def _noop_phase(task: Any, runtime: Any) -> None:
+    await runtime.commit("terminal", outcome={"status": "completed"})
+
+
+# --- create_conversation(owner=...) (API.md's name) and create_task's background ------------------
+
+
+async def test_create_conversation_takes_the_owner_by_its_api_name(autojump_clock: trio.testing.MockClock) -> None:
+    """``owner=`` (API.md) makes a task-owned conversation, as ``owner_task_id=``
+    does; two ways naming different tasks, or a bool, are refused."""
+    made: list[Any] = []
+
+    async def spawn(call: Any, args: dict[str, Any]) -> str:
+        child = await call.harness.create_conversation(owner=call.task_id)
+        made.append((call.task_id, await child.owned_by()))
+        same = await call.harness.create_conversation(owner=call.task_id, owner_task_id=call.task_id)
+        made.append((call.task_id, await same.owned_by()))
+        for kw in (
+            {"owner": call.task_id, "owner_task_id": call.task_id + 1},
+            {"owner": call.task_id, "ownership": {"kind": "task", "task_id": call.task_id + 1}},
+            {"owner": True},
+            {"ownership": {"kind": "task", "task_id": "1"}},
+        ):
+            with pytest.raises(InvalidInput):
+                await call.harness.create_conversation(**kw)
+        return "spawned"
+
+    registry = Registry()
+    registry.install(define_tool("spawn", "Spawn.", NO_ARGS, spawn))
+    models = ScriptedModels([reply(tool_calls=[tool_call("spawn")]), reply(text="done")])
+    async with Harness.open(MemoryStorage(), models=models, registry=registry) as h:
+        conv = await h.root(agent=AGENT)
+        assert (await settle(conv, "go")).status == "done"
+        assert [e.text for e in await conv.transcript() if e.kind == "tool_result"] == ["spawned"]
+    assert len(made) == 2 and all(task_id == owner for task_id, owner in made)
+
+
+async def test_create_task_refuses_a_background_that_is_not_a_bool(autojump_clock: trio.testing.MockClock) -> None:
+    registry = Registry()
+    registry.install(define_task("noop", lambda inp: {"phase": "only"}, {"only": _noop_phase}))
+    async with Harness.open(MemoryStorage(), models=ScriptedModels([]), registry=registry) as h:
+        await h.root(agent=AGENT)
+        with pytest.raises(InvalidInput, match="background must be True or False"):
+            await h.create_task("noop", background="yes")  # type: ignore[arg-type]
+        assert await h.tasks() == []
+
+
+# --- settings ---------------------------------------------------------------------------------
+
+
+def _bad_settings() -> list[tuple[str, Settings]]:
+    """From SETTINGS_SHAPE: each part of the wrong class, each flag not a
+    bool, each integer of the wrong type, below its least value, or over 64 bits."""
+    cases: list[tuple[str, Settings]] = []
+
+    def with_part(path: str, **changes: Any) -> Settings:
+        base = Settings()
+        if path == "settings":
+            return attrs.evolve(base, **changes)
+        name = path.rpartition(".")[2]
+        return attrs.evolve(base, **{name: attrs.evolve(getattr(base, name), **changes)})
+
+    for path, cls, flags, ints in SETTINGS_SHAPE:
+        if path != "settings":
+            cases.append((path, attrs.evolve(Settings(), **{path.rpartition(".")[2]: "fast"})))
+        for flag in flags:
+            cases.append((f"{path}.{flag}", with_part(path, **{flag: "no"})))
+        for name, least in ints:
+            for bad in ("1", 1.0, True, least - 1, MAX_SETTING_INT + 1, HUGE):
+                cases.append((f"{path}.{name}", with_part(path, **{name: bad})))
+    return cases
+
+
+BAD_SETTINGS = _bad_settings()
+
+
+def test_the_settings_shape_covers_every_field() -> None:
+    """Every field of Settings, RetryPolicy and CompactionSettings is in the
+    table (as a part, a flag or an integer), so none goes unchecked."""
+    covered = {
+        f"{path}.{name}" for path, _, flags, ints in SETTINGS_SHAPE for name in (*flags, *(n for n, _ in ints))
+    } | {path for path, _, _, _ in SETTINGS_SHAPE} | {"settings.follow_up_mode", "settings.steering_mode"}
+    fields = {f"settings.{f.name}" for f in attrs.fields(Settings)}
+    fields |= {f"settings.retry.{f.name}" for f in attrs.fields(RetryPolicy)}
+    fields |= {f"settings.compaction.{f.name}" for f in attrs.fields(CompactionSettings)}
+    assert fields <= covered
+
+
+@pytest.mark.parametrize("where, settings", BAD_SETTINGS, ids=[f"{w}-{i}" for i, (w, _) in enumerate(BAD_SETTINGS)])
+def test_bad_settings_are_named_by_check_settings(where: str, settings: Settings) -> None:
+    problem = check_settings(settings)
+    assert problem is not None and problem.startswith(where + " must be")
+
+
+async def test_bad_settings_are_refused_at_open_and_update(autojump_clock: trio.testing.MockClock) -> None:
+    """Every bad case raises InvalidInput at open and from update_settings;
+    the harness keeps its settings and answers; the largest values pass."""
+    for where, settings in BAD_SETTINGS:
+        with pytest.raises(InvalidInput, match=where.replace(".", r"\.")):
+            async with Harness.open(MemoryStorage(), models=ScriptedModels([]), registry=Registry(), settings=settings):
+                pass  # pragma: no cover
+    models = ScriptedModels(lambda request: reply(text="fine"))
+    async with Harness.open(MemoryStorage(), models=models, registry=Registry()) as h:
+        conv = await h.root(agent=AGENT)
+        for where, settings in BAD_SETTINGS:
+            with pytest.raises(InvalidInput, match=where.replace(".", r"\.")):
+                await h.update_settings(settings)
+        largest = Settings(retry=RetryPolicy(max_retries=MAX_SETTING_INT, max_delay_ms=MAX_SETTING_INT))
+        await h.update_settings(largest)
+        assert (await settle(conv, "go")).status == "done"
+
+
+@pytest.mark.parametrize("window", [MAX_SETTING_INT + 1, HUGE, 0], ids=["2**63", "huge", "zero"])
+async def test_a_context_window_outside_64_bits_is_refused(window: int, autojump_clock: trio.testing.MockClock) -> None:
+    async with Harness.open(MemoryStorage(), models=ScriptedModels([]), registry=Registry()) as h:
+        with pytest.raises(InvalidInput, match="context_window must be None or a positive int"):
+            await h.root(agent=attrs.evolve(AGENT, context_window=window))
+        conv = await h.root(agent=attrs.evolve(AGENT, context_window=MAX_SETTING_INT))
+        assert (await conv.agent()).context_window == MAX_SETTING_INT
