@@ -33,6 +33,7 @@ own backoff, under the policy's cap.
 from __future__ import annotations
 
 import email.utils
+import math
 import http
 import json
 import re
@@ -120,35 +121,58 @@ def is_transient(text: str) -> bool:
     return any(p.search(text) for p in TRANSIENT_PATTERNS)
 
 
+#: The longest wait hint kept (ms): a 64-bit count. The core waits at most
+#: its retry policy's ``max_delay_ms`` anyway.
+MAX_RETRY_AFTER_MS = 2**63 - 1
+
+
 def retry_after_ms(headers: Mapping[str, str] | None, now: float | None = None) -> int | None:
     """The server's wait hint in ms: ``retry-after-ms`` (OpenAI), else
     ``Retry-After`` as delta-seconds or an HTTP date; None if absent or
-    unreadable. Never negative."""
+    unreadable (``inf`` and ``nan`` too). Never negative, at most
+    ``MAX_RETRY_AFTER_MS``."""
     if not headers:
         return None
     lower = {k.lower(): v for k, v in headers.items()}
     raw = lower.get("retry-after-ms")
     if raw is not None:
-        try:
-            return max(0, int(float(raw)))
-        except ValueError:
-            pass
+        ms = _number_ms(raw, 1)
+        if ms is not None:
+            return ms
     raw = lower.get("retry-after")
     if raw is None:
         return None
     raw = raw.strip()
     try:
-        return max(0, int(float(raw) * 1000))
+        float(raw)
     except ValueError:
         pass
+    else:
+        return _number_ms(raw, 1000)
     try:
         when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when is None:
         return None
     now = time.time() if now is None else now
-    return max(0, int((when.timestamp() - now) * 1000))
+    return _clamp_ms((when.timestamp() - now) * 1000)
+
+
+def _number_ms(raw: str, scale: int) -> int | None:
+    """``raw`` (a decimal number) times ``scale`` as whole ms, or None when
+    it is not a finite number (``float`` reads ``inf``, ``nan``, ``1e400``)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return _clamp_ms(value * scale) if math.isfinite(value) else None
+
+
+def _clamp_ms(ms: float) -> int | None:
+    if not math.isfinite(ms):
+        return None
+    return max(0, min(int(ms), MAX_RETRY_AFTER_MS))
 
 
 def error_detail(body: str) -> str:

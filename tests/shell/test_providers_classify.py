@@ -13,6 +13,7 @@ from pidurable.core.model import ModelRef, ToolCall, Usage
 from pidurable.shell.providers import Anthropic, ModelError, ModelRequest, Models, OpenAIChat, OpenAIResponses
 from pidurable.shell.providers.anthropic import MessageAccumulator, anthropic_messages
 from pidurable.shell.providers.classify import (
+    MAX_RETRY_AFTER_MS,
     classify,
     classify_exception,
     ended_early,
@@ -36,6 +37,24 @@ def test_retry_after_forms() -> None:
     assert retry_after_ms({"retry-after": email.utils.formatdate(now - 30, usegmt=True)}, now=now) == 0
     assert retry_after_ms({"retry-after": "soon"}) is None
     assert retry_after_ms({}) is None and retry_after_ms(None) is None
+
+
+@pytest.mark.parametrize("raw", ["inf", "-inf", "1e400", "nan", "Infinity"])
+def test_a_retry_after_that_is_not_a_finite_number_is_no_hint(raw: str) -> None:
+    """float() reads these, but they give no wait: None (int(inf) raised
+    OverflowError out of the classifier); a finite retry-after beside an
+    infinite retry-after-ms still counts."""
+    assert retry_after_ms({"Retry-After": raw}) is None
+    assert retry_after_ms({"retry-after-ms": raw}) is None
+    assert retry_after_ms({"retry-after-ms": raw, "retry-after": "3"}) == 3000
+    err = classify(429, {"retry-after": raw}, "slow down")
+    assert err.retryable and err.retry_after_ms is None
+
+
+def test_a_huge_retry_after_is_capped_at_64_bits() -> None:
+    """A finite but huge hint is kept as the longest 64-bit wait (the retry policy caps the wait anyway)."""
+    assert retry_after_ms({"Retry-After": "1e300"}) == MAX_RETRY_AFTER_MS == 2**63 - 1
+    assert retry_after_ms({"retry-after-ms": "1e30"}) == MAX_RETRY_AFTER_MS
 
 
 # --- statuses and texts -------------------------------------------------------------------

@@ -587,6 +587,25 @@ async def test_harness_retries_a_429_durably_and_keeps_the_key_out_of_the_store(
     assert SECRET.encode() not in blob
 
 
+async def test_an_infinite_retry_after_is_no_hint_and_the_run_still_retries(server: Loopback) -> None:
+    """A 429 whose Retry-After reads as infinity (float("1e400")) used to
+    raise OverflowError out of the classifier and fault the run; now the
+    policy's backoff applies and the retry answers."""
+    adapter = openai(
+        server,
+        Transcript.load("openai_429.http").with_headers(retry_after="1e400"),
+        Transcript.load("openai_text.http"),
+    )
+    settings = Settings(retry=RetryPolicy(base_delay_ms=10))
+    async with Harness.open(MemoryStorage(), models=Models({"openai": adapter}), registry=Registry(), settings=settings) as h:
+        conv = await h.root(agent=AgentConfig(model=ModelRef("openai", "gpt-x")))
+        settled = await ask(conv, "Hello?")
+        entries = await conv.transcript()
+    assert settled.status == SubmissionStatus.DONE, settled
+    assert [e.stop_reason for e in entries if e.kind == EntryKind.ASSISTANT] == ["error", "stop"]
+    assert len(server.seen("POST", "/v1/chat/completions")) == 2
+
+
 async def test_unknown_model_is_unanswered_no_model(server: Loopback) -> None:
     """A provider:model the Models map does not know settles the submission unanswered/no_model, with no request sent."""
     models = Models({"openai": openai(server)})
