@@ -33,7 +33,7 @@ from pidurable.core.state import AGENT_DOC, CONTEXT_DOC, USAGE_DOC, DocScope, Do
 from pidurable.core.system import system_text
 
 from .documents import Staged, current, to_host
-from .edge import show
+from .strict_json import show
 from .host_input import MAX_ID, check_agent, check_choice, check_id, check_json_object, check_text
 from .errors import InvalidInput, accepted
 from .fork import fork_policies

@@ -48,6 +48,7 @@ from pidurable.core.events import DocumentUpdateRequested, Event, TaskCommitRequ
 from pidurable.core.state import AGENT_DOC, DocHistory, DocKey, DocScope, DocumentChange, DocumentState, ForkPolicy, State
 
 from .doc_types import DocDefinition
+from .strict_json import MAX_VERSION, check_definition_json
 from .host_input import check_json
 from .errors import InvalidInput
 from .storage import codec
@@ -160,8 +161,8 @@ def define_doc(
         raise ValueError(f"Document {kind}: {e}") from None
     if fork_ is ForkPolicy.AS_OF and history_ is not DocHistory.REWINDABLE:
         raise ValueError(f"Document {kind}: fork='as_of' needs history='rewindable'")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ValueError(f"Document {kind}: version must be a positive integer")
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION:
+        raise ValueError(f"Document {kind}: version must be a positive integer (at most 2**63 - 1)")
     if migrate is not None and not callable(migrate):
         raise TypeError(f"Document {kind}: migrate must be a function (old_version, value) -> value")
     if isinstance(schema, type):
@@ -172,6 +173,7 @@ def define_doc(
             jsonschema.Draft202012Validator.check_schema(schema)
         except jsonschema.SchemaError as e:
             raise ValueError(f"Document {kind}: schema is not a valid JSON Schema: {e.message}") from None
+        check_definition_json(schema, f"Document {kind}: schema")
     else:
         raise TypeError(f"Document {kind}: schema must be a JSON schema dict or an attrs class")
     doc = DocDefinition(

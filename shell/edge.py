@@ -27,11 +27,13 @@ Why at the edge: a value the codec cannot encode would fail the commit that
 holds it; the harness would stop, and every reopen would re-send the same
 request (or re-run the same safe tool) and stop again. After this module,
 every event the core sees encodes. ``tests/shell/test_poison.py`` shows it.
+The strict-JSON checks themselves (``clean_json``, ``clean_text``, the
+limits on ints and nesting) are in ``strict_json.py``, which definitions
+use too.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 import operator
@@ -64,130 +66,30 @@ from pidurable.core.events import (
 from pidurable.core.model import Diagnostic, Json, Severity, Usage
 
 from .record_inits import new_ToolResult
+from .strict_json import (  # (re-exported: the edge's public names, and the quick checks' helpers)
+    _AS_IS,
+    _ASCII,
+    _FLAT,
+    _INT_LIMIT,
+    _IS_STR,
+    _STRS,
+    MAX_DEPTH,
+    EdgeError,
+    _Bad,
+    _clean,
+    _clean_dict,
+    _ints_fit,
+    clean_json,
+    clean_text,
+    has_surrogates,
+    show,
+)
 from .registry import Control, ToolResult
 
 log = logging.getLogger("pidurable")
 
-class EdgeError(ValueError):
-    """A value from outside cannot be made strict JSON (readable message)."""
-
-
-# --- text and JSON ---------------------------------------------------------------
-
-
-def clean_text(text: str) -> str:
-    """``text`` as valid UTF-8: each lone surrogate becomes U+FFFD (a split
-    surrogate pair is joined). Returns ``text`` itself when it is valid."""
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
-def has_surrogates(text: str) -> bool:
-    return clean_text(text) is not text  # (a cleaned text is a new string)
-
-
-def clean_json(value: Any, where: str) -> Any:
-    """``value`` as a strict-JSON value with valid-UTF-8 strings (tuples
-    become lists). Raises :class:`EdgeError` naming ``where`` (and the path
-    inside) for NaN, Infinity, a non-string key or any non-JSON object. A
-    value that is already clean is returned itself (no copy)."""
-    try:
-        return _clean(value)
-    except _Bad as bad:
-        raise EdgeError(f"{where}{_locate(value)}: {bad}") from None
-
-
-class _Bad(Exception):
-    """A value that cannot be made JSON (the path is found afterwards)."""
-
-
-def _clean(value: Any) -> Any:
-    # The hot path: no string formatting, no copies of clean values.
-    t = type(value)
-    if t is dict:
-        # flat and clean as it is, in C (issue 11 item 2): ASCII str keys; ints, bools, None, ASCII text
-        vs = value.values()
-        if _STRS.issuperset(map(type, value)) and _FLAT.issuperset(map(type, vs)) and all(map(_ASCII, value)):
-            if all(map(_ASCII, filter(_IS_STR, vs))) and _ints_fit(vs):
-                return value
-        return _clean_dict(value)
-    if t is str:
-        return value if value.isascii() else clean_text(value)
-    if t is int:
-        if -_INT_LIMIT < value < _INT_LIMIT:
-            return value
-        raise _Bad(_TOO_LONG.format(value.bit_length()))
-    if value is None or t is bool:
-        return value
-    if t is float:
-        if value - value == 0.0:  # finite
-            return value
-        raise _Bad(f"{value!r} is not a JSON number (NaN and Infinity are not allowed)")
-    if t is list or t is tuple:
-        items = [_clean(v) for v in value]
-        if t is list and all(a is b for a, b in zip(items, value)):
-            return value
-        return items
-    if isinstance(value, enum.Enum) and isinstance(value, (str, int)):
-        return value  # a vocabulary member (StrEnum): already a JSON string
-    if isinstance(value, str):  # a str subclass: store a plain str
-        return clean_text(str(value))
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, int):
-        return _clean(int(value))
-    raise _Bad(f"a {type(value).__name__} is not a JSON value")
-
-
-def _clean_dict(value: dict[Any, Any]) -> dict[str, Any]:
-    out = None
-    for i, (k, v) in enumerate(value.items()):
-        if type(k) is not str:
-            raise _Bad(f"object key {k!r} is not a string")
-        ck = k if k.isascii() else clean_text(k)
-        tv = type(v)  # (a clean scalar without a call)
-        cv = v if (tv in _AS_IS and tv is not int) or (tv is str and v.isascii()) else _clean(v)
-        if out is None and (ck is not k or cv is not v):
-            out = dict(list(value.items())[:i])
-        if out is not None:
-            out[ck] = cv
-    return value if out is None else out
-
-
-def _locate(value: Any) -> str:
-    """The path (``.key[3]``) to the first value ``_clean`` refuses."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if type(k) is not str:
-                return ""
-            try:
-                _clean(v)
-            except _Bad:
-                return f".{k}{_locate(v)}"
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            try:
-                _clean(v)
-            except _Bad:
-                return f"[{i}]{_locate(v)}"
-    return ""
-
-
 #: The most tokens a count may hold (a signed 64-bit integer, as stored elsewhere).
 _MAX_TOKENS = 2**63 - 1
-
-
-def show(value: Any) -> str:
-    """``repr(value)`` for a message, but an int too long to print (Python
-    refuses over 4,300 digits) as its size."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"an int of {value.bit_length()} bits"
-    return repr(value)
 
 
 def clean_usage(usage: Any, where: str) -> Usage | None:
@@ -218,25 +120,7 @@ def clean_usage(usage: Any, where: str) -> Usage | None:
 _FIELDS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
 _GROUPS: dict[type, tuple[Any, ...]] = {}
 _RECORDS: dict[type, bool] = {}
-_AS_IS = frozenset({int, bool, type(None)})  #: exact types whose values are JSON as they are
-_FLAT, _STRS = _AS_IS | {str}, frozenset({str})  #: ... and text (JSON as it is when ASCII)
 _BOXES, _DICTS = frozenset({tuple, dict, type(None)}), frozenset({dict})  #: containers (JSON as they are when empty)
-_IS_STR = str.__instancecheck__  #: isinstance(x, str) in one C call (for filter)
-_IS_INT = int.__instancecheck__  #: isinstance(x, int) in one C call (for filter)
-#: Integers are stored only below 10**640 in magnitude: every Python process can
-#: print and parse those, whatever its ``sys.set_int_max_str_digits`` (at least
-#: 640); a longer one (CPython's default refuses over 4,300 digits) would fail
-#: the commit that holds it, and could make a store unreadable elsewhere.
-_INT_LIMIT = 10**640
-_TOO_LONG = "an integer of {} bits (over 640 digits) is too long to store"
-
-
-def _ints_fit(values: Any) -> bool:
-    """Every int (and bool) among ``values`` is below ``_INT_LIMIT`` in magnitude (in C)."""
-    return max(map(abs, filter(_IS_INT, values)), default=0) < _INT_LIMIT
-
-#: a text is ASCII (for map: each tested in place, never joined - a huge text is not copied)
-_ASCII = str.isascii
 
 
 def _plan(cls: type) -> tuple[tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]], tuple[Any, ...]]:
@@ -319,7 +203,7 @@ def _clean_value(v: Any, where: str, name: str) -> Any:
     try:
         return _clean(v)
     except _Bad as bad:
-        raise EdgeError(f"{where} {name}{_locate(v)}: {bad}") from None
+        raise EdgeError(f"{where} {name}{bad.where()}: {bad}") from None
 
 
 def _clean_tuple(v: tuple[Any, ...], where: str, name: str) -> tuple[Any, ...]:

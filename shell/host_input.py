@@ -13,7 +13,7 @@ import attrs
 from pidurable.core.admission import MAX_SETTING_INT, check_settings
 from pidurable.core.model import AgentConfig, ModelRef, Settings
 
-from .edge import EdgeError, clean_json, has_surrogates, show
+from .strict_json import EdgeError, clean_json, has_surrogates, show
 from .errors import InvalidInput
 
 #: Host-given ids (request ids, kinds) longer than this are refused.

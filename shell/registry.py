@@ -41,6 +41,7 @@ from pidurable.core.model import AgentConfig, Diagnostic, ExtensionInfo, Task, T
 from .doc_types import DocDefinition
 from .limits import OutputLimits
 from .limits import output_limits as _output_limits
+from .strict_json import MAX_VERSION, check_definition_json
 
 if TYPE_CHECKING:  # for annotations only: the facade and task contexts import this module
     from .harness import Harness
@@ -277,6 +278,9 @@ def define_tool(
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as e:
         raise ValueError(f"Tool {name}: parameters is not a valid JSON Schema: {e.message}") from None
+    check_definition_json(schema, f"Tool {name}: parameters")
+    if not isinstance(description, str) or check_definition_json(description, f"Tool {name}: description") != description:
+        raise ValueError(f"Tool {name}: description must be valid text (a str without lone surrogates)")
     return ToolDefinition(
         name=name,
         description=description,
@@ -338,8 +342,8 @@ def define_task(
     """Define a custom durable task kind (see docs/custom-tasks.md)."""
     if not isinstance(kind, str) or not _NAME.match(kind) or kind.startswith("pi."):
         raise ValueError(f"Task kind {kind!r} must match {_NAME.pattern} and not start with 'pi.'")
-    if not isinstance(version, int) or version < 1:
-        raise ValueError(f"Task {kind}: version must be a positive integer")
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION:
+        raise ValueError(f"Task {kind}: version must be a positive integer (at most 2**63 - 1)")
     if not phases or not all(isinstance(k, str) and callable(v) for k, v in phases.items()):
         raise ValueError(f"Task {kind}: phases must map phase names to async functions")
     if not callable(initial):

@@ -63,7 +63,8 @@ from pidurable.core.reconcile_events import ToolReconciled, Verdict
 from ..arguments import Invalid, check
 from ..context_cache import ContextCache
 from ..documents import DocumentPort, Staging
-from ..edge import clean_text, control_json, tool_result
+from ..edge import control_json, tool_result
+from ..strict_json import clean_text
 from ..env import describe_process
 from ..limits import DEFAULT_SPILL_CAP_BYTES, OutputLimits, RunningOutput, Spill, bound
 from ..record_inits import new_ToolCallContext

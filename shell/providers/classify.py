@@ -182,7 +182,7 @@ def error_detail(body: str) -> str:
     text = body.strip()
     try:
         data = json.loads(text) if text else None
-    except ValueError:
+    except (ValueError, RecursionError):
         data = None
     if isinstance(data, dict):
         found = data.get("error", data)

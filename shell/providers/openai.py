@@ -154,7 +154,7 @@ class HTTPAdapter:
         raw = (await resp.aread()).decode("utf-8", errors="replace")
         try:
             return json.loads(raw)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # (nested past the parser's stack)
             raise malformed(f"{self.label} response body", raw, e) from None
 
     async def events(self, resp: httpx.Response) -> AsyncGenerator[tuple[str, Any], None]:
@@ -170,7 +170,7 @@ class HTTPAdapter:
                     continue
                 try:
                     parsed = json.loads(data)
-                except ValueError as e:
+                except (ValueError, RecursionError) as e:
                     raise malformed(f"{self.label} SSE data", data, e) from None
                 yield sse.event, parsed
 
@@ -191,7 +191,7 @@ def parse_arguments(raw: str, name: str, call_id: str, stop: str | None = None) 
         return {}
     try:
         value = json.loads(raw, parse_constant=_refuse_constant)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         cut = " (the output was cut at the token limit)" if stop == "length" else ""
         raise ModelError(
             f"The model returned invalid JSON arguments for tool {name!r} (call {call_id}){cut}: {e}; "

@@ -262,7 +262,8 @@ DOC_TYPES: dict[str, Any] = {
 T = TypeVar("T")
 
 #: What the converter raises on text that is not JSON or not the record's shape.
-_DECODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError, BaseValidationError)
+#: (RecursionError: JSON nested deeper than the parser's stack - never written by the edge, MAX_DEPTH)
+_DECODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError, BaseValidationError)
 
 
 def decode_record(store: str, table: str, key: Any, text: str | bytes, cl: type[T]) -> T:

@@ -101,7 +101,7 @@ def scan_main(path: Path, main: Path, data: bytes) -> MainScan:
             if not whole:
                 raise ValueError("no newline at the end")
             obj = json.loads(text)
-        except ValueError as e:  # invalid JSON or UTF-8, or torn
+        except (ValueError, RecursionError) as e:  # invalid JSON (or nested past the stack) or UTF-8, or torn
             if number == 1 and not (text.startswith(HEADER_PREFIX) or HEADER_PREFIX.startswith(text)):
                 raise NotAStore(f"{path}: {main} is not a pidurable JSONL store; it was left untouched") from e
             if number < len(lines):

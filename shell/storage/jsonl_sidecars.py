@@ -197,7 +197,7 @@ def read(path: Path, data: bytes, confirmed: set[Position]) -> Sidecar:
             seq, ordinal, write = obj.get("seq"), obj.get("ordinal"), obj.get("write")
             if type(seq) is not int or type(ordinal) is not int or not isinstance(write, dict):
                 raise ValueError("not a sidecar record (seq, ordinal, write)")
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             if number < len(lines):
                 raise DamagedRecord(f"Store file {path} line {number} is not a sidecar record ({e})") from e
             if not unconfirmed:

@@ -41,7 +41,7 @@ from pidurable.shell import (
     open_jsonl_storage,
     open_sqlite_storage,
 )
-from pidurable.shell.edge import EdgeError, clean_json, show
+from pidurable.shell.edge import MAX_DEPTH, EdgeError, clean_json, show
 from pidurable.shell.providers import ScriptedModels, reply, tool_call
 from pidurable.shell.storage import codec
 
@@ -365,3 +365,150 @@ async def test_a_context_window_outside_64_bits_is_refused(window: int, autojump
             await h.root(agent=attrs.evolve(AGENT, context_window=window))
         conv = await h.root(agent=attrs.evolve(AGENT, context_window=MAX_SETTING_INT))
         assert (await conv.agent()).context_window == MAX_SETTING_INT
+
+
+# --- nesting ------------------------------------------------------------------------------------
+
+
+def nest(depth: int, leaf: Any = 1, *, lists: bool = False) -> Any:
+    """``depth`` objects (or arrays) around ``leaf``."""
+    value = leaf
+    for _ in range(depth):
+        value = [value] if lists else {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("lists", [False, True], ids=["objects", "arrays"])
+def test_json_nested_past_max_depth_is_refused_without_running_out_of_stack(lists: bool) -> None:
+    """MAX_DEPTH levels pass; one more, or 50,000 (past Python's stack), is
+    refused naming the path down to the limit, in a message of bounded size."""
+    assert clean_json(nest(MAX_DEPTH, lists=lists), "data") == nest(MAX_DEPTH, lists=lists)
+    for depth in (MAX_DEPTH + 1, 50_000):
+        with pytest.raises(EdgeError, match=f"nested more than {MAX_DEPTH} levels deep") as err:
+            clean_json(nest(depth, lists=lists), "data")
+        step = "[0]" if lists else ".a"
+        assert err.value.args[0].startswith("data" + step * MAX_DEPTH + ":")  # down to the container past the limit
+
+
+def test_a_refusal_deep_inside_is_still_named_by_its_path() -> None:
+    """A NaN 50 levels down is found where it is."""
+    with pytest.raises(EdgeError, match="nan is not a JSON number") as err:
+        clean_json(nest(50, float("nan")), "data")
+    assert err.value.args[0].startswith("data" + ".a" * 50 + ":")
+
+
+async def test_host_values_nested_too_deep_are_invalid_input(autojump_clock: trio.testing.MockClock) -> None:
+    """A write's data nested past the limit raised RecursionError out of submit; now InvalidInput."""
+    async with Harness.open(MemoryStorage(), models=ScriptedModels([reply(text="fine")]), registry=Registry()) as h:
+        conv = await h.root(agent=AGENT)
+        for depth in (MAX_DEPTH + 1, 5_000):
+            with pytest.raises(InvalidInput, match="levels deep"):
+                await conv.submit(Write("w", data=nest(depth)))
+        assert (await settle(conv, "still there?")).status == "done"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "jsonl"])
+def test_the_deepest_values_go_through_store_reopen_fork_and_replay(
+    backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Values MAX_DEPTH deep in a write, a document, tool arguments and a
+    tool's document update are stored, read back after reopen, forked, and
+    the journal replays byte for byte; arguments one level deeper end that
+    run unanswered/model_error (they faulted it as an internal error)."""
+    from pidurable.shell.cli import main
+
+    seen: list[Any] = []
+
+    async def execute(call: Any, args: dict[str, Any]) -> str:
+        await call.update_document(NOTES, lambda old: {"deep": nest(MAX_DEPTH - 1)})
+        seen.append(args)
+        return "ok"
+
+    def registry() -> Registry:
+        r = Registry()
+        r.install(NOTES)
+        r.install(define_tool("t", "t", NO_ARGS, execute, replay="safe"))
+        return r
+
+    path = tmp_path / ("s.sqlite" if backend == "sqlite" else "j")
+    store = _stores(tmp_path)[backend]
+
+    async def first() -> None:
+        models = ScriptedModels(
+            [
+                reply(tool_calls=[tool_call("t", x=nest(MAX_DEPTH - 1))]),
+                reply(text="fin"),
+                reply(tool_calls=[tool_call("t", x=nest(MAX_DEPTH))]),
+            ]
+        )
+        async with Harness.open(store(), models=models, registry=registry()) as h:
+            conv = await h.root(agent=AGENT)
+            with trio.fail_after(WAIT):
+                await (await conv.submit(Write("w", data=nest(MAX_DEPTH)))).wait()
+            await conv.update_document(NOTES, lambda old: nest(MAX_DEPTH))
+            assert (await settle(conv, "go")).status == "done"
+            rec = await settle(conv, "deeper")
+            assert (rec.status, rec.reason) == ("unanswered", "model_error")
+            assert "levels deep" in (rec.detail or "")
+
+    async def second() -> None:
+        async with Harness.open(store(), models=ScriptedModels([]), registry=registry()) as h:
+            conv = await h.root()
+            entries = await conv.transcript()
+            assert [e.data for e in entries if e.text == "w"] == [nest(MAX_DEPTH)]
+            assert await conv.document(NOTES) == {"deep": nest(MAX_DEPTH - 1)}
+            fork = await conv.fork(at=entries[-1].id)
+            assert await fork.document(NOTES) == {"deep": nest(MAX_DEPTH - 1)}
+
+    trio.run(first)
+    assert seen == [{"x": nest(MAX_DEPTH - 1)}]
+    trio.run(second)
+    assert main(["replay", "--check", "--db", str(path)]) == 0
+    assert "reproduced byte for byte" in capsys.readouterr().out
+
+
+def test_tool_arguments_nested_past_the_parsers_stack_are_invalid_json() -> None:
+    """json.loads raises RecursionError (not ValueError) on JSON nested past
+    the stack; parse_arguments reports it as invalid arguments (not retryable)."""
+    from pidurable.shell.providers.base import ModelError
+    from pidurable.shell.providers.openai import parse_arguments
+
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(ModelError, match="invalid JSON arguments") as err:
+        parse_arguments('{"x": ' + deep + "}", "calc", "call_1")
+    assert not err.value.retryable
+
+
+# --- definitions (host code): what they hold is sent to providers and stored -----------------------
+
+
+async def _execute(call: Any, args: dict[str, Any]) -> str:
+    return "ok"
+
+
+@pytest.mark.parametrize(
+    "define, message",
+    [
+        (lambda: define_tool("t", "d", {"type": "object", "properties": {"x": {"maximum": float("nan")}}}, _execute), "parameters.properties.x.maximum: nan"),
+        (lambda: define_tool("t", "d", {"type": "object", "properties": {"x": {"maximum": HUGE}}}, _execute), "over 640 digits"),
+        (lambda: define_tool("t", None, {"type": "object"}, _execute), "description must be valid text"),
+        (lambda: define_tool("t", "bad \ud800", {"type": "object"}, _execute), "description must be valid text"),
+        (lambda: define_task("k", lambda i: {"phase": "a"}, {"a": _noop_phase}, version=HUGE), "at most 2\\*\\*63 - 1"),
+        (lambda: define_task("k", lambda i: {"phase": "a"}, {"a": _noop_phase}, version=True), "positive integer"),
+        (lambda: define_doc("d", {"type": "object"}, {}, version=2**63), "at most 2\\*\\*63 - 1"),
+        (lambda: define_doc("d", {"type": "object", "maxProperties": HUGE}, {}), "schema.maxProperties: an integer"),
+    ],
+    ids=["schema nan", "schema huge int", "description None", "description surrogate", "task version huge",
+         "task version bool", "doc version 2**63", "doc schema huge int"],
+)
+def test_definitions_holding_values_that_cannot_be_sent_or_stored_fail_at_definition(define: Any, message: str) -> None:
+    """A task version of 5,001 digits reached a task record and the commit;
+    a NaN in a tool's schema reached every request. Each fails where it is
+    defined, loudly (ValueError naming the definition and the value)."""
+    with pytest.raises(ValueError, match=message):
+        define()
+
+
+def test_the_largest_definition_versions_are_accepted() -> None:
+    assert define_task("k", lambda i: {"phase": "a"}, {"a": _noop_phase}, version=2**63 - 1).version == 2**63 - 1
+    assert define_doc("d", {"type": "object"}, {}, version=2**63 - 1).version == 2**63 - 1

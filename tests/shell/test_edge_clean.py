@@ -78,6 +78,13 @@ class _Text(str):
 
 #: Values a field of an interpreter event may hold, clean or not, of every
 #: type the cleaning tells apart (``_clean_event``'s quick checks included).
+def _deep(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
 TRICKY: list[object] = [
     "", "ok", "é", "x\ud800", _Text("sub"), Severity.INFO, 0, 10**40, True, None, 1.5, math.nan, math.inf,
     (), {}, [], [1, "é"], ("a",), {"a": 1, "b": "c"}, {"a": math.nan}, {"é": "\ud800"}, {1: 2}, {"a": _Text("s")},
@@ -94,6 +101,9 @@ TRICKY: list[object] = [
     (PreparedCall(arguments={"i": 1}, replay="safe"), PreparedCall(arguments={}, replay="safe")),
     (PreparedCall(arguments={"i": 1}, replay="safe"), ToolCall(id="a", name="t")), (None, None),
     (Diagnostic(Severity.WARN, "m"), Diagnostic(Severity.INFO, "n", "c")), (Usage(input_tokens=1),),
+    # ints over 640 digits and nesting past MAX_DEPTH (refused on every path)
+    10**640, -(10**640), 10**640 - 1, {"a": 10**640}, [10**640], {"a": _deep(edge.MAX_DEPTH)}, _deep(edge.MAX_DEPTH - 1),
+    (ToolCall(id="a", name="t", arguments={"n": 10**640}),), (ToolCall(id="a", name="t", arguments={"d": _deep(edge.MAX_DEPTH)}),),
 ]
 
 

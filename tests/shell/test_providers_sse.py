@@ -349,6 +349,31 @@ async def test_openai_accepts_a_json_answer(server: Loopback) -> None:
     assert "stream" not in server.seen()[0].body
 
 
+DEEP = b"[" * 100_000 + b"]" * 100_000  # past json.loads's stack: RecursionError, not ValueError
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_sse_data_nested_past_the_parsers_stack_is_a_malformed_reply(server: Loopback, api: str) -> None:
+    """An event whose data is JSON nested 100,000 deep, streamed in chunks:
+    a non-retryable malformed-stream error (it escaped as RecursionError)."""
+    body = b"data: " + DEEP + b"\n\n"
+    stream = Transcript(200, "OK", (("content-type", "text/event-stream"),), body, chunk_size=65_536)
+    err = await fails((openai if api == "openai" else anthropic)(server, stream))
+    assert not err.retryable and "Malformed" in str(err) and "SSE data" in str(err)
+
+
+async def test_a_json_body_nested_past_the_parsers_stack_is_a_malformed_reply(server: Loopback) -> None:
+    deep = Transcript(200, "OK", (("content-type", "application/json"),), DEEP)
+    err = await fails(openai(server, deep, stream=False))
+    assert not err.retryable and "Malformed" in str(err) and "response body" in str(err)
+
+
+async def test_an_error_body_nested_past_the_parsers_stack_is_shown_as_text(server: Loopback) -> None:
+    """A 500 whose body is that deep is still a retryable 500 (its text shortened)."""
+    err = await fails(openai(server, Transcript(500, "Internal Server Error", (("content-type", "application/json"),), DEEP)))
+    assert err.retryable and str(err).startswith("500 ")
+
+
 # --- Anthropic messages: replies ---------------------------------------------------------
 
 
