@@ -242,6 +242,14 @@ SETTINGS_SHAPE: tuple[tuple[str, type, tuple[str, ...], tuple[tuple[str, int], .
 )
 
 
+def _shown(value: object) -> str:
+    """``repr(value)``, but a huge int by its size (``repr`` of an int over
+    4,300 digits raises)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an int of {value.bit_length()} bits"
+    return repr(value)
+
+
 def check_settings(settings: object) -> str | None:
     """A readable problem with host settings, or None: the queue modes are
     known ones, each part is of its class (``SETTINGS_SHAPE``), its flags are
@@ -249,7 +257,7 @@ def check_settings(settings: object) -> str | None:
     for name in ("follow_up_mode", "steering_mode"):
         value = getattr(settings, name, None)
         if value not in QUEUE_MODES:
-            return f"settings.{name} must be one of {', '.join(QUEUE_MODES)}, not {value!r}"
+            return f"settings.{name} must be one of {', '.join(QUEUE_MODES)}, not {_shown(value)}"
     for path, cls, flags, ints in SETTINGS_SHAPE:
         part = settings if path == "settings" else getattr(settings, path.rpartition(".")[2], None)
         if not isinstance(part, cls):
@@ -257,12 +265,10 @@ def check_settings(settings: object) -> str | None:
         for name in flags:
             flag = getattr(part, name)
             if type(flag) is not bool:
-                return f"{path}.{name} must be True or False, not {flag!r}"
+                return f"{path}.{name} must be True or False, not {_shown(flag)}"
         for name, least in ints:
             value = getattr(part, name)
             if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= MAX_SETTING_INT:
-                big = isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64
-                shown = f"an int of {value.bit_length()} bits" if big else repr(value)  # (repr of a huge int raises)
                 kind = "a positive" if least == 1 else "a non-negative"
-                return f"{path}.{name} must be {kind} integer of at most 2**63 - 1, not {shown}"
+                return f"{path}.{name} must be {kind} integer of at most 2**63 - 1, not {_shown(value)}"
     return None

@@ -279,8 +279,10 @@ class Harness:
         _live(self._rt)
         if conversation_id is not None:
             check_id_number(conversation_id, "conversation_id")
+        if type(live_only) is not bool:
+            raise InvalidInput(f"live_only must be True or False, not {type(live_only).__name__}")
         cid = None if conversation_id is None else ConversationId(conversation_id)
-        return self._rt.storage.tasks(cid, live_only=bool(live_only))
+        return self._rt.storage.tasks(cid, live_only=live_only)
 
     async def wait_for_task(self, task_id: int) -> Task:
         """The terminal record of the task, once durable."""

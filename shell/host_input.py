@@ -47,7 +47,7 @@ def check_id(value: Any, what: str) -> str | None:
 
 def check_choice(value: Any, what: str, choices: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in choices:
-        raise InvalidInput(f"{what} must be one of {', '.join(choices)}, not {value!r}")
+        raise InvalidInput(f"{what} must be one of {', '.join(choices)}, not {show(value)}")
     return str(value)
 
 

@@ -22,7 +22,8 @@ from pidurable.core.events import MemoRequested, TaskCommitRequested, TaskCreati
 from pidurable.core.model import ConversationId, Outcome, OutcomeStatus, Task, TaskId
 
 from .documents import Staging
-from .host_input import check_json, check_text
+from .host_input import check_id_number, check_json, check_text
+from .strict_json import show
 from .errors import InvalidInput
 from .interpreters.ports import HostPort, Requester
 
@@ -43,7 +44,7 @@ def _outcome(value: Any) -> Outcome:
         try:
             status = OutcomeStatus(value["status"])
         except ValueError:
-            raise InvalidInput(f"unknown outcome status {value['status']!r}") from None
+            raise InvalidInput(f"unknown outcome status {show(value['status'])}") from None
         return Outcome(status=status, result=value.get("result"), error=value.get("error"))
     raise InvalidInput("outcome must be an Outcome or a dict with a 'status'")
 
@@ -113,9 +114,17 @@ class TaskRuntime:
         ``checkpoint``, ``waiting`` on task ids, or ``terminal`` with an
         ``outcome`` (``{"status": "completed"|"failed"|"aborted", "result":
         ..., "error": ...}``)."""
+        if not isinstance(status, str) or status not in ("running", "waiting", "terminal"):
+            raise InvalidInput(f"commit status must be running, waiting or terminal, not {show(status)}")
+        if not isinstance(policy, str) or policy not in ("allSettled", "failFast"):
+            raise InvalidInput(f"commit policy must be 'allSettled' or 'failFast', not {show(policy)}")
+        if not isinstance(on, (tuple, list)):
+            raise InvalidInput(f"commit on= takes a tuple or list of task ids, not {type(on).__name__}")
+        for t in on:
+            check_id_number(t, "commit on= task id")
         if status in ("running", "waiting"):
             if not isinstance(checkpoint, dict):
-                raise InvalidInput(f"commit({status!r}) needs a checkpoint dict with a 'phase'")
+                raise InvalidInput(f"commit({show(status)}) needs a checkpoint dict with a 'phase'")
             check_json(checkpoint, "checkpoint")
         out = None
         if status == "terminal":
@@ -182,7 +191,7 @@ async def create_task(
     if definition is None:
         raise InvalidInput(f"No task definition {kind!r} is installed")
     if type(background) is not bool:
-        raise InvalidInput(f"background must be True or False, not {background!r}")
+        raise InvalidInput(f"background must be True or False, not {show(background)}")
     check_json(input, "task input")
     checkpoint = definition.initial(dict(input))
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("phase"), str):

@@ -512,3 +512,60 @@ def test_definitions_holding_values_that_cannot_be_sent_or_stored_fail_at_defini
 def test_the_largest_definition_versions_are_accepted() -> None:
     assert define_task("k", lambda i: {"phase": "a"}, {"a": _noop_phase}, version=2**63 - 1).version == 2**63 - 1
     assert define_doc("d", {"type": "object"}, {}, version=2**63 - 1).version == 2**63 - 1
+
+
+# --- messages about a huge int never print it (repr of an int over 4,300 digits raises) ------------
+
+
+async def test_refusals_of_huge_ints_in_choices_and_flags_are_invalid_input(autojump_clock: trio.testing.MockClock) -> None:
+    """Where a message shows the refused value, a huge int is named by its
+    size; a ValueError from repr used to escape instead of InvalidInput."""
+    registry = Registry()
+    registry.install(define_task("noop", lambda inp: {"phase": "only"}, {"only": _noop_phase}))
+    async with Harness.open(MemoryStorage(), models=ScriptedModels([]), registry=registry) as h:
+        conv = await h.root(agent=AGENT)
+        for act in (
+            lambda: conv.submit(Input("x", when_busy=HUGE)),  # type: ignore[arg-type]
+            lambda: h.update_settings(Settings(follow_up_mode=HUGE)),  # type: ignore[arg-type]
+            lambda: h.update_settings(Settings(retry=RetryPolicy(enabled=HUGE))),  # type: ignore[arg-type]
+            lambda: h.create_task("noop", background=HUGE),  # type: ignore[arg-type]
+        ):
+            with pytest.raises(InvalidInput, match="an int of 16610 bits"):
+                await act()
+        with pytest.raises(InvalidInput, match="live_only must be True or False"):
+            await h.tasks(live_only="yes")  # type: ignore[arg-type]
+        assert await h.tasks(live_only=True) == []
+
+
+async def test_a_custom_task_committing_huge_values_faults_with_a_readable_error(autojump_clock: trio.testing.MockClock) -> None:
+    """runtime.commit with a status, outcome status, policy or task id that
+    is a huge int raises InvalidInput naming its size (a status reached the
+    reducer, whose message repr'd it: ValueError, and the harness stopped);
+    a float task id is refused (int(1.5) named task 1)."""
+    errors: list[str] = []
+
+    def phase(commit_args: tuple[Any, ...]) -> Any:
+        async def run(task: Any, runtime: Any) -> None:
+            try:
+                await runtime.commit(*commit_args[:1], **commit_args[1])
+            except InvalidInput as e:
+                errors.append(str(e))
+                await runtime.commit("terminal", outcome={"status": "failed", "error": "refused"})
+
+        return run
+
+    registry = Registry()
+    registry.install(define_task("status", lambda inp: {"phase": "a"}, {"a": phase((HUGE, {}))}))
+    registry.install(define_task("outcome", lambda inp: {"phase": "a"}, {"a": phase(("terminal", {"outcome": {"status": HUGE}}))}))
+    waiting = {"checkpoint": {"phase": "a"}}
+    registry.install(define_task("policy", lambda inp: {"phase": "a"}, {"a": phase(("waiting", {**waiting, "policy": HUGE}))}))
+    registry.install(define_task("on", lambda inp: {"phase": "a"}, {"a": phase(("waiting", {**waiting, "on": [HUGE]}))}))
+    registry.install(define_task("on-float", lambda inp: {"phase": "a"}, {"a": phase(("waiting", {**waiting, "on": [1.5]}))}))
+    async with Harness.open(MemoryStorage(), models=ScriptedModels([]), registry=registry) as h:
+        await h.root(agent=AGENT)
+        for kind in ("status", "outcome", "policy", "on", "on-float"):
+            tid = await h.create_task(kind)
+            with trio.fail_after(WAIT):
+                assert (await h.wait_for_task(tid)).outcome.error == "refused"
+    assert len(errors) == 5 and all("an int of 16610 bits" in e for e in errors[:4]), errors
+    assert "task id must be an int, not float" in errors[4]  # (int(1.5) named task 1 before)
