@@ -134,7 +134,14 @@ class Harness:
         ``pidurable`` logger at WARNING). ``tracer``: an OpenTelemetry
         tracer for the run / model request / tool spans (default: the global
         provider's, when ``opentelemetry-api`` is installed; observe.py)."""
+        if not all(callable(getattr(storage, name, None)) for name in ("load_live", "commit_many", "close")):
+            raise InvalidInput(
+                "storage must be a pidurable store (open_sqlite_storage, open_jsonl_storage, MemoryStorage, or one "
+                f"of the Storage protocol), not {type(storage).__name__}"
+            )
         try:  # the harness owns the storage from here: close it on every path
+            if type(resume) is not bool:  # ("no" is truthy: refused, not taken for True)
+                raise InvalidInput(f"resume must be True or False, not {type(resume).__name__}")
             if not isinstance(registry, Registry):
                 raise InvalidInput("registry must be a pidurable.shell.Registry")
             if on_report is not None and not callable(on_report):

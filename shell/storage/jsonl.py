@@ -588,6 +588,9 @@ def open_jsonl_storage(
     commits would make O(store) per thousand commits; a number is refused
     (ValueError), not ignored. Raises ``StoreLocked``, ``NotAStore``,
     ``DamagedRecord``."""
+    for name, flag in (("fsync", fsync), ("create", create)):
+        if type(flag) is not bool:  # ("no" is truthy: refused, not taken for True)
+            raise ValueError(f"{name} must be True or False, not {flag!r}")
     if check_retention(journal_retention) != "all":
         raise ValueError(
             f"journal_retention={journal_retention!r}: a JSONL store keeps its whole journal while open; it drops "

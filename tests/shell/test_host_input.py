@@ -255,3 +255,33 @@ async def test_compact_instructions_are_checked_like_any_host_text(autojump_cloc
             with pytest.raises(InvalidInput):
                 await conv.compact(instructions=bad)  # type: ignore[arg-type]
         assert storage.tasks() == []
+
+
+@pytest.mark.parametrize("storage", ["session.sqlite", None, object()], ids=["a path", "None", "an object"])
+async def test_open_refuses_what_is_not_a_store(storage: Any) -> None:
+    """A path or anything else where a store belongs is InvalidInput (it was
+    AttributeError: 'str' object has no attribute 'close', from inside)."""
+    with pytest.raises(InvalidInput, match="storage must be a pidurable store"):
+        async with Harness.open(storage, models=ScriptedModels([]), registry=Registry()):
+            pass  # pragma: no cover
+
+
+@pytest.mark.parametrize("resume", ["no", 0, None])
+async def test_open_refuses_a_resume_that_is_not_a_bool(resume: Any) -> None:
+    """resume="no" was truthy and resumed; now refused, and the store is closed again (reopenable)."""
+    storage = MemoryStorage()
+    with pytest.raises(InvalidInput, match="resume must be True or False"):
+        async with Harness.open(storage, models=ScriptedModels([]), registry=Registry(), resume=resume):
+            pass  # pragma: no cover
+    async with Harness.open(storage, models=ScriptedModels([]), registry=Registry(), resume=False) as h:
+        assert await h.tasks() == []
+
+
+@pytest.mark.parametrize("option", ["fsync", "create"])
+def test_jsonl_flags_must_be_bools(option: str, tmp_path: Any) -> None:
+    """open_jsonl_storage(fsync="no") was truthy (fsync on); now a ValueError, and nothing is created."""
+    from pidurable.shell import open_jsonl_storage
+
+    with pytest.raises(ValueError, match=f"{option} must be True or False, not 'no'"):
+        open_jsonl_storage(tmp_path / "j", **{option: "no"})
+    assert not (tmp_path / "j").exists()
