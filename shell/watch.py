@@ -319,9 +319,13 @@ TaskGraphViews: TypeAlias = Views[TaskGraphView]
 # --- the host calls --------------------------------------------------------------
 
 
+#: The longest watch interval (ms): 64 bits (a longer one is no longer a float of seconds).
+MAX_INTERVAL_MS = 2**63 - 1
+
+
 def _check_interval(interval_ms: int) -> float:
-    if isinstance(interval_ms, bool) or not isinstance(interval_ms, int) or interval_ms < 0:
-        raise InvalidInput("watch(interval_ms=N) takes a whole number of milliseconds N >= 0")
+    if isinstance(interval_ms, bool) or not isinstance(interval_ms, int) or not 0 <= interval_ms <= MAX_INTERVAL_MS:
+        raise InvalidInput("watch(interval_ms=N) takes a whole number of milliseconds 0 <= N <= 2**63 - 1")
     return interval_ms / 1000
 
 

@@ -569,3 +569,18 @@ async def test_a_custom_task_committing_huge_values_faults_with_a_readable_error
                 assert (await h.wait_for_task(tid)).outcome.error == "refused"
     assert len(errors) == 5 and all("an int of 16610 bits" in e for e in errors[:4]), errors
     assert "task id must be an int, not float" in errors[4]  # (int(1.5) named task 1 before)
+
+
+@pytest.mark.parametrize("interval", [HUGE, 2**63, -1], ids=["huge", "2**63", "negative"])
+async def test_a_watch_interval_outside_64_bits_is_invalid_input(interval: int, autojump_clock: trio.testing.MockClock) -> None:
+    """interval_ms=10**5000 raised OverflowError (int to float) from inside the watch."""
+    async with Harness.open(MemoryStorage(), models=ScriptedModels([]), registry=Registry()) as h:
+        conv = await h.root(agent=AGENT)
+        for watch in (lambda: conv.watch(interval_ms=interval), lambda: h.watch_task_graph(interval_ms=interval)):
+            with pytest.raises(InvalidInput, match=r"0 <= N <= 2\*\*63 - 1"):
+                async with watch():
+                    pass  # pragma: no cover
+        async with conv.watch(interval_ms=2**63 - 1) as views:
+            async for view in views:
+                assert view.idle
+                break
