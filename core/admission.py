@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .bounds import is_int_in, shown
 from .draft import Tx
 from .effects import Refusal
 from .events import (
@@ -226,10 +227,6 @@ def on_settings_changed(tx: Tx, ev: SettingsChanged) -> None:
     tx.settings = ev.settings
 
 
-#: The largest integer a setting may hold: a signed 64-bit one, as SQLite's and
-#: PostgreSQL's integers (and any Python process can print and parse it).
-MAX_SETTING_INT = 2**63 - 1
-
 #: What each part of ``Settings`` must be: (path, the class it must be, its bool
 #: fields, its integer fields with their least value). ``check_settings`` reads it.
 SETTINGS_SHAPE: tuple[tuple[str, type, tuple[str, ...], tuple[tuple[str, int], ...]], ...] = (
@@ -242,22 +239,14 @@ SETTINGS_SHAPE: tuple[tuple[str, type, tuple[str, ...], tuple[tuple[str, int], .
 )
 
 
-def _shown(value: object) -> str:
-    """``repr(value)``, but a huge int by its size (``repr`` of an int over
-    4,300 digits raises)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"an int of {value.bit_length()} bits"
-    return repr(value)
-
-
 def check_settings(settings: object) -> str | None:
     """A readable problem with host settings, or None: the queue modes are
     known ones, each part is of its class (``SETTINGS_SHAPE``), its flags are
-    bools and its integers are within ``[least, MAX_SETTING_INT]``."""
+    bools and its integers are within ``[least, MAX_INT64]``."""
     for name in ("follow_up_mode", "steering_mode"):
         value = getattr(settings, name, None)
         if value not in QUEUE_MODES:
-            return f"settings.{name} must be one of {', '.join(QUEUE_MODES)}, not {_shown(value)}"
+            return f"settings.{name} must be one of {', '.join(QUEUE_MODES)}, not {shown(value)}"
     for path, cls, flags, ints in SETTINGS_SHAPE:
         part = settings if path == "settings" else getattr(settings, path.rpartition(".")[2], None)
         if not isinstance(part, cls):
@@ -265,10 +254,10 @@ def check_settings(settings: object) -> str | None:
         for name in flags:
             flag = getattr(part, name)
             if type(flag) is not bool:
-                return f"{path}.{name} must be True or False, not {_shown(flag)}"
+                return f"{path}.{name} must be True or False, not {shown(flag)}"
         for name, least in ints:
             value = getattr(part, name)
-            if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= MAX_SETTING_INT:
+            if not is_int_in(value, least):
                 kind = "a positive" if least == 1 else "a non-negative"
-                return f"{path}.{name} must be {kind} integer of at most 2**63 - 1, not {_shown(value)}"
+                return f"{path}.{name} must be {kind} integer of at most 2**63 - 1, not {shown(value)}"
     return None

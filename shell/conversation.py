@@ -27,14 +27,14 @@ from pidurable.core.events import (
     InputSubmitted,
     WriteSubmitted,
 )
+from pidurable.core.bounds import is_int_in, shown
 from pidurable.core.fork_events import ForkRequested
 from pidurable.core.model import AgentConfig, ConversationId, Entry, EntryId, EntryKind, SubmissionId, TaskId
 from pidurable.core.state import AGENT_DOC, CONTEXT_DOC, USAGE_DOC, DocScope, DocumentChange, UsageDoc
 from pidurable.core.system import system_text
 
 from .documents import Staged, current, to_host
-from .strict_json import show
-from .host_input import MAX_ID, check_agent, check_choice, check_id, check_json_object, check_text
+from .host_input import check_agent, check_choice, check_id, check_json_object, check_text
 from .errors import InvalidInput, accepted
 from .fork import fork_policies
 from .loop import Loop
@@ -250,8 +250,8 @@ class Conversation:
         / ``"initial"`` for all, or ``{doc or kind: policy}``. ``InvalidInput``
         when ``at`` is not an entry this conversation sees."""
         _live(self._rt)
-        if isinstance(at, bool) or not isinstance(at, int) or not 1 <= at <= MAX_ID:
-            raise InvalidInput(f"fork(at=...) takes the id of an entry (a positive int, 64-bit), not {show(at)}")
+        if not is_int_in(at, 1):
+            raise InvalidInput(f"fork(at=...) takes the id of an entry (a positive int, 64-bit), not {shown(at)}")
         held = {d.kind for d in self._rt.state.documents.values() if d.scope is DocScope.CONVERSATION and d.owner == self.id}
         settled = self.id not in self._rt.state.conversations  # not held (loading.py): storage knows its documents
 

@@ -41,6 +41,7 @@ import attrs
 import cattrs
 import jsonschema
 
+from pidurable.core.bounds import is_int_in
 from pidurable.core.builtins import BUILTINS
 from pidurable.core.chord import diff
 from pidurable.core.effects import Refusal, Refused, Respond
@@ -48,7 +49,7 @@ from pidurable.core.events import DocumentUpdateRequested, Event, TaskCommitRequ
 from pidurable.core.state import AGENT_DOC, DocHistory, DocKey, DocScope, DocumentChange, DocumentState, ForkPolicy, State
 
 from .doc_types import DocDefinition
-from .strict_json import MAX_VERSION, check_definition_json
+from .strict_json import check_definition_json
 from .host_input import check_json
 from .errors import InvalidInput
 from .storage import codec
@@ -161,7 +162,7 @@ def define_doc(
         raise ValueError(f"Document {kind}: {e}") from None
     if fork_ is ForkPolicy.AS_OF and history_ is not DocHistory.REWINDABLE:
         raise ValueError(f"Document {kind}: fork='as_of' needs history='rewindable'")
-    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION:
+    if not is_int_in(version, 1):
         raise ValueError(f"Document {kind}: version must be a positive integer (at most 2**63 - 1)")
     if migrate is not None and not callable(migrate):
         raise TypeError(f"Document {kind}: migrate must be a function (old_version, value) -> value")

@@ -63,6 +63,7 @@ from pidurable.core.events import (
     ToolProgressed,
     ToolRejected,
 )
+from pidurable.core.bounds import is_int_in, shown
 from pidurable.core.model import Diagnostic, Json, Severity, Usage
 
 from .record_inits import new_ToolResult
@@ -82,15 +83,10 @@ from .strict_json import (  # (re-exported: the edge's public names, and the qui
     clean_json,
     clean_text,
     has_surrogates,
-    show,
 )
 from .registry import Control, ToolResult
 
 log = logging.getLogger("pidurable")
-
-#: The most tokens a count may hold (a signed 64-bit integer, as stored elsewhere).
-_MAX_TOKENS = 2**63 - 1
-
 
 def clean_usage(usage: Any, where: str) -> Usage | None:
     """A provider's or tool's token counts, or None (with a warning) when
@@ -103,8 +99,8 @@ def clean_usage(usage: Any, where: str) -> Usage | None:
             n = getattr(usage, name)
             if isinstance(n, float) and math.isfinite(n) and n.is_integer():
                 n = int(n)
-            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= _MAX_TOKENS:
-                log.warning("%s: usage %s=%s is not a token count; usage dropped", where, name, show(n))
+            if not is_int_in(n):
+                log.warning("%s: usage %s=%s is not a token count; usage dropped", where, name, shown(n))
                 return None
             counts.append(n)
         return Usage(input_tokens=counts[0], output_tokens=counts[1])

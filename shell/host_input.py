@@ -10,18 +10,15 @@ from typing import Any
 
 import attrs
 
-from pidurable.core.admission import MAX_SETTING_INT, check_settings
+from pidurable.core.admission import check_settings
+from pidurable.core.bounds import MIN_INT64, is_int_in, shown
 from pidurable.core.model import AgentConfig, ModelRef, Settings
 
-from .strict_json import EdgeError, clean_json, has_surrogates, show
+from .strict_json import EdgeError, clean_json, has_surrogates
 from .errors import InvalidInput
 
 #: Host-given ids (request ids, kinds) longer than this are refused.
 MAX_ID_LENGTH = 512
-#: Record ids are signed 64-bit integers (SQLite's and PostgreSQL's); a host
-#: id outside them names nothing, and is refused rather than sent to a store
-#: that cannot take it.
-MIN_ID, MAX_ID = -(2**63), 2**63 - 1
 
 
 def check_text(value: Any, what: str, *, empty: bool = True) -> str:
@@ -47,7 +44,7 @@ def check_id(value: Any, what: str) -> str | None:
 
 def check_choice(value: Any, what: str, choices: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in choices:
-        raise InvalidInput(f"{what} must be one of {', '.join(choices)}, not {show(value)}")
+        raise InvalidInput(f"{what} must be one of {', '.join(choices)}, not {shown(value)}")
     return str(value)
 
 
@@ -130,12 +127,9 @@ def with_window(agent: AgentConfig | None, window: object, keep_recent_tokens: i
     if agent is None:
         return None
     given = agent.context_window
-    if given is not None and (isinstance(given, bool) or not isinstance(given, int) or not 0 < given <= MAX_SETTING_INT):
-        raise InvalidInput(f"{what}.context_window must be None or a positive int (at most 2**63 - 1), not {show(given)}")
-    if (
-        given is None and agent.model is not None and isinstance(window, int) and not isinstance(window, bool)
-        and 0 < window <= MAX_SETTING_INT
-    ):
+    if given is not None and not is_int_in(given, 1):
+        raise InvalidInput(f"{what}.context_window must be None or a positive int (at most 2**63 - 1), not {shown(given)}")
+    if given is None and agent.model is not None and is_int_in(window, 1):
         agent = attrs.evolve(agent, context_window=window)
     check_keep_fits(agent.context_window, keep_recent_tokens, what)
     return agent
@@ -154,8 +148,8 @@ def check_id_number(value: object, what: str) -> None:
     """A host-given record id: an int (not a bool) of 64 bits."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(f"{what} must be an int, not {type(value).__name__}")
-    if not MIN_ID <= value <= MAX_ID:
-        raise InvalidInput(f"{what} must be a 64-bit integer (ids are), not {show(value)}")
+    if not is_int_in(value, MIN_INT64):  # (a record id is 64 bits: outside, it names nothing a store can hold)
+        raise InvalidInput(f"{what} must be a 64-bit integer (ids are), not {shown(value)}")
 
 
 def check_settings_object(settings: object) -> None:

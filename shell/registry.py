@@ -36,12 +36,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import jsonschema
 
+from pidurable.core.bounds import is_int_in
 from pidurable.core.model import AgentConfig, Diagnostic, ExtensionInfo, Task, TaskInfo, ToolInfo, Usage
 
 from .doc_types import DocDefinition
 from .limits import OutputLimits
 from .limits import output_limits as _output_limits
-from .strict_json import MAX_VERSION, check_definition_json
+from .strict_json import check_definition_json
 
 if TYPE_CHECKING:  # for annotations only: the facade and task contexts import this module
     from .harness import Harness
@@ -342,7 +343,7 @@ def define_task(
     """Define a custom durable task kind (see docs/custom-tasks.md)."""
     if not isinstance(kind, str) or not _NAME.match(kind) or kind.startswith("pi."):
         raise ValueError(f"Task kind {kind!r} must match {_NAME.pattern} and not start with 'pi.'")
-    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION:
+    if not is_int_in(version, 1):
         raise ValueError(f"Task {kind}: version must be a positive integer (at most 2**63 - 1)")
     if not phases or not all(isinstance(k, str) and callable(v) for k, v in phases.items()):
         raise ValueError(f"Task {kind}: phases must map phase names to async functions")

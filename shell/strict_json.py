@@ -16,6 +16,8 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from pidurable.core.bounds import shown
+
 _AS_IS = frozenset({int, bool, type(None)})  #: exact types whose values are JSON as they are
 _FLAT, _STRS = _AS_IS | {str}, frozenset({str})  #: ... and text (JSON as it is when ASCII)
 _IS_STR = str.__instancecheck__  #: isinstance(x, str) in one C call (for filter)
@@ -140,7 +142,7 @@ def _clean_dict(value: dict[Any, Any], depth: int = 1) -> dict[str, Any]:
     out = None
     for i, (k, v) in enumerate(value.items()):
         if type(k) is not str:
-            raise _Bad(f"object key {show(k)} is not a string")
+            raise _Bad(f"object key {shown(k)} is not a string")
         ck = k if k.isascii() else clean_text(k)
         tv = type(v)  # (a clean scalar without a call)
         try:
@@ -153,18 +155,6 @@ def _clean_dict(value: dict[Any, Any], depth: int = 1) -> dict[str, Any]:
         if out is not None:
             out[ck] = cv
     return value if out is None else out
-
-
-def show(value: Any) -> str:
-    """``repr(value)`` for a message, but an int too long to print (Python
-    refuses over 4,300 digits) as its size."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"an int of {value.bit_length()} bits"
-    return repr(value)
-
-
-#: The largest definition version (stored in task records and documents): 64 bits.
-MAX_VERSION = 2**63 - 1
 
 
 def check_definition_json(value: Any, what: str) -> Any:

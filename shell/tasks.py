@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from pidurable.core.bounds import shown
 from pidurable.core.effects import Refused
 from pidurable.core.events import MemoRequested, TaskCommitRequested, TaskCreationRequested
 from pidurable.core.model import ConversationId, Outcome, OutcomeStatus, Task, TaskId
 
 from .documents import Staging
 from .host_input import check_id_number, check_json, check_text
-from .strict_json import show
 from .errors import InvalidInput
 from .interpreters.ports import HostPort, Requester
 
@@ -44,7 +44,7 @@ def _outcome(value: Any) -> Outcome:
         try:
             status = OutcomeStatus(value["status"])
         except ValueError:
-            raise InvalidInput(f"unknown outcome status {show(value['status'])}") from None
+            raise InvalidInput(f"unknown outcome status {shown(value['status'])}") from None
         return Outcome(status=status, result=value.get("result"), error=value.get("error"))
     raise InvalidInput("outcome must be an Outcome or a dict with a 'status'")
 
@@ -115,16 +115,16 @@ class TaskRuntime:
         ``outcome`` (``{"status": "completed"|"failed"|"aborted", "result":
         ..., "error": ...}``)."""
         if not isinstance(status, str) or status not in ("running", "waiting", "terminal"):
-            raise InvalidInput(f"commit status must be running, waiting or terminal, not {show(status)}")
+            raise InvalidInput(f"commit status must be running, waiting or terminal, not {shown(status)}")
         if not isinstance(policy, str) or policy not in ("allSettled", "failFast"):
-            raise InvalidInput(f"commit policy must be 'allSettled' or 'failFast', not {show(policy)}")
+            raise InvalidInput(f"commit policy must be 'allSettled' or 'failFast', not {shown(policy)}")
         if not isinstance(on, (tuple, list)):
             raise InvalidInput(f"commit on= takes a tuple or list of task ids, not {type(on).__name__}")
         for t in on:
             check_id_number(t, "commit on= task id")
         if status in ("running", "waiting"):
             if not isinstance(checkpoint, dict):
-                raise InvalidInput(f"commit({show(status)}) needs a checkpoint dict with a 'phase'")
+                raise InvalidInput(f"commit({shown(status)}) needs a checkpoint dict with a 'phase'")
             check_json(checkpoint, "checkpoint")
         out = None
         if status == "terminal":
@@ -191,7 +191,7 @@ async def create_task(
     if definition is None:
         raise InvalidInput(f"No task definition {kind!r} is installed")
     if type(background) is not bool:
-        raise InvalidInput(f"background must be True or False, not {show(background)}")
+        raise InvalidInput(f"background must be True or False, not {shown(background)}")
     check_json(input, "task input")
     checkpoint = definition.initial(dict(input))
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("phase"), str):

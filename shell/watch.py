@@ -50,6 +50,7 @@ from typing import Any, Generic, Protocol, TypeAlias, TypeVar, assert_never
 import attrs
 import trio
 
+from pidurable.core.bounds import is_int_in
 from pidurable.core.effects import (
     PutAgent,
     PutContext,
@@ -319,12 +320,8 @@ TaskGraphViews: TypeAlias = Views[TaskGraphView]
 # --- the host calls --------------------------------------------------------------
 
 
-#: The longest watch interval (ms): 64 bits (a longer one is no longer a float of seconds).
-MAX_INTERVAL_MS = 2**63 - 1
-
-
 def _check_interval(interval_ms: int) -> float:
-    if isinstance(interval_ms, bool) or not isinstance(interval_ms, int) or not 0 <= interval_ms <= MAX_INTERVAL_MS:
+    if not is_int_in(interval_ms):  # (64 bits: a longer one is no longer a float of seconds)
         raise InvalidInput("watch(interval_ms=N) takes a whole number of milliseconds 0 <= N <= 2**63 - 1")
     return interval_ms / 1000
 

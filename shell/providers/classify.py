@@ -43,6 +43,8 @@ from typing import Any
 
 import httpx
 
+from pidurable.core.bounds import MAX_INT64
+
 from .base import ModelError
 
 #: Context-window overflow, as providers word it (pi-ai's ``isContextOverflow``
@@ -121,34 +123,24 @@ def is_transient(text: str) -> bool:
     return any(p.search(text) for p in TRANSIENT_PATTERNS)
 
 
-#: The longest wait hint kept (ms): a 64-bit count. The core waits at most
-#: its retry policy's ``max_delay_ms`` anyway.
-MAX_RETRY_AFTER_MS = 2**63 - 1
-
-
 def retry_after_ms(headers: Mapping[str, str] | None, now: float | None = None) -> int | None:
     """The server's wait hint in ms: ``retry-after-ms`` (OpenAI), else
     ``Retry-After`` as delta-seconds or an HTTP date; None if absent or
     unreadable (``inf`` and ``nan`` too). Never negative, at most
-    ``MAX_RETRY_AFTER_MS``."""
+    ``MAX_INT64`` (the retry policy caps the wait anyway)."""
     if not headers:
         return None
     lower = {k.lower(): v for k, v in headers.items()}
     raw = lower.get("retry-after-ms")
-    if raw is not None:
-        ms = _number_ms(raw, 1)
-        if ms is not None:
-            return ms
+    if raw is not None and (ms := _clamp_ms(_number(raw))) is not None:
+        return ms
     raw = lower.get("retry-after")
     if raw is None:
         return None
     raw = raw.strip()
-    try:
-        float(raw)
-    except ValueError:
-        pass
-    else:
-        return _number_ms(raw, 1000)
+    seconds = _number(raw)
+    if seconds is not None:  # delta-seconds (float() reads inf, nan, 1e400 too: no hint)
+        return _clamp_ms(seconds * 1000)
     try:
         when = email.utils.parsedate_to_datetime(raw)
     except (TypeError, ValueError, IndexError, OverflowError):
@@ -159,20 +151,18 @@ def retry_after_ms(headers: Mapping[str, str] | None, now: float | None = None) 
     return _clamp_ms((when.timestamp() - now) * 1000)
 
 
-def _number_ms(raw: str, scale: int) -> int | None:
-    """``raw`` (a decimal number) times ``scale`` as whole ms, or None when
-    it is not a finite number (``float`` reads ``inf``, ``nan``, ``1e400``)."""
+def _number(raw: str) -> float | None:
     try:
-        value = float(raw)
+        return float(raw)
     except ValueError:
         return None
-    return _clamp_ms(value * scale) if math.isfinite(value) else None
 
 
-def _clamp_ms(ms: float) -> int | None:
-    if not math.isfinite(ms):
+def _clamp_ms(ms: float | None) -> int | None:
+    """Whole ms in ``[0, MAX_INT64]``, or None for no number or a non-finite one."""
+    if ms is None or not math.isfinite(ms):
         return None
-    return max(0, min(int(ms), MAX_RETRY_AFTER_MS))
+    return max(0, min(int(ms), MAX_INT64))
 
 
 def error_detail(body: str) -> str:

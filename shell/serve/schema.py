@@ -15,10 +15,12 @@ from typing import Any
 
 import jsonschema
 
+from pidurable.core.bounds import MAX_INT64
+
 from ..errors import InvalidInput
 
 #: The largest record id the store can hold (SQLite's INTEGER).
-MAX_ID = 2**63 - 1
+MAX_ID = MAX_INT64  # (ids are 64-bit: core/bounds.py)
 
 ID = {"type": "integer", "minimum": 1, "maximum": MAX_ID}
 TEXT = {"type": "string"}

@@ -20,7 +20,8 @@ import pytest
 import trio
 import trio.testing
 
-from pidurable.core.admission import MAX_SETTING_INT, SETTINGS_SHAPE, check_settings
+from pidurable.core.admission import SETTINGS_SHAPE, check_settings
+from pidurable.core.bounds import MAX_INT64
 from pidurable.core.model import Usage
 from pidurable.shell import (
     AgentConfig,
@@ -41,7 +42,8 @@ from pidurable.shell import (
     open_jsonl_storage,
     open_sqlite_storage,
 )
-from pidurable.shell.edge import MAX_DEPTH, EdgeError, clean_json, show
+from pidurable.core.bounds import shown as show
+from pidurable.shell.edge import MAX_DEPTH, EdgeError, clean_json
 from pidurable.shell.providers import ScriptedModels, reply, tool_call
 from pidurable.shell.storage import codec
 
@@ -98,6 +100,15 @@ def test_show_never_prints_an_int_python_cannot_print() -> None:
     assert show(HUGE) == f"an int of {HUGE.bit_length()} bits"
     assert show(2**64) == "an int of 65 bits"
     assert show(2**63) == repr(2**63) and show("x") == "'x'"
+
+
+
+def test_is_int_in_is_the_one_64_bit_check() -> None:
+    """ids, versions, settings, token counts and waits all use it: bools and floats are not ints."""
+    from pidurable.core.bounds import MIN_INT64, is_int_in
+
+    assert is_int_in(0) and is_int_in(MAX_INT64) and is_int_in(MIN_INT64, MIN_INT64)
+    assert not any((is_int_in(MAX_INT64 + 1), is_int_in(-1), is_int_in(0, 1), is_int_in(True), is_int_in(1.0), is_int_in(HUGE)))
 
 
 async def test_the_longest_int_is_stored_and_read_back_after_reopen(tmp_path: Path) -> None:
@@ -314,7 +325,7 @@ def _bad_settings() -> list[tuple[str, Settings]]:
         for flag in flags:
             cases.append((f"{path}.{flag}", with_part(path, **{flag: "no"})))
         for name, least in ints:
-            for bad in ("1", 1.0, True, least - 1, MAX_SETTING_INT + 1, HUGE):
+            for bad in ("1", 1.0, True, least - 1, MAX_INT64 + 1, HUGE):
                 cases.append((f"{path}.{name}", with_part(path, **{name: bad})))
     return cases
 
@@ -353,18 +364,18 @@ async def test_bad_settings_are_refused_at_open_and_update(autojump_clock: trio.
         for where, settings in BAD_SETTINGS:
             with pytest.raises(InvalidInput, match=where.replace(".", r"\.")):
                 await h.update_settings(settings)
-        largest = Settings(retry=RetryPolicy(max_retries=MAX_SETTING_INT, max_delay_ms=MAX_SETTING_INT))
+        largest = Settings(retry=RetryPolicy(max_retries=MAX_INT64, max_delay_ms=MAX_INT64))
         await h.update_settings(largest)
         assert (await settle(conv, "go")).status == "done"
 
 
-@pytest.mark.parametrize("window", [MAX_SETTING_INT + 1, HUGE, 0], ids=["2**63", "huge", "zero"])
+@pytest.mark.parametrize("window", [MAX_INT64 + 1, HUGE, 0], ids=["2**63", "huge", "zero"])
 async def test_a_context_window_outside_64_bits_is_refused(window: int, autojump_clock: trio.testing.MockClock) -> None:
     async with Harness.open(MemoryStorage(), models=ScriptedModels([]), registry=Registry()) as h:
         with pytest.raises(InvalidInput, match="context_window must be None or a positive int"):
             await h.root(agent=attrs.evolve(AGENT, context_window=window))
-        conv = await h.root(agent=attrs.evolve(AGENT, context_window=MAX_SETTING_INT))
-        assert (await conv.agent()).context_window == MAX_SETTING_INT
+        conv = await h.root(agent=attrs.evolve(AGENT, context_window=MAX_INT64))
+        assert (await conv.agent()).context_window == MAX_INT64
 
 
 # --- nesting ------------------------------------------------------------------------------------
