@@ -14,6 +14,7 @@ first value it refuses.
 from __future__ import annotations
 
 import enum
+import json
 from typing import Any
 
 from pidurable.core.bounds import shown
@@ -166,3 +167,14 @@ def check_definition_json(value: Any, what: str) -> Any:
         return clean_json(value, what)
     except EdgeError as e:
         raise ValueError(f"{e} (strict JSON is required)") from None
+
+
+def loads_strict(text: str | bytes) -> Any:
+    """``json.loads`` of strict JSON: ``NaN``, ``Infinity`` and ``-Infinity``
+    (which ``json.loads`` accepts by default) raise ``ValueError`` like any
+    other invalid JSON (for provider arguments, request bodies, snapshots)."""
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON (non-finite numbers are not allowed)")

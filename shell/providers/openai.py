@@ -42,6 +42,7 @@ from pidurable.core.context import Message
 from pidurable.core.model import ToolCall, Usage
 
 from .base import ModelError, ModelReply, ModelRequest, OnPartial, ToolSpec, check_window
+from ..strict_json import loads_strict
 from .classify import classify, classify_exception, ended_early, malformed, stream_error
 
 #: read = the longest silence between two chunks of a stream
@@ -179,18 +180,12 @@ def is_event_stream(resp: httpx.Response) -> bool:
     return "text/event-stream" in resp.headers.get("content-type", "")
 
 
-def _refuse_constant(name: str) -> Any:
-    # json.loads accepts NaN, Infinity and -Infinity by default; strict JSON
-    # (and so a tool's arguments) does not.
-    raise ValueError(f"{name} is not valid JSON (non-finite numbers are not allowed)")
-
-
 def parse_arguments(raw: str, name: str, call_id: str, stop: str | None = None) -> dict[str, Any]:
     """Tool-call arguments as a dict; invalid JSON is a clear ModelError."""
     if not raw.strip():
         return {}
     try:
-        value = json.loads(raw, parse_constant=_refuse_constant)
+        value = loads_strict(raw)
     except (ValueError, RecursionError) as e:
         cut = " (the output was cut at the token limit)" if stop == "length" else ""
         raise ModelError(

@@ -11,7 +11,6 @@ never changes once written).
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -27,6 +26,7 @@ from ..errors import InvalidInput, NotFound
 from ..harness import Harness
 from ..submissions import Input, Write
 from .hub import Hubs
+from ..strict_json import loads_strict
 from .schema import MAX_ID, check_body
 from .wire import conversation_json, dumps, record, task_row, title_of, usage_json
 
@@ -44,10 +44,6 @@ class ApiError(Exception):
 
 def json_response(value: Any, status: int = 200) -> Response:
     return Response(dumps(value), status_code=status, media_type="application/json")
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _number(raw: str, what: str) -> int:
@@ -80,7 +76,7 @@ class Api:
         if not raw.strip():
             return check_body(kind, {})
         try:
-            value = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+            value = loads_strict(raw.decode("utf-8"))
         except UnicodeDecodeError:
             raise InvalidInput("The body is not UTF-8") from None
         except (ValueError, RecursionError) as e:

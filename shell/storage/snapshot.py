@@ -30,7 +30,6 @@ the decoded state). A text that is not a snapshot this code reads raises
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -41,6 +40,7 @@ from pidurable.core.index import build
 from pidurable.core.model import ExtensionInfo, Settings, Submission, Task, TaskInfo, TaskStatus, ToolInfo
 from pidurable.core.state import ConvState, DocumentState, State
 
+from ..strict_json import loads_strict
 from . import codec
 from .base import StorageError
 
@@ -117,14 +117,10 @@ def encode_state(state: State) -> str:
     return text
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not strict JSON")
-
-
 def decode_state(text: str | bytes) -> State:
     """The ``State`` a snapshot's text keeps (:class:`SnapshotError` if it is not one this code reads)."""
     try:
-        data = json.loads(text, parse_constant=_refuse_constant)
+        data = loads_strict(text)
     except ValueError as e:  # (UnicodeDecodeError is one)
         raise SnapshotError(f"snapshot is not strict JSON text ({e})") from e
     if not isinstance(data, dict):
